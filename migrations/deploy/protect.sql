@@ -1,0 +1,108 @@
+-- Deploy pgfence:protect
+-- requires: fence
+
+begin;
+
+create table pgfence.unfenced_writes (
+  id               bigint generated always as identity primary key,
+  table_name       text not null,
+  resource         text not null,
+  operation        text not null,
+  mode             text not null,
+  transaction_id   xid8 not null,
+  role_name        name not null,
+  application_name text,
+  at               timestamptz not null default clock_timestamp()
+);
+comment on table pgfence.unfenced_writes is
+  'Writes to tables protected in observe mode by transactions that did not fence their resource: '
+  'the writers still to be moved onto pgfence before switching to enforce.';
+
+-- Statement-level: the check costs one marker lookup per statement, not per row, and the
+-- lock that fence() holds keeps that answer true until commit.
+create function pgfence.guard()
+returns trigger
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if strpos(coalesce(current_setting('pgfence.fenced', true), ''), E'\n' || tg_argv[0] || E'\n') > 0 then
+    return null;
+  end if;
+  if tg_argv[1] = 'observe' then
+    insert into pgfence.unfenced_writes (table_name, resource, operation, mode, transaction_id, role_name, application_name)
+    values (format('%I.%I', tg_table_schema, tg_table_name), tg_argv[0], tg_op, tg_argv[1],
+            pg_current_xact_id(), session_user, current_setting('application_name', true));
+    return null;
+  end if;
+  raise exception 'pgfence: unfenced % on %.%, which is protected for resource %',
+                  tg_op, tg_table_schema, tg_table_name, tg_argv[0]
+    using errcode = 'PF007',
+          hint = 'call pgfence.fence(lease_id) for that resource earlier in the same transaction';
+end
+$$;
+comment on function pgfence.guard() is
+  'Trigger of protected tables: rejects (enforce) or records (observe) a write in a transaction that has not fenced the resource.';
+
+create function pgfence.protect(tbl regclass, resource text, mode text default 'enforce')
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform pgfence.check_not_null('tbl', protect.tbl);
+  perform pgfence.check_name('resource', protect.resource);
+  if protect.mode is null or protect.mode not in ('enforce', 'observe') then
+    perform pgfence.invalid_argument('mode', 'must be enforce or observe', protect.mode);
+  end if;
+  if (select c.relkind from pg_catalog.pg_class c where c.oid = protect.tbl) not in ('r', 'p') then
+    perform pgfence.invalid_argument('tbl', 'must be a table', protect.tbl::text);
+  end if;
+  if (select c.relnamespace from pg_catalog.pg_class c where c.oid = protect.tbl) = 'pgfence'::regnamespace then
+    perform pgfence.invalid_argument('tbl', 'must not be a table of pgfence itself', protect.tbl::text);
+  end if;
+  if not exists (select from pgfence.resources r where r.resource = protect.resource) then
+    perform pgfence.resource_not_found(protect.resource);
+  end if;
+  -- Runs as the caller: creating a trigger needs the caller's own TRIGGER privilege on tbl.
+  perform pgfence.unprotect(protect.tbl);
+  execute format('create trigger pgfence_guard before insert or update or delete or truncate on %s '
+                 'for each statement execute function pgfence.guard(%L, %L)',
+                 protect.tbl, protect.resource, protect.mode);
+end
+$$;
+comment on function pgfence.protect(regclass, text, text) is
+  'Operator: writes to tbl are rejected with PF007 (enforce) or recorded in pgfence.unfenced_writes (observe) '
+  'unless the transaction fenced resource. Replaces an earlier protection of tbl. Raises PF002, 22023.';
+
+create function pgfence.unprotect(tbl regclass)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform pgfence.check_not_null('tbl', unprotect.tbl);
+  if exists (select from pg_catalog.pg_trigger t
+              where t.tgrelid = unprotect.tbl and t.tgname = 'pgfence_guard') then
+    execute format('drop trigger pgfence_guard on %s', unprotect.tbl);
+  end if;
+end
+$$;
+comment on function pgfence.unprotect(regclass) is 'Operator: removes the protection of tbl, if any.';
+
+revoke all on table pgfence.unfenced_writes from public;
+grant select on table pgfence.unfenced_writes to pgfence_monitor, pgfence_operator;
+revoke all on function pgfence.guard() from public;
+revoke all on function pgfence.protect(regclass, text, text) from public;
+revoke all on function pgfence.unprotect(regclass) from public;
+-- protect runs as the operator, who needs the guard (to create the trigger) and a look at
+-- the registered names; firing the trigger later needs no privilege of the writer.
+grant execute on function pgfence.guard() to pgfence_operator;
+grant select on table pgfence.resources to pgfence_operator;
+grant execute on function pgfence.check_name(text, text), pgfence.check_not_null(text, anyelement),
+                          pgfence.invalid_argument(text, text, text), pgfence.resource_not_found(text)
+   to pgfence_operator;
+grant execute on function pgfence.protect(regclass, text, text), pgfence.unprotect(regclass) to pgfence_operator;
+
+commit;

@@ -1,0 +1,85 @@
+-- Deploy pgfence:schema
+-- requires: roles
+
+begin;
+
+create schema pgfence;
+comment on schema pgfence is 'pgfence: database-authorized ownership, fencing tokens and fenced work.';
+revoke all on schema pgfence from public;
+grant usage on schema pgfence to pgfence_worker, pgfence_operator, pgfence_monitor;
+
+-- Every function raises 22023 naming the argument it refuses, before it changes anything.
+create function pgfence.invalid_argument(arg text, problem text, got text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  raise exception 'pgfence: invalid argument %: %', arg, problem
+    using errcode = '22023',
+          detail = case when got is null then 'got NULL' else format('got %s', left(got, 200)) end,
+          hint = 'see docs/contract.md for the accepted values';
+end
+$$;
+
+-- Resource and queue names: printable, no spaces, so they survive logs, shells and the CLI.
+create function pgfence.check_name(arg text, value text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if value is null or value !~ '^[A-Za-z0-9_][A-Za-z0-9_.:@/-]{0,127}$' then
+    perform pgfence.invalid_argument(arg,
+      'must be 1 to 128 characters from A-Z a-z 0-9 _ . : @ / - and not start with punctuation',
+      value);
+  end if;
+end
+$$;
+
+-- Owners are caller-chosen labels (an execution id, a hostname): free text, bounded.
+create function pgfence.check_label(arg text, value text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if value is null or length(value) not between 1 and 256 or value ~ '[[:cntrl:]]' then
+    perform pgfence.invalid_argument(arg, 'must be 1 to 256 characters without control characters', value);
+  end if;
+end
+$$;
+
+-- Leases, visibility windows and invocations: more than zero, at most a day. A longer lease
+-- is a lease nobody can take over in practice.
+create function pgfence.check_interval(arg text, value interval)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if value is null or value <= interval '0' or value > interval '1 day' then
+    perform pgfence.invalid_argument(arg, 'must be more than 0 and at most 1 day', value::text);
+  end if;
+end
+$$;
+
+create function pgfence.check_not_null(arg text, value anyelement)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if value is null then
+    perform pgfence.invalid_argument(arg, 'must not be NULL', null);
+  end if;
+end
+$$;
+
+revoke all on function pgfence.invalid_argument(text, text, text) from public;
+revoke all on function pgfence.check_name(text, text) from public;
+revoke all on function pgfence.check_label(text, text) from public;
+revoke all on function pgfence.check_interval(text, interval) from public;
+revoke all on function pgfence.check_not_null(text, anyelement) from public;
+
+commit;

@@ -1,0 +1,7 @@
+-- Revert pgfence:fence
+
+begin;
+
+drop function pgfence.fence(uuid);
+
+commit;

@@ -1,0 +1,8 @@
+-- Revert pgfence:views
+
+begin;
+
+drop view pgfence.resource_status;
+drop view pgfence.lease_status;
+
+commit;

@@ -1,0 +1,2 @@
+-- Verify pgfence:fence
+select 'pgfence.fence(uuid)'::regprocedure;

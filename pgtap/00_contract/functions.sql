@@ -1,0 +1,100 @@
+-- The SQL API of the core stage as the contract names it: signatures, return types, who
+-- runs as whom, who may execute what, and a pinned search_path on every definer.
+begin;
+select plan(42);
+select pgfence_test.reset();
+
+-- Signatures, with the exact argument types of the contract.
+select has_function('pgfence', 'register', array['text', 'boolean'], 'register(text, boolean) exists');
+select has_function('pgfence', 'set_enabled', array['text', 'boolean'], 'set_enabled(text, boolean) exists');
+select has_function('pgfence', 'deprecate', array['text'], 'deprecate(text) exists');
+select has_function('pgfence', 'acquire', array['text', 'text', 'interval', 'uuid'], 'acquire(text, text, interval, uuid) exists');
+select has_function('pgfence', 'renew', array['uuid', 'interval'], 'renew(uuid, interval) exists');
+select has_function('pgfence', 'drain', array['uuid'], 'drain(uuid) exists');
+select has_function('pgfence', 'release', array['uuid'], 'release(uuid) exists');
+select has_function('pgfence', 'fence', array['uuid'], 'fence(uuid) exists');
+select has_function('pgfence', 'protect', array['regclass', 'text', 'text'], 'protect(regclass, text, text) exists');
+select has_function('pgfence', 'unprotect', array['regclass'], 'unprotect(regclass) exists');
+
+-- Return types.
+select function_returns('pgfence', 'register', array['text', 'boolean'], 'void', 'register returns nothing');
+select function_returns('pgfence', 'set_enabled', array['text', 'boolean'], 'boolean', 'set_enabled returns the previous value as boolean');
+select function_returns('pgfence', 'deprecate', array['text'], 'uuid', 'deprecate returns a lease id');
+select function_returns('pgfence', 'acquire', array['text', 'text', 'interval', 'uuid'], 'pgfence.lease', 'acquire returns a pgfence.lease');
+select function_returns('pgfence', 'renew', array['uuid', 'interval'], 'record', 'renew returns a record (expires_at, state)');
+select function_returns('pgfence', 'drain', array['uuid'], 'text', 'drain returns the state as text');
+select function_returns('pgfence', 'release', array['uuid'], 'boolean', 'release returns whether this call ended the lease');
+select function_returns('pgfence', 'fence', array['uuid'], 'bigint', 'fence returns the generation as bigint');
+select function_returns('pgfence', 'protect', array['regclass', 'text', 'text'], 'void', 'protect returns nothing');
+select function_returns('pgfence', 'unprotect', array['regclass'], 'void', 'unprotect returns nothing');
+
+-- renew's record has the two columns the contract names, in that order.
+select is((select array_agg(a order by o)
+             from pg_catalog.pg_proc p,
+                  unnest(p.proargnames, p.proargmodes::text[]) with ordinality as u(a, m, o)
+            where p.oid = 'pgfence.renew(uuid, interval)'::regprocedure and m = 'o'),
+          array['expires_at', 'state']::text[],
+          'renew returns expires_at and state');
+
+-- Who runs as whom: the callers must not touch the tables, so the API runs as its owner;
+-- protect and unprotect create and drop triggers with the caller's own privileges.
+select is_definer('pgfence', 'register', array['text', 'boolean'], 'register runs as its owner');
+select is_definer('pgfence', 'set_enabled', array['text', 'boolean'], 'set_enabled runs as its owner');
+select is_definer('pgfence', 'deprecate', array['text'], 'deprecate runs as its owner');
+select is_definer('pgfence', 'acquire', array['text', 'text', 'interval', 'uuid'], 'acquire runs as its owner');
+select is_definer('pgfence', 'renew', array['uuid', 'interval'], 'renew runs as its owner');
+select is_definer('pgfence', 'drain', array['uuid'], 'drain runs as its owner');
+select is_definer('pgfence', 'release', array['uuid'], 'release runs as its owner');
+select is_definer('pgfence', 'fence', array['uuid'], 'fence runs as its owner');
+select isnt_definer('pgfence', 'protect', array['regclass', 'text', 'text'], 'protect runs as the caller');
+select isnt_definer('pgfence', 'unprotect', array['regclass'], 'unprotect runs as the caller');
+
+-- Nobody gets anything by default.
+select is_empty($$ select p.oid::regprocedure::text
+                     from pg_catalog.pg_proc p
+                    where p.pronamespace = 'pgfence'::regnamespace
+                      and has_function_privilege('public', p.oid, 'execute') $$,
+                'no function in schema pgfence is executable by PUBLIC');
+
+select is_empty($$ select p.oid::regprocedure::text
+                     from pg_catalog.pg_proc p
+                    where p.pronamespace = 'pgfence'::regnamespace
+                      and p.prosecdef
+                      and not exists (select from unnest(p.proconfig) c where c like 'search_path=%') $$,
+                'every security definer function in schema pgfence pins search_path');
+
+-- Every contract function states its contract in a comment.
+select is_empty($$ select f::text
+                     from unnest(array['pgfence.register(text, boolean)',
+                                       'pgfence.set_enabled(text, boolean)',
+                                       'pgfence.deprecate(text)',
+                                       'pgfence.acquire(text, text, interval, uuid)',
+                                       'pgfence.renew(uuid, interval)',
+                                       'pgfence.drain(uuid)',
+                                       'pgfence.release(uuid)',
+                                       'pgfence.fence(uuid)',
+                                       'pgfence.protect(regclass, text, text)',
+                                       'pgfence.unprotect(regclass)']::regprocedure[]) as f
+                    where coalesce(obj_description(f, 'pg_proc'), '') = '' $$,
+                'every contract function has a comment');
+
+-- Key grants.
+select function_privs_are('pgfence', 'acquire', array['text', 'text', 'interval', 'uuid'], 'pgfence_worker',
+                          array['EXECUTE'], 'a worker can acquire');
+select function_privs_are('pgfence', 'renew', array['uuid', 'interval'], 'pgfence_worker',
+                          array['EXECUTE'], 'a worker can renew');
+select function_privs_are('pgfence', 'drain', array['uuid'], 'pgfence_worker',
+                          array['EXECUTE'], 'a worker can drain');
+select function_privs_are('pgfence', 'release', array['uuid'], 'pgfence_worker',
+                          array['EXECUTE'], 'a worker can release');
+select function_privs_are('pgfence', 'fence', array['uuid'], 'pgfence_worker',
+                          array['EXECUTE'], 'a worker can fence');
+select function_privs_are('pgfence', 'acquire', array['text', 'text', 'interval', 'uuid'], 'pgfence_monitor',
+                          array[]::text[], 'a monitor cannot acquire');
+select function_privs_are('pgfence', 'set_enabled', array['text', 'boolean'], 'pgfence_operator',
+                          array['EXECUTE'], 'an operator can enable and disable');
+select function_privs_are('pgfence', 'set_enabled', array['text', 'boolean'], 'pgfence_worker',
+                          array[]::text[], 'a worker cannot enable or disable');
+
+select * from finish();
+rollback;

@@ -1,0 +1,72 @@
+-- Schema pgfence_test: helpers for the test suites, installed into test databases only and
+-- never deployed. Time passing is simulated here by moving expiry into the past: production
+-- code has no clock override.
+create schema if not exists pgfence_test;
+
+-- Forget everything pgfence holds (inside a pgTAP transaction that rolls back anyway).
+create or replace function pgfence_test.reset()
+returns void
+language plpgsql
+as $$
+declare
+  v_tables text;
+begin
+  select string_agg(format('%I.%I', schemaname, tablename), ', ')
+    into v_tables
+    from pg_catalog.pg_tables
+   where schemaname = 'pgfence';
+  execute 'truncate ' || v_tables || ' restart identity cascade';
+end
+$$;
+
+-- The lease's time is up, as if its owner paused longer than its ttl.
+create or replace function pgfence_test.expire(lease_id uuid)
+returns void
+language sql
+as $$
+  update pgfence.leases l
+     set expires_at = clock_timestamp() - interval '1 millisecond'
+   where l.lease_id = expire.lease_id;
+$$;
+
+-- Registers the resource if needed and returns a new current lease's id.
+create or replace function pgfence_test.lease(resource text, owner text default 'test-owner',
+                                              ttl interval default '30 seconds')
+returns uuid
+language plpgsql
+as $$
+declare
+  v_lease pgfence.lease;
+begin
+  perform pgfence.register(lease.resource);
+  v_lease := pgfence.acquire(lease.resource, lease.owner, lease.ttl);
+  if v_lease.lease_id is null then
+    raise exception 'pgfence_test.lease: % is held by a current lease', lease.resource;
+  end if;
+  return v_lease.lease_id;
+end
+$$;
+
+-- A lease that expired and was superseded by a successor (owner 'successor'); returns the
+-- old lease's id.
+create or replace function pgfence_test.superseded_lease(resource text)
+returns uuid
+language plpgsql
+as $$
+declare
+  v_old uuid;
+begin
+  v_old := pgfence_test.lease(superseded_lease.resource, 'predecessor');
+  perform pgfence_test.expire(v_old);
+  perform pgfence_test.lease(superseded_lease.resource, 'successor');
+  return v_old;
+end
+$$;
+
+-- The lease currently active for a resource (for tests that need the successor's id).
+create or replace function pgfence_test.active_lease(resource text)
+returns uuid
+language sql
+as $$
+  select l.lease_id from pgfence.leases l where l.resource = active_lease.resource and l.state = 'active';
+$$;

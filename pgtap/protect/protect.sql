@@ -1,0 +1,89 @@
+-- protect/unprotect: writes to a protected table need a fence of its resource in the same
+-- transaction (enforce), or are recorded in pgfence.unfenced_writes (observe).
+begin;
+select plan(37);
+select pgfence_test.reset();
+
+create table public.audit (id int primary key, note text);
+create table public.audit_observed (id int primary key, note text);
+create table public.plain (id int primary key);
+create view public.audit_view as select * from public.audit;
+
+create temp table held on commit drop as
+  select pgfence_test.lease('r', 'owner-r') as lease_id;
+create temp table other on commit drop as
+  select pgfence_test.lease('q', 'owner-q') as lease_id;
+
+select lives_ok($$ select pgfence.protect('public.audit', 'r') $$, 'a table can be protected for a resource');
+
+-- Unfenced writes are refused, whatever the statement.
+select throws_ok($$ insert into public.audit values (1, 'unfenced') $$, 'PF007', null, 'an unfenced insert is refused');
+select throws_ok($$ update public.audit set note = 'unfenced' $$, 'PF007', null, 'an unfenced update is refused');
+select throws_ok($$ delete from public.audit $$, 'PF007', null, 'an unfenced delete is refused');
+select throws_ok($$ truncate public.audit $$, 'PF007', null, 'an unfenced truncate is refused');
+
+-- Fences that do not count.
+select pgfence.fence(lease_id) from other;
+select throws_ok($$ insert into public.audit values (1, 'fenced for q') $$, 'PF007', null,
+                 'a fence of a different resource does not unlock the table');
+select throws_ok(format('select pgfence.fence(%L)', gen_random_uuid()), 'PF001', null, 'a fence with an unknown lease fails');
+select throws_ok($$ insert into public.audit values (1, 'failed fence') $$, 'PF007', null,
+                 'a failed fence does not unlock the table');
+savepoint before_fence;
+select pgfence.fence(lease_id) from held;
+rollback to savepoint before_fence;
+select throws_ok($$ insert into public.audit values (1, 'rolled back fence') $$, 'PF007', null,
+                 'a fence undone by rolling back to a savepoint does not unlock the table');
+select is((select count(*) from public.audit), 0::bigint, 'no refused write left a row');
+
+-- After fencing the resource's lease, every write works in the same transaction.
+select lives_ok(format('select pgfence.fence(%L)', (select lease_id from held)), 'the resource''s current lease fences');
+select lives_ok($$ insert into public.audit values (1, 'fenced') $$, 'a fenced insert works');
+select lives_ok($$ update public.audit set note = 'fenced again' where id = 1 $$, 'a fenced update works');
+select is((select note from public.audit where id = 1), 'fenced again', 'the fenced writes took effect');
+select lives_ok($$ delete from public.audit where id = 1 $$, 'a fenced delete works');
+select lives_ok($$ insert into public.audit values (2, 'fenced') $$, 'another fenced insert works');
+select lives_ok($$ truncate public.audit $$, 'a fenced truncate works');
+select is((select count(*) from public.audit), 0::bigint, 'the table is empty after the fenced truncate');
+select is_empty($$ select id from pgfence.unfenced_writes where table_name = 'public.audit' $$,
+                'an enforced table records nothing in unfenced_writes');
+
+-- Observe mode records unfenced writes instead of refusing them.
+select pgfence.register('o');
+select lives_ok($$ select pgfence.protect('public.audit_observed', 'o', 'observe') $$, 'a table can be protected in observe mode');
+select lives_ok($$ insert into public.audit_observed values (1, 'unfenced') $$, 'an unfenced insert in observe mode works');
+select is((select count(*) from public.audit_observed), 1::bigint, 'the row was written');
+select results_eq($$ select table_name, resource, operation, mode from pgfence.unfenced_writes $$,
+                  $$ values ('public.audit_observed'::text, 'o'::text, 'INSERT'::text, 'observe'::text) $$,
+                  'the unfenced insert is recorded with its table, resource and operation');
+select lives_ok($$ update public.audit_observed set note = 'still unfenced' $$, 'an unfenced update in observe mode works');
+select is((select operation from pgfence.unfenced_writes order by id desc limit 1), 'UPDATE',
+          'the unfenced update is recorded too');
+
+-- Protecting again replaces the mode; unprotect removes the guard.
+select lives_ok($$ select pgfence.protect('public.audit_observed', 'o', 'enforce') $$, 'protecting again switches to enforce');
+select throws_ok($$ insert into public.audit_observed values (2, 'unfenced') $$, 'PF007', null,
+                 'after switching to enforce an unfenced insert is refused');
+select lives_ok($$ select pgfence.unprotect('public.audit_observed') $$, 'a table can be unprotected');
+select lives_ok($$ insert into public.audit_observed values (3, 'unguarded') $$, 'after unprotect an unfenced insert works');
+select lives_ok($$ select pgfence.unprotect('public.audit_observed') $$, 'unprotecting an unprotected table is fine');
+
+-- A transaction that never fenced cannot pass for one that did. (Its own table and
+-- resource: if the forged marker is accepted, it must not leak into the other tests.)
+create table public.forged (id int primary key);
+select pgfence.register('f');
+select pgfence.protect('public.forged', 'f');
+select throws_ok($$ select set_config('pgfence.fenced', E'\nf\n', true); insert into public.forged values (1) $$,
+                 'PF007', null, 'setting the fence marker by hand does not unlock the table');
+
+-- What cannot be protected.
+select throws_ok($$ select pgfence.protect('public.audit_view', 'r') $$, '22023', null, 'a view cannot be protected');
+select throws_ok($$ select pgfence.protect('pgfence.resources', 'r') $$, '22023', null, 'a table of pgfence cannot be protected');
+select throws_ok($$ select pgfence.protect('public.plain', 'unknown') $$, 'PF002', null,
+                 'a table cannot be protected for an unknown resource');
+select throws_ok($$ select pgfence.protect('public.plain', 'r', 'strict') $$, '22023', null, 'an unknown mode is refused');
+select throws_ok($$ select pgfence.protect('public.plain', 'r', null) $$, '22023', null, 'a NULL mode is refused');
+select lives_ok($$ insert into public.plain values (1) $$, 'the refused protections left the table unguarded');
+
+select * from finish();
+rollback;

@@ -1,0 +1,204 @@
+"""Named sessions and steps for interleaving tests, after PostgreSQL's isolation tester.
+
+Each session is its own connection (autocommit unless it opens a transaction with ``begin``).
+A step that is expected to block runs in a thread: :meth:`Step.settle` waits until the step is
+either finished or waiting on a lock, which it learns from ``pg_blocking_pids()`` and never from
+a sleep, so a test's verdict does not depend on timing.
+
+    db = Database(dsn)
+    a, b = db.session("a"), db.session("b")
+    a.begin(); a.fence(lease)
+    step = b.start("select pgfence.acquire('r', 'b', '30 s')")
+    assert step.settle() and step.blocked_by == [a.pid]
+    a.commit()
+    step.result()
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.abc import Query
+
+Params = Sequence[Any] | dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lease as ``pgfence.acquire`` returns it."""
+
+    lease_id: uuid.UUID
+    resource: str
+    generation: int
+    expires_at: datetime
+
+
+def connect(dsn: str, name: str) -> psycopg.Connection[tuple[Any, ...]]:
+    """An autocommit connection that keeps no session state a transaction pooler could lose."""
+    return psycopg.connect(dsn, autocommit=True, prepare_threshold=None, application_name=name)
+
+
+class Database:
+    """One database: an admin connection for set-up and checks, and named sessions."""
+
+    def __init__(self, dsn: str, admin_dsn: str | None = None) -> None:
+        self.dsn = dsn
+        # Blocking is observed on the server itself, also when sessions go through a pooler.
+        self._admin = connect(admin_dsn or dsn, "harness")
+        self._sessions: list[Session] = []
+
+    def session(self, name: str) -> Session:
+        s = Session(self, name)
+        self._sessions.append(s)
+        return s
+
+    def sql(self, query: Query, params: Params = None) -> list[tuple[Any, ...]]:
+        with self._admin.cursor() as cur:
+            cur.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
+    def one(self, query: Query, params: Params = None) -> Any:
+        rows = self.sql(query, params)
+        assert len(rows) == 1 and len(rows[0]) == 1, f"expected one value, got {rows!r}"
+        return rows[0][0]
+
+    def blocking_pids(self, pid: int) -> list[int]:
+        return list(self.one("select pg_blocking_pids(%s)", (pid,)))
+
+    def backend_pid(self, application_name: str) -> int:
+        """The server pid serving a session, found by name (through a pooler, too)."""
+        return int(self.one("select pid from pg_stat_activity where application_name = %s",
+                            (application_name,)))
+
+    def expire(self, lease: Lease | uuid.UUID) -> None:
+        """Time passes for a lease's owner: its expiry moves into the past."""
+        lease_id = lease.lease_id if isinstance(lease, Lease) else lease
+        self.sql("select pgfence_test.expire(%s)", (lease_id,))
+
+    def replace_in_function(self, signature: str, old: str, new: str) -> None:
+        """Installs a deliberately broken variant of a function, for a negative control.
+
+        The variant is the real definition with one piece of text replaced, so the control
+        breaks exactly the mechanism it is about; it fails loudly if that text is gone.
+        """
+        src = self.one("select pg_get_functiondef(%s::regprocedure)", (signature,))
+        assert old in src, f"{old!r} not found in {signature}: the negative control is out of date"
+        self.sql(src.replace(old, new))
+
+    def close(self) -> None:
+        for s in self._sessions:
+            s.close()
+        self._admin.close()
+
+
+class Session:
+    """A named connection that runs steps in order."""
+
+    def __init__(self, db: Database, name: str) -> None:
+        self.db = db
+        self.name = name
+        self.conn = connect(db.dsn, name)
+        self.pid: int = self.conn.info.backend_pid
+
+    # -- plain steps ---------------------------------------------------------------------
+    def run(self, query: Query, params: Params = None) -> list[tuple[Any, ...]]:
+        with self.conn.cursor() as cur:
+            cur.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
+    def one(self, query: Query, params: Params = None) -> Any:
+        rows = self.run(query, params)
+        assert len(rows) == 1 and len(rows[0]) == 1, f"expected one value, got {rows!r}"
+        return rows[0][0]
+
+    def begin(self) -> None:
+        self.run("begin")
+
+    def commit(self) -> None:
+        self.run("commit")
+
+    def rollback(self) -> None:
+        self.run("rollback")
+
+    def start(self, query: Query, params: Params = None) -> Step:
+        """Runs a step in a thread, for a step that may block on another session's lock."""
+        return Step(self, query, params)
+
+    # -- pgfence calls -------------------------------------------------------------------
+    def acquire(self, resource: str, owner: str | None = None, ttl: str = "30 seconds",
+                invocation_id: uuid.UUID | None = None) -> Lease | None:
+        row = self.run("select * from pgfence.acquire(%s, %s, %s::interval, %s)",
+                       (resource, owner or self.name, ttl, invocation_id))[0]
+        return None if row[0] is None else Lease(*row)
+
+    def renew(self, lease: Lease, ttl: str = "30 seconds") -> tuple[datetime, str]:
+        expires_at, state = self.run("select * from pgfence.renew(%s, %s::interval)",
+                                     (lease.lease_id, ttl))[0]
+        return expires_at, state
+
+    def fence(self, lease: Lease) -> int:
+        return int(self.one("select pgfence.fence(%s)", (lease.lease_id,)))
+
+    def drain(self, lease: Lease) -> str:
+        return str(self.one("select pgfence.drain(%s)", (lease.lease_id,)))
+
+    def release(self, lease: Lease) -> bool:
+        return bool(self.one("select pgfence.release(%s)", (lease.lease_id,)))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class Step:
+    """A step running in its own thread."""
+
+    def __init__(self, session: Session, query: Query, params: Params) -> None:
+        self.session = session
+        self.blocked_by: list[int] = []
+        self._rows: list[tuple[Any, ...]] = []
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(query, params),
+                                        name=f"step-{session.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self, query: Query, params: Params) -> None:
+        try:
+            self._rows = self.session.run(query, params)
+        except BaseException as e:  # handed to the test by result()
+            self._error = e
+        finally:
+            self._done.set()
+
+    def settle(self, timeout: float = 30.0) -> bool:
+        """Waits until the step waits on a lock (True) or has finished (False)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._done.is_set():
+                return False
+            pids = self.session.db.blocking_pids(self.session.pid)
+            if pids:
+                self.blocked_by = pids
+                return True
+            self._done.wait(0.002)
+        raise AssertionError(f"step of {self.session.name} neither finished nor blocked in {timeout}s")
+
+    def result(self, timeout: float = 30.0) -> list[tuple[Any, ...]]:
+        """The step's rows once it finished; re-raises its error."""
+        if not self._done.wait(timeout):
+            raise AssertionError(f"step of {self.session.name} still running after {timeout}s")
+        if self._error is not None:
+            raise self._error
+        return self._rows
+
+    def one(self, timeout: float = 30.0) -> Any:
+        rows = self.result(timeout)
+        assert len(rows) == 1 and len(rows[0]) == 1, f"expected one value, got {rows!r}"
+        return rows[0][0]

@@ -1,0 +1,114 @@
+"""The two ways to install are one schema: Sqitch and the one-file bundle; and Sqitch goes
+down to nothing and up again."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, create_database, drop_database, install_bundle, psql
+
+SQITCH_ENV = {"SQITCH_FULLNAME": "pgfence tests", "SQITCH_EMAIL": "tests@pgfence.invalid"}
+
+
+def sqitch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sqitch", *args], cwd=ROOT, check=True, capture_output=True,
+                          text=True, env={**os.environ, **SQITCH_ENV})
+
+
+def schema_dump(database: str) -> str:
+    """pg_dump of everything but Sqitch's registry, without comments, blank lines and SETs."""
+    out = subprocess.run(["pg_dump", "--schema-only", "--no-owner", "--exclude-schema=sqitch",
+                          "-d", database], check=True, capture_output=True, text=True).stdout
+    lines = [line for line in out.splitlines()
+             if line.strip() and not line.startswith(
+                 ("--", "SET ", "SELECT pg_catalog.set_config", "\\restrict", "\\unrestrict"))]
+    return "\n".join(lines)
+
+
+@pytest.fixture
+def databases(cluster: None) -> Iterator[list[str]]:
+    made: list[str] = []
+    yield made
+    for name in made:
+        drop_database(name)
+
+
+def fresh(databases: list[str], tag: str) -> str:
+    name = f"i_{tag}_{uuid.uuid4().hex[:8]}"
+    create_database(name)
+    databases.append(name)
+    return name
+
+
+def test_bundle_is_in_sync_with_the_plan() -> None:
+    assert subprocess.run([ROOT / "scripts/bundle", "--check"]).returncode == 0
+
+
+def test_negative_control_stale_bundle_is_detected(tmp_path: Path) -> None:
+    copy = tmp_path / "repo"
+    for item in ["scripts", "migrations", "sql", "sqitch.plan"]:
+        src = ROOT / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, copy / item)
+    with (copy / "sql/pgfence.sql").open("a") as f:
+        f.write("-- edited by hand\n")
+    assert subprocess.run([copy / "scripts/bundle", "--check"],
+                          capture_output=True).returncode == 1
+
+
+def test_bundle_and_sqitch_give_the_same_schema(databases: list[str]) -> None:
+    by_sqitch, by_bundle = fresh(databases, "sqitch"), fresh(databases, "bundle")
+    sqitch("deploy", f"db:pg:{by_sqitch}")
+    install_bundle(by_bundle)
+    assert schema_dump(by_sqitch) == schema_dump(by_bundle)
+
+
+def test_negative_control_schema_comparison_sees_a_missing_change(databases: list[str]) -> None:
+    full, partial = fresh(databases, "full"), fresh(databases, "partial")
+    install_bundle(full)
+    sqitch("deploy", "--to-change", "protect", f"db:pg:{partial}")
+    assert schema_dump(full) != schema_dump(partial)
+
+
+def test_revert_to_nothing_and_deploy_again(databases: list[str]) -> None:
+    name = fresh(databases, "roundtrip")
+    sqitch("deploy", f"db:pg:{name}")
+    first = schema_dump(name)
+    sqitch("revert", "-y", f"db:pg:{name}")
+    left = psql(name, "-At", "-c", "select count(*) from pg_namespace where nspname = 'pgfence'")
+    assert left.stdout.strip() == "0"
+    sqitch("deploy", f"db:pg:{name}")
+    assert schema_dump(name) == first
+
+
+def test_plpgsql_check_finds_nothing(databases: list[str]) -> None:
+    name = fresh(databases, "lint")
+    install_bundle(name)
+    out = psql(name, "-At", "-c", "create extension plpgsql_check", "-c", r"""
+        select p.oid::regprocedure || ': ' || c.level || ': ' || c.message
+          from pg_proc p
+          cross join lateral plpgsql_check_function_tb(
+                p.oid,
+                relid => coalesce((select t.tgrelid from pg_trigger t where t.tgfoid = p.oid limit 1), 0),
+                fatal_errors => false) c
+         where p.pronamespace = 'pgfence'::regnamespace
+           and p.prolang = (select oid from pg_language where lanname = 'plpgsql')
+           and (p.prorettype <> 'trigger'::regtype
+                or exists (select from pg_trigger t where t.tgfoid = p.oid))""").stdout
+    assert out.strip() == "", out
+
+
+def test_every_deploy_script_has_revert_and_verify() -> None:
+    plan = (ROOT / "sqitch.plan").read_text()
+    changes = re.findall(r"^([a-z_]+) ", plan, flags=re.M)
+    assert changes, "no changes in sqitch.plan"
+    for change in changes:
+        for kind in ("deploy", "revert", "verify"):
+            assert (ROOT / "migrations" / kind / f"{change}.sql").is_file(), (kind, change)
