@@ -482,6 +482,30 @@ grant execute on function pgfence.deprecate(text) to pgfence_operator;
 -- requires: leases
 
 
+-- The key of the fence marker. Only the owner of pgfence reads it: a transaction can prove to
+-- the guard of protected tables that fence() succeeded in it, and nobody can forge that proof
+-- with set_config.
+create table pgfence.fence_key (
+  only_row boolean primary key default true check (only_row),
+  key      bytea not null
+);
+insert into pgfence.fence_key (key)
+values (decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'));
+revoke all on table pgfence.fence_key from public;
+
+-- The proof that this transaction fenced resource: a keyed hash of the transaction id and the
+-- resource name. It is worthless in any other transaction, and from a session-level SET.
+create function pgfence.fence_token(resource text)
+returns text
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select encode(sha256(k.key || convert_to(pg_current_xact_id()::text || E'\n' || fence_token.resource, 'UTF8')), 'hex')
+    from pgfence.fence_key k;
+$$;
+revoke all on function pgfence.fence_token(text) from public;
+
 create function pgfence.fence(lease_id uuid)
 returns bigint
 language plpgsql
@@ -491,6 +515,7 @@ as $$
 declare
   v_lease pgfence.leases;
   v_marker text;
+  v_token text;
 begin
   perform pgfence.check_not_null('lease_id', fence.lease_id);
   -- FOR KEY SHARE, held to the end of the caller's transaction: a takeover, drain or release
@@ -507,8 +532,9 @@ begin
   -- A transaction-local marker for the guard of protected tables: it lives exactly as long
   -- as the row lock above (both end at commit, rollback or rollback to an earlier savepoint).
   v_marker := coalesce(nullif(current_setting('pgfence.fenced', true), ''), E'\n');
-  if strpos(v_marker, E'\n' || v_lease.resource || E'\n') = 0 then
-    perform set_config('pgfence.fenced', v_marker || v_lease.resource || E'\n', true);
+  v_token := pgfence.fence_token(v_lease.resource);
+  if strpos(v_marker, E'\n' || v_token || E'\n') = 0 then
+    perform set_config('pgfence.fenced', v_marker || v_token || E'\n', true);
   end if;
   return v_lease.generation;
 end
@@ -541,8 +567,8 @@ comment on table pgfence.unfenced_writes is
   'Writes to tables protected in observe mode by transactions that did not fence their resource: '
   'the writers still to be moved onto pgfence before switching to enforce.';
 
--- Statement-level: the check costs one marker lookup per statement, not per row, and the
--- lock that fence() holds keeps that answer true until commit.
+-- Statement-level: the check costs one marker comparison per statement, not a lookup per
+-- row, and the lock that fence() holds keeps its answer true until commit.
 create function pgfence.guard()
 returns trigger
 language plpgsql
@@ -550,7 +576,8 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if strpos(coalesce(current_setting('pgfence.fenced', true), ''), E'\n' || tg_argv[0] || E'\n') > 0 then
+  if strpos(coalesce(current_setting('pgfence.fenced', true), ''),
+            E'\n' || pgfence.fence_token(tg_argv[0]) || E'\n') > 0 then
     return null;
   end if;
   if tg_argv[1] = 'observe' then
@@ -579,8 +606,14 @@ begin
   if protect.mode is null or protect.mode not in ('enforce', 'observe') then
     perform pgfence.invalid_argument('mode', 'must be enforce or observe', protect.mode);
   end if;
-  if (select c.relkind from pg_catalog.pg_class c where c.oid = protect.tbl) not in ('r', 'p') then
-    perform pgfence.invalid_argument('tbl', 'must be a table', protect.tbl::text);
+  -- A statement trigger fires only for statements that name its own table, so a write that
+  -- names a partition or an inheritance child would pass a guard on the parent unseen.
+  if (select c.relkind <> 'r' or c.relispartition from pg_catalog.pg_class c where c.oid = protect.tbl)
+     or exists (select from pg_catalog.pg_inherits i
+                 where i.inhrelid = protect.tbl or i.inhparent = protect.tbl) then
+    perform pgfence.invalid_argument('tbl',
+      'must be a plain table: not a view, partitioned table, partition or member of an inheritance tree',
+      protect.tbl::text);
   end if;
   if (select c.relnamespace from pg_catalog.pg_class c where c.oid = protect.tbl) = 'pgfence'::regnamespace then
     perform pgfence.invalid_argument('tbl', 'must not be a table of pgfence itself', protect.tbl::text);
@@ -658,7 +691,7 @@ select r.resource,
        cur.generation,
        cur.expires_at,
        greatest(cur.expires_at - clock_timestamp(), interval '0') as time_left,
-       (cur.expires_at <= clock_timestamp()) as stale,
+       coalesce(cur.expires_at <= clock_timestamp(), false) as stale,
        (select count(*) from pgfence.leases d
          where d.resource = r.resource and d.state = 'draining') as draining_leases,
        (select count(*) from pgfence.invocations i

@@ -27,7 +27,8 @@ def psql(database: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def dsn(database: str) -> str:
-    return f"host={os.environ['PGHOST']} port={os.environ['PGPORT']} user=postgres dbname={database}"
+    env = os.environ
+    return f"host={env['PGHOST']} port={env['PGPORT']} user=postgres dbname={database}"
 
 
 @pytest.fixture(scope="session")

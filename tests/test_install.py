@@ -96,7 +96,8 @@ def test_plpgsql_check_finds_nothing(databases: list[str]) -> None:
           from pg_proc p
           cross join lateral plpgsql_check_function_tb(
                 p.oid,
-                relid => coalesce((select t.tgrelid from pg_trigger t where t.tgfoid = p.oid limit 1), 0),
+                relid => coalesce((select t.tgrelid from pg_trigger t
+                                    where t.tgfoid = p.oid limit 1), 0),
                 fatal_errors => false) c
          where p.pronamespace = 'pgfence'::regnamespace
            and p.prolang = (select oid from pg_language where lanname = 'plpgsql')

@@ -209,8 +209,8 @@ def test_resumed_owner_is_refused_everything(db: Database) -> None:
 
 
 def test_negative_control_fence_ignoring_lease_state(db: Database) -> None:
-    db.replace_in_function(FENCE, "v_lease.state <> 'active' or v_lease.expires_at <= clock_timestamp()",
-                           "false")
+    db.replace_in_function(
+        FENCE, "v_lease.state <> 'active' or v_lease.expires_at <= clock_timestamp()", "false")
     r = resumed_owner(db)
     assert r.fence is None and r.fenced_write is None, "the stale owner got through"
     assert not r.successor_intact
@@ -330,3 +330,39 @@ def test_renewals_are_hot_updates(db: Database) -> None:
 def test_negative_control_indexed_expiry_defeats_hot(db: Database) -> None:
     db.sql("create index on pgfence.leases (expires_at)")
     assert hot_share_after_renewals(db) < 0.5
+
+
+# --------------------------------------------------------------------------------------------
+# The guard's marker is a proof of this transaction's fence, not a name anyone can write
+
+
+def replayed_marker(db: Database) -> str | None:
+    """A marker taken from a transaction that fenced, replayed in one that did not."""
+    db.sql("select pgfence.register('r')")
+    protected_table(db)
+    a = db.session("a")
+    la = acquired(a.acquire("r"))
+    a.begin()
+    a.fence(la)
+    marker = a.one("select current_setting('pgfence.fenced')")
+    a.commit()
+    intruder = db.session("intruder")
+    intruder.begin()
+    intruder.run("select set_config('pgfence.fenced', %s, true)", (marker,))
+    try:
+        intruder.run("insert into audit values (0, 'intruder')")
+        intruder.commit()
+        return None
+    except psycopg.Error as e:
+        intruder.rollback()
+        return e.sqlstate
+
+
+def test_replayed_marker_is_refused(db: Database) -> None:
+    assert replayed_marker(db) == "PF007"
+
+
+def test_negative_control_marker_of_resource_names(db: Database) -> None:
+    db.replace_in_function(FENCE, "pgfence.fence_token(v_lease.resource)", "v_lease.resource")
+    db.replace_in_function("pgfence.guard()", "pgfence.fence_token(tg_argv[0])", "tg_argv[0]")
+    assert replayed_marker(db) is None

@@ -3,6 +3,30 @@
 
 begin;
 
+-- The key of the fence marker. Only the owner of pgfence reads it: a transaction can prove to
+-- the guard of protected tables that fence() succeeded in it, and nobody can forge that proof
+-- with set_config.
+create table pgfence.fence_key (
+  only_row boolean primary key default true check (only_row),
+  key      bytea not null
+);
+insert into pgfence.fence_key (key)
+values (decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'));
+revoke all on table pgfence.fence_key from public;
+
+-- The proof that this transaction fenced resource: a keyed hash of the transaction id and the
+-- resource name. It is worthless in any other transaction, and from a session-level SET.
+create function pgfence.fence_token(resource text)
+returns text
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select encode(sha256(k.key || convert_to(pg_current_xact_id()::text || E'\n' || fence_token.resource, 'UTF8')), 'hex')
+    from pgfence.fence_key k;
+$$;
+revoke all on function pgfence.fence_token(text) from public;
+
 create function pgfence.fence(lease_id uuid)
 returns bigint
 language plpgsql
@@ -12,6 +36,7 @@ as $$
 declare
   v_lease pgfence.leases;
   v_marker text;
+  v_token text;
 begin
   perform pgfence.check_not_null('lease_id', fence.lease_id);
   -- FOR KEY SHARE, held to the end of the caller's transaction: a takeover, drain or release
@@ -28,8 +53,9 @@ begin
   -- A transaction-local marker for the guard of protected tables: it lives exactly as long
   -- as the row lock above (both end at commit, rollback or rollback to an earlier savepoint).
   v_marker := coalesce(nullif(current_setting('pgfence.fenced', true), ''), E'\n');
-  if strpos(v_marker, E'\n' || v_lease.resource || E'\n') = 0 then
-    perform set_config('pgfence.fenced', v_marker || v_lease.resource || E'\n', true);
+  v_token := pgfence.fence_token(v_lease.resource);
+  if strpos(v_marker, E'\n' || v_token || E'\n') = 0 then
+    perform set_config('pgfence.fenced', v_marker || v_token || E'\n', true);
   end if;
   return v_lease.generation;
 end

@@ -18,8 +18,8 @@ comment on table pgfence.unfenced_writes is
   'Writes to tables protected in observe mode by transactions that did not fence their resource: '
   'the writers still to be moved onto pgfence before switching to enforce.';
 
--- Statement-level: the check costs one marker lookup per statement, not per row, and the
--- lock that fence() holds keeps that answer true until commit.
+-- Statement-level: the check costs one marker comparison per statement, not a lookup per
+-- row, and the lock that fence() holds keeps its answer true until commit.
 create function pgfence.guard()
 returns trigger
 language plpgsql
@@ -27,7 +27,8 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if strpos(coalesce(current_setting('pgfence.fenced', true), ''), E'\n' || tg_argv[0] || E'\n') > 0 then
+  if strpos(coalesce(current_setting('pgfence.fenced', true), ''),
+            E'\n' || pgfence.fence_token(tg_argv[0]) || E'\n') > 0 then
     return null;
   end if;
   if tg_argv[1] = 'observe' then
@@ -56,8 +57,14 @@ begin
   if protect.mode is null or protect.mode not in ('enforce', 'observe') then
     perform pgfence.invalid_argument('mode', 'must be enforce or observe', protect.mode);
   end if;
-  if (select c.relkind from pg_catalog.pg_class c where c.oid = protect.tbl) not in ('r', 'p') then
-    perform pgfence.invalid_argument('tbl', 'must be a table', protect.tbl::text);
+  -- A statement trigger fires only for statements that name its own table, so a write that
+  -- names a partition or an inheritance child would pass a guard on the parent unseen.
+  if (select c.relkind <> 'r' or c.relispartition from pg_catalog.pg_class c where c.oid = protect.tbl)
+     or exists (select from pg_catalog.pg_inherits i
+                 where i.inhrelid = protect.tbl or i.inhparent = protect.tbl) then
+    perform pgfence.invalid_argument('tbl',
+      'must be a plain table: not a view, partitioned table, partition or member of an inheritance tree',
+      protect.tbl::text);
   end if;
   if (select c.relnamespace from pg_catalog.pg_class c where c.oid = protect.tbl) = 'pgfence'::regnamespace then
     perform pgfence.invalid_argument('tbl', 'must not be a table of pgfence itself', protect.tbl::text);

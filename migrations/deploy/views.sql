@@ -27,7 +27,7 @@ select r.resource,
        cur.generation,
        cur.expires_at,
        greatest(cur.expires_at - clock_timestamp(), interval '0') as time_left,
-       (cur.expires_at <= clock_timestamp()) as stale,
+       coalesce(cur.expires_at <= clock_timestamp(), false) as stale,
        (select count(*) from pgfence.leases d
          where d.resource = r.resource and d.state = 'draining') as draining_leases,
        (select count(*) from pgfence.invocations i

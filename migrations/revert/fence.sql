@@ -3,5 +3,7 @@
 begin;
 
 drop function pgfence.fence(uuid);
+drop function pgfence.fence_token(text);
+drop table pgfence.fence_key;
 
 commit;

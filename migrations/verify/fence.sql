@@ -1,2 +1,4 @@
 -- Verify pgfence:fence
 select 'pgfence.fence(uuid)'::regprocedure;
+select 'pgfence.fence_token(text)'::regprocedure;
+select 1 / count(*)::int from pgfence.fence_key;

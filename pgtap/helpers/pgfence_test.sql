@@ -3,7 +3,8 @@
 -- code has no clock override.
 create schema if not exists pgfence_test;
 
--- Forget everything pgfence holds (inside a pgTAP transaction that rolls back anyway).
+-- Forget everything pgfence holds (inside a pgTAP transaction that rolls back anyway), but
+-- the fence key: without it no fence could unlock a protected table.
 create or replace function pgfence_test.reset()
 returns void
 language plpgsql
@@ -14,7 +15,7 @@ begin
   select string_agg(format('%I.%I', schemaname, tablename), ', ')
     into v_tables
     from pg_catalog.pg_tables
-   where schemaname = 'pgfence';
+   where schemaname = 'pgfence' and tablename <> 'fence_key';
   execute 'truncate ' || v_tables || ' restart identity cascade';
 end
 $$;

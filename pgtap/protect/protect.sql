@@ -1,7 +1,7 @@
 -- protect/unprotect: writes to a protected table need a fence of its resource in the same
 -- transaction (enforce), or are recorded in pgfence.unfenced_writes (observe).
 begin;
-select plan(37);
+select plan(42);
 select pgfence_test.reset();
 
 create table public.audit (id int primary key, note text);
@@ -75,14 +75,31 @@ select pgfence.register('f');
 select pgfence.protect('public.forged', 'f');
 select throws_ok($$ select set_config('pgfence.fenced', E'\nf\n', true); insert into public.forged values (1) $$,
                  'PF007', null, 'setting the fence marker by hand does not unlock the table');
+select throws_ok($$ select set_config('pgfence.fenced', E'\nf\n', false); insert into public.forged values (1) $$,
+                 'PF007', null, 'nor does a session-level setting of it');
 
--- What cannot be protected.
-select throws_ok($$ select pgfence.protect('public.audit_view', 'r') $$, '22023', null, 'a view cannot be protected');
-select throws_ok($$ select pgfence.protect('pgfence.resources', 'r') $$, '22023', null, 'a table of pgfence cannot be protected');
+-- A statement guard on a parent does not see writes that name a child, so tables in a
+-- partition or inheritance tree are refused rather than half-protected.
+create table public.measurements (id int, at date) partition by range (at);
+create table public.measurements_2024 partition of public.measurements for values from ('2024-01-01') to ('2025-01-01');
+create table public.events (id int);
+create table public.events_archive () inherits (public.events);
+select throws_ok($$ select pgfence.protect('public.measurements', 'o') $$, '22023', null,
+                 'a partitioned table cannot be protected');
+select throws_ok($$ select pgfence.protect('public.measurements_2024', 'o') $$, '22023', null,
+                 'a partition cannot be protected');
+select throws_ok($$ select pgfence.protect('public.events', 'o') $$, '22023', null,
+                 'a table with inheritance children cannot be protected');
+select throws_ok($$ select pgfence.protect('public.events_archive', 'o') $$, '22023', null,
+                 'an inheritance child cannot be protected');
+
+-- What cannot be protected (for resource o, which nobody fenced here).
+select throws_ok($$ select pgfence.protect('public.audit_view', 'o') $$, '22023', null, 'a view cannot be protected');
+select throws_ok($$ select pgfence.protect('pgfence.resources', 'o') $$, '22023', null, 'a table of pgfence cannot be protected');
 select throws_ok($$ select pgfence.protect('public.plain', 'unknown') $$, 'PF002', null,
                  'a table cannot be protected for an unknown resource');
-select throws_ok($$ select pgfence.protect('public.plain', 'r', 'strict') $$, '22023', null, 'an unknown mode is refused');
-select throws_ok($$ select pgfence.protect('public.plain', 'r', null) $$, '22023', null, 'a NULL mode is refused');
+select throws_ok($$ select pgfence.protect('public.plain', 'o', 'strict') $$, '22023', null, 'an unknown mode is refused');
+select throws_ok($$ select pgfence.protect('public.plain', 'o', null) $$, '22023', null, 'a NULL mode is refused');
 select lives_ok($$ insert into public.plain values (1) $$, 'the refused protections left the table unguarded');
 
 select * from finish();

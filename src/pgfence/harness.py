@@ -25,8 +25,9 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.abc import Query
+from psycopg import sql
 
+Query = str | sql.SQL | sql.Composed
 Params = Sequence[Any] | dict[str, Any] | None
 
 
@@ -188,7 +189,8 @@ class Step:
                 self.blocked_by = pids
                 return True
             self._done.wait(0.002)
-        raise AssertionError(f"step of {self.session.name} neither finished nor blocked in {timeout}s")
+        raise AssertionError(
+            f"step of {self.session.name} neither finished nor blocked in {timeout}s")
 
     def result(self, timeout: float = 30.0) -> list[tuple[Any, ...]]:
         """The step's rows once it finished; re-raises its error."""
