@@ -662,9 +662,371 @@ grant execute on function pgfence.check_name(text, text), pgfence.check_not_null
 grant execute on function pgfence.protect(regclass, text, text), pgfence.unprotect(regclass) to pgfence_operator;
 
 
+-- change: request_start
+-- Deploy pgfence:request_start
+-- requires: leases
+
+
+create function pgfence.request_start(resource text, ttl interval default '1 minute')
+returns uuid
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_enabled boolean;
+  v_invocation_id uuid;
+begin
+  perform pgfence.check_name('resource', request_start.resource);
+  perform pgfence.check_interval('ttl', request_start.ttl);
+  -- The resource row serializes request_start with acquire and with other callers: of
+  -- concurrent callers exactly one finds nothing pending.
+  select r.enabled into v_enabled
+    from pgfence.resources r
+   where r.resource = request_start.resource
+     for no key update;
+  if not found then
+    perform pgfence.resource_not_found(request_start.resource);
+  end if;
+  if not v_enabled
+     or exists (select from pgfence.leases l
+                 where l.resource = request_start.resource and l.state = 'active'
+                   and l.expires_at > clock_timestamp())
+     or exists (select from pgfence.invocations i
+                 where i.resource = request_start.resource and i.acknowledged_at is null
+                   and i.expires_at > clock_timestamp()) then
+    return null;
+  end if;
+  insert into pgfence.invocations (invocation_id, resource, requested_at, expires_at)
+  values (gen_random_uuid(), request_start.resource, clock_timestamp(), clock_timestamp() + request_start.ttl)
+  returning invocation_id into v_invocation_id;
+  return v_invocation_id;
+end
+$$;
+comment on function pgfence.request_start(text, interval) is
+  'Startup handshake: a new invocation id when the resource is enabled, has no current lease and no '
+  'unexpired pending invocation; otherwise NULL. The acquire that presents it acknowledges it. Raises PF002, 22023.';
+
+revoke all on function pgfence.request_start(text, interval) from public;
+grant execute on function pgfence.request_start(text, interval) to pgfence_worker, pgfence_operator;
+
+
+-- change: tasks
+-- Deploy pgfence:tasks
+-- requires: fence
+
+
+create table pgfence.tasks (
+  task_id       bigint generated always as identity primary key,
+  queue         text not null,
+  payload       jsonb not null,
+  state         text not null check (state in ('queued', 'claimed', 'completed', 'failed')),
+  max_attempts  int not null,
+  attempt       int not null default 0,        -- claims so far
+  attempt_id    uuid,                          -- the latest claim's
+  lease_id      uuid,                          -- the lease the latest claim was made under
+  reported      boolean not null default false, -- the latest attempt has sent its result
+  ready_at      timestamptz not null,          -- queued: claimable from
+  visible_until timestamptz,                   -- claimed: the attempt holds it until
+  result        jsonb,
+  error         jsonb,
+  enqueued_at   timestamptz not null default clock_timestamp(),
+  finished_at   timestamptz
+);
+comment on table pgfence.tasks is 'The task queue. Not a public interface: use enqueue, claim, complete, fail, extend.';
+create index tasks_ready on pgfence.tasks (queue, ready_at) where state = 'queued';
+create index tasks_visibility on pgfence.tasks (visible_until) where state = 'claimed';
+create index tasks_held on pgfence.tasks (lease_id) where state = 'claimed';
+
+-- Results that arrived from an attempt that no longer holds its task (I5): kept for operators,
+-- never applied, never silently dropped.
+create table pgfence.stale_results (
+  attempt_id  uuid primary key,
+  task_id     bigint not null,
+  attempt     int not null,
+  kind        text not null check (kind in ('complete', 'fail')),
+  body        jsonb,
+  received_at timestamptz not null default clock_timestamp()
+);
+comment on table pgfence.stale_results is 'Results refused as stale: the attempt had been superseded by a newer claim.';
+
+-- An attempt_id is a version-8 UUID (RFC 9562) that carries its task and attempt number:
+--   task_id (48 bits) | version 8 | attempt (12 bits) | variant + 62 random bits
+-- so a result finds its task by primary key, and a superseded attempt is told from an
+-- unknown id without an attempts table. The random bits come from gen_random_uuid().
+create function pgfence.attempt_uuid(task_id bigint, attempt int)
+returns uuid
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  select (lpad(to_hex(attempt_uuid.task_id), 12, '0') || '8' || lpad(to_hex(attempt_uuid.attempt), 3, '0')
+          || right(replace(gen_random_uuid()::text, '-', ''), 16))::uuid;
+$$;
+
+-- The task and attempt an attempt_id names; 22023 for NULL or an id pgfence did not mint.
+create function pgfence.attempt_of(attempt_id uuid, out task_id bigint, out attempt int)
+language plpgsql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_hex text := replace(attempt_of.attempt_id::text, '-', '');
+begin
+  if v_hex is null or substr(v_hex, 13, 1) <> '8' then
+    perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence.claim',
+                                     attempt_of.attempt_id::text);
+  end if;
+  task_id := ('x' || lpad(substr(v_hex, 1, 12), 16, '0'))::bit(64)::bigint;
+  attempt := ('x' || lpad(substr(v_hex, 14, 3), 8, '0'))::bit(32)::int;
+end
+$$;
+
+create function pgfence.unknown_attempt(attempt_id uuid)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform pgfence.invalid_argument('attempt_id', 'no such attempt', attempt_id::text);
+end
+$$;
+
+create function pgfence.enqueue(queue text, payload jsonb default '{}', max_attempts int default 3)
+returns bigint
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_task_id bigint;
+begin
+  perform pgfence.check_name('queue', enqueue.queue);
+  perform pgfence.check_not_null('payload', enqueue.payload);
+  if enqueue.max_attempts is null or enqueue.max_attempts not between 1 and 1000 then
+    perform pgfence.invalid_argument('max_attempts', 'must be 1 to 1000', enqueue.max_attempts::text);
+  end if;
+  insert into pgfence.tasks as t (queue, payload, state, max_attempts, ready_at)
+  values (enqueue.queue, enqueue.payload, 'queued', enqueue.max_attempts, clock_timestamp())
+  returning t.task_id into v_task_id;
+  return v_task_id;
+end
+$$;
+comment on function pgfence.enqueue(text, jsonb, int) is
+  'Adds a task to queue; returns its task_id. Raises 22023 on a bad queue name, NULL payload or max_attempts outside 1..1000.';
+
+create function pgfence.claim(lease_id uuid, queue text, qty int default 1, visibility interval default '30 seconds')
+returns table (task_id bigint, attempt_id uuid, attempt int, payload jsonb)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_state text;
+  v_expires_at timestamptz;
+begin
+  perform pgfence.check_not_null('lease_id', claim.lease_id);
+  perform pgfence.check_name('queue', claim.queue);
+  if claim.qty is null or claim.qty not between 1 and 1000 then
+    perform pgfence.invalid_argument('qty', 'must be 1 to 1000', claim.qty::text);
+  end if;
+  perform pgfence.check_interval('visibility', claim.visibility);
+  -- The ownership check of fence(), in the same transaction as the claim: FOR KEY SHARE keeps
+  -- the lease current until this transaction ends, so no successor can be granted between
+  -- the check and the claim (I2 at the work boundary).
+  select l.state, l.expires_at into v_state, v_expires_at
+    from pgfence.leases l
+   where l.lease_id = claim.lease_id
+     for key share;
+  if not found or v_state <> 'active' or v_expires_at <= clock_timestamp() then
+    perform pgfence.lease_not_current(claim.lease_id);
+  end if;
+  -- SKIP LOCKED: claimers never wait for each other's rows.
+  return query
+  with picked as (
+    select t.task_id
+      from pgfence.tasks t
+     where t.queue = claim.queue and t.state = 'queued' and t.ready_at <= clock_timestamp()
+     order by t.ready_at
+     limit claim.qty
+       for update skip locked)
+  update pgfence.tasks t
+     set state = 'claimed',
+         attempt = t.attempt + 1,
+         attempt_id = pgfence.attempt_uuid(t.task_id, t.attempt + 1),
+         lease_id = claim.lease_id,
+         reported = false,
+         visible_until = clock_timestamp() + claim.visibility
+    from picked
+   where t.task_id = picked.task_id
+  returning t.task_id, t.attempt_id, t.attempt, t.payload;
+end
+$$;
+comment on function pgfence.claim(uuid, text, int, interval) is
+  'Claims up to qty ready tasks of queue under an active, unexpired lease, never waiting for rows other claimers hold; '
+  'each claim mints an attempt_id. Raises PF001 when the lease is not current, 22023 on bad arguments.';
+
+-- complete and fail share one rule (I5): the result of the attempt that holds the task is
+-- accepted, even after its lease expired or drained, as long as no newer attempt claimed it.
+create function pgfence.report(attempt_id uuid, kind text, body jsonb)
+returns text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_task_id bigint;
+  v_attempt int;
+  v_task pgfence.tasks;
+  v_final boolean;
+begin
+  select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(report.attempt_id) a;
+  select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
+  if not found or v_attempt > v_task.attempt
+     or (v_attempt = v_task.attempt and v_task.attempt_id <> report.attempt_id) then
+    perform pgfence.unknown_attempt(report.attempt_id);
+  end if;
+  if v_attempt < v_task.attempt then
+    insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, body)
+    values (report.attempt_id, v_task_id, v_attempt, report.kind, report.body)
+    on conflict on constraint stale_results_pkey do nothing;
+    return 'stale';
+  end if;
+  if v_task.reported then
+    return 'duplicate';
+  end if;
+  if report.kind = 'complete' then
+    update pgfence.tasks t
+       set state = 'completed', result = report.body, reported = true,
+           visible_until = null, finished_at = clock_timestamp()
+     where t.task_id = v_task_id;
+  else
+    v_final := v_task.attempt >= v_task.max_attempts;
+    -- Retries back off exponentially, 2 s, 4 s, 8 s ... at most an hour.
+    update pgfence.tasks t
+       set state = case when v_final then 'failed' else 'queued' end,
+           error = report.body, reported = true, visible_until = null,
+           ready_at = clock_timestamp() + least(interval '1 second' * power(2, least(v_task.attempt, 12)), interval '1 hour'),
+           finished_at = case when v_final then clock_timestamp() end
+     where t.task_id = v_task_id;
+  end if;
+  return 'accepted';
+end
+$$;
+
+create function pgfence.complete(attempt_id uuid, result jsonb default null)
+returns text
+language sql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select pgfence.report(complete.attempt_id, 'complete', complete.result);
+$$;
+comment on function pgfence.complete(uuid, jsonb) is
+  'Finishes a task with result: accepted from the attempt that holds it (also after its lease expired), '
+  'duplicate for a retry of a reported attempt, stale (recorded in pgfence.stale_results) from a superseded attempt. Raises 22023 for an unknown attempt.';
+
+create function pgfence.fail(attempt_id uuid, error jsonb default null)
+returns text
+language sql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select pgfence.report(fail.attempt_id, 'fail', fail.error);
+$$;
+comment on function pgfence.fail(uuid, jsonb) is
+  'Reports a failed attempt: the task is retried with backoff, or fails for good after max_attempts. '
+  'Same acceptance rule and outcomes as complete.';
+
+create function pgfence.extend(attempt_id uuid, visibility interval)
+returns timestamptz
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_task_id bigint;
+  v_attempt int;
+  v_task pgfence.tasks;
+  v_until timestamptz;
+begin
+  perform pgfence.check_interval('visibility', extend.visibility);
+  select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(extend.attempt_id) a;
+  select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
+  if not found or v_attempt > v_task.attempt
+     or (v_attempt = v_task.attempt and v_task.attempt_id <> extend.attempt_id) then
+    perform pgfence.unknown_attempt(extend.attempt_id);
+  end if;
+  if v_attempt < v_task.attempt or v_task.state <> 'claimed' or v_task.reported then
+    return null;
+  end if;
+  update pgfence.tasks t
+     set visible_until = clock_timestamp() + extend.visibility
+   where t.task_id = v_task_id
+  returning t.visible_until into v_until;
+  return v_until;
+end
+$$;
+comment on function pgfence.extend(uuid, interval) is
+  'A long handler keeps its task: visibility from now. NULL when the attempt no longer holds the task. Raises 22023 for an unknown attempt.';
+
+create function pgfence.requeue_expired(max_tasks int default 1000)
+returns int
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_count int;
+begin
+  if requeue_expired.max_tasks is null or requeue_expired.max_tasks not between 1 and 100000 then
+    perform pgfence.invalid_argument('max_tasks', 'must be 1 to 100000', requeue_expired.max_tasks::text);
+  end if;
+  -- SKIP LOCKED lets several sessions run this at once. A row whose visibility was extended
+  -- after this statement's snapshot is re-read under the lock and no longer matches.
+  with expired as (
+    select t.task_id
+      from pgfence.tasks t
+     where t.state = 'claimed' and t.visible_until < clock_timestamp()
+     order by t.visible_until
+     limit requeue_expired.max_tasks
+       for update skip locked)
+  update pgfence.tasks t
+     set state = case when t.attempt >= t.max_attempts then 'failed' else 'queued' end,
+         ready_at = clock_timestamp(),
+         visible_until = null,
+         error = case when t.attempt >= t.max_attempts
+                      then jsonb_build_object('reason', 'visibility expired', 'attempts', t.attempt)
+                      else t.error end,
+         finished_at = case when t.attempt >= t.max_attempts then clock_timestamp() end
+    from expired
+   where t.task_id = expired.task_id;
+  get diagnostics v_count = row_count;
+  return v_count;
+end
+$$;
+comment on function pgfence.requeue_expired(int) is
+  'Tasks whose visibility ran out go back to their queue, or fail for good after max_attempts; returns how many. '
+  'Safe to run from several sessions at once; never touches an attempt within its visibility.';
+
+revoke all on table pgfence.tasks, pgfence.stale_results from public;
+revoke all on function pgfence.attempt_uuid(bigint, int), pgfence.attempt_of(uuid), pgfence.unknown_attempt(uuid),
+                       pgfence.report(uuid, text, jsonb), pgfence.enqueue(text, jsonb, int),
+                       pgfence.claim(uuid, text, int, interval), pgfence.complete(uuid, jsonb),
+                       pgfence.fail(uuid, jsonb), pgfence.extend(uuid, interval), pgfence.requeue_expired(int)
+  from public;
+grant execute on function pgfence.enqueue(text, jsonb, int), pgfence.claim(uuid, text, int, interval),
+                          pgfence.complete(uuid, jsonb), pgfence.fail(uuid, jsonb),
+                          pgfence.extend(uuid, interval), pgfence.requeue_expired(int)
+   to pgfence_worker;
+grant execute on function pgfence.enqueue(text, jsonb, int), pgfence.requeue_expired(int) to pgfence_operator;
+grant select on table pgfence.stale_results to pgfence_monitor, pgfence_operator;
+
+
 -- change: views
 -- Deploy pgfence:views
 -- requires: protect
+-- requires: request_start
+-- requires: tasks
 -- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
 
 
@@ -679,10 +1041,13 @@ select l.resource,
        l.renewed_at,
        l.expires_at,
        l.ended_at,
-       greatest(l.expires_at - clock_timestamp(), interval '0') as time_left
+       greatest(l.expires_at - clock_timestamp(), interval '0') as time_left,
+       (select count(*) from pgfence.tasks t
+         where t.lease_id = l.lease_id and t.state = 'claimed') as tasks_held
   from pgfence.leases l;
 comment on view pgfence.lease_status is
-  'One row per lease: current, stale (active but expired: authorizes nothing), draining, released or superseded.';
+  'One row per lease: current, stale (active but expired: authorizes nothing), draining, released or superseded; '
+  'tasks_held counts tasks its attempts still hold.';
 
 create view pgfence.resource_status as
 select r.resource,
@@ -696,12 +1061,34 @@ select r.resource,
          where d.resource = r.resource and d.state = 'draining') as draining_leases,
        (select count(*) from pgfence.invocations i
          where i.resource = r.resource and i.acknowledged_at is null
-           and i.expires_at > clock_timestamp()) as pending_invocations
+           and i.expires_at > clock_timestamp()) as pending_invocations,
+       (select count(*) from pgfence.leases l
+          join pgfence.tasks t on t.lease_id = l.lease_id and t.state = 'claimed'
+         where l.resource = r.resource) as claimed_tasks
   from pgfence.resources r
   left join pgfence.leases cur on cur.resource = r.resource and cur.state = 'active';
 comment on view pgfence.resource_status is
-  'One row per resource: enabled, the active lease''s owner and generation (stale when expired), draining leases, pending invocations.';
+  'One row per resource: enabled, the active lease''s owner and generation (stale when expired), draining leases, '
+  'pending invocations, tasks claimed under any of its leases.';
 
-revoke all on pgfence.lease_status, pgfence.resource_status from public;
-grant select on pgfence.lease_status, pgfence.resource_status to pgfence_monitor, pgfence_operator;
+-- Queued tasks belong to a queue, not a resource: several resources may serve one queue.
+create view pgfence.queue_status as
+select t.queue,
+       count(*) filter (where t.state = 'queued') as queued,
+       count(*) filter (where t.state = 'queued' and t.ready_at <= clock_timestamp()) as ready,
+       count(*) filter (where t.state = 'claimed') as claimed,
+       count(*) filter (where t.state = 'claimed' and t.visible_until < clock_timestamp()) as overdue,
+       count(*) filter (where t.state = 'completed') as completed,
+       count(*) filter (where t.state = 'failed') as failed,
+       (select count(*) from pgfence.stale_results s
+          join pgfence.tasks st on st.task_id = s.task_id
+         where st.queue = t.queue) as stale_results
+  from pgfence.tasks t
+ group by t.queue;
+comment on view pgfence.queue_status is
+  'One row per queue: tasks by state (ready = claimable now, overdue = visibility ran out, not yet requeued) and stale results.';
+
+revoke all on pgfence.lease_status, pgfence.resource_status, pgfence.queue_status from public;
+grant select on pgfence.lease_status, pgfence.resource_status, pgfence.queue_status
+   to pgfence_monitor, pgfence_operator;
 

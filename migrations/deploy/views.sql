@@ -1,5 +1,7 @@
 -- Deploy pgfence:views
 -- requires: protect
+-- requires: request_start
+-- requires: tasks
 -- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
 
 begin;
@@ -15,10 +17,13 @@ select l.resource,
        l.renewed_at,
        l.expires_at,
        l.ended_at,
-       greatest(l.expires_at - clock_timestamp(), interval '0') as time_left
+       greatest(l.expires_at - clock_timestamp(), interval '0') as time_left,
+       (select count(*) from pgfence.tasks t
+         where t.lease_id = l.lease_id and t.state = 'claimed') as tasks_held
   from pgfence.leases l;
 comment on view pgfence.lease_status is
-  'One row per lease: current, stale (active but expired: authorizes nothing), draining, released or superseded.';
+  'One row per lease: current, stale (active but expired: authorizes nothing), draining, released or superseded; '
+  'tasks_held counts tasks its attempts still hold.';
 
 create view pgfence.resource_status as
 select r.resource,
@@ -32,13 +37,35 @@ select r.resource,
          where d.resource = r.resource and d.state = 'draining') as draining_leases,
        (select count(*) from pgfence.invocations i
          where i.resource = r.resource and i.acknowledged_at is null
-           and i.expires_at > clock_timestamp()) as pending_invocations
+           and i.expires_at > clock_timestamp()) as pending_invocations,
+       (select count(*) from pgfence.leases l
+          join pgfence.tasks t on t.lease_id = l.lease_id and t.state = 'claimed'
+         where l.resource = r.resource) as claimed_tasks
   from pgfence.resources r
   left join pgfence.leases cur on cur.resource = r.resource and cur.state = 'active';
 comment on view pgfence.resource_status is
-  'One row per resource: enabled, the active lease''s owner and generation (stale when expired), draining leases, pending invocations.';
+  'One row per resource: enabled, the active lease''s owner and generation (stale when expired), draining leases, '
+  'pending invocations, tasks claimed under any of its leases.';
 
-revoke all on pgfence.lease_status, pgfence.resource_status from public;
-grant select on pgfence.lease_status, pgfence.resource_status to pgfence_monitor, pgfence_operator;
+-- Queued tasks belong to a queue, not a resource: several resources may serve one queue.
+create view pgfence.queue_status as
+select t.queue,
+       count(*) filter (where t.state = 'queued') as queued,
+       count(*) filter (where t.state = 'queued' and t.ready_at <= clock_timestamp()) as ready,
+       count(*) filter (where t.state = 'claimed') as claimed,
+       count(*) filter (where t.state = 'claimed' and t.visible_until < clock_timestamp()) as overdue,
+       count(*) filter (where t.state = 'completed') as completed,
+       count(*) filter (where t.state = 'failed') as failed,
+       (select count(*) from pgfence.stale_results s
+          join pgfence.tasks st on st.task_id = s.task_id
+         where st.queue = t.queue) as stale_results
+  from pgfence.tasks t
+ group by t.queue;
+comment on view pgfence.queue_status is
+  'One row per queue: tasks by state (ready = claimable now, overdue = visibility ran out, not yet requeued) and stale results.';
+
+revoke all on pgfence.lease_status, pgfence.resource_status, pgfence.queue_status from public;
+grant select on pgfence.lease_status, pgfence.resource_status, pgfence.queue_status
+   to pgfence_monitor, pgfence_operator;
 
 commit;

@@ -71,3 +71,31 @@ language sql
 as $$
   select l.lease_id from pgfence.leases l where l.resource = active_lease.resource and l.state = 'active';
 $$;
+
+-- The attempt's visibility ran out, as if its handler hung or its worker died.
+create or replace function pgfence_test.expire_attempt(attempt_id uuid)
+returns void
+language sql
+as $$
+  update pgfence.tasks t
+     set visible_until = clock_timestamp() - interval '1 millisecond'
+   where t.attempt_id = expire_attempt.attempt_id;
+$$;
+
+-- A startup request nobody acknowledged in time.
+create or replace function pgfence_test.expire_invocation(invocation_id uuid)
+returns void
+language sql
+as $$
+  update pgfence.invocations i
+     set expires_at = clock_timestamp() - interval '1 millisecond'
+   where i.invocation_id = expire_invocation.invocation_id;
+$$;
+
+-- Failed tasks wait out their backoff: make every queued task ready now.
+create or replace function pgfence_test.skip_backoff()
+returns void
+language sql
+as $$
+  update pgfence.tasks t set ready_at = clock_timestamp() where t.state = 'queued';
+$$;
