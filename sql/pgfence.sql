@@ -482,16 +482,27 @@ grant execute on function pgfence.deprecate(text) to pgfence_operator;
 -- requires: leases
 
 
--- The key of the fence marker. Only the owner of pgfence reads it: a transaction can prove to
--- the guard of protected tables that fence() succeeded in it, and nobody can forge that proof
--- with set_config.
-create table pgfence.fence_key (
+-- pgfence's signing key, readable by pgfence's owner alone. It signs what pgfence hands out
+-- and must recognise later without storing it: the fence marker (a transaction proves to the
+-- guard of protected tables that fence() succeeded in it) and attempt ids.
+create table pgfence.signing_key (
   only_row boolean primary key default true check (only_row),
   key      bytea not null
 );
-insert into pgfence.fence_key (key)
+insert into pgfence.signing_key (key)
 values (decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'));
-revoke all on table pgfence.fence_key from public;
+revoke all on table pgfence.signing_key from public;
+
+-- A keyed hash (hex) of message: nobody without the key can compute or forge it.
+create function pgfence.sign(message text)
+returns text
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select encode(sha256(k.key || convert_to(sign.message, 'UTF8')), 'hex') from pgfence.signing_key k;
+$$;
+revoke all on function pgfence.sign(text) from public;
 
 -- The proof that this transaction fenced resource: a keyed hash of the transaction id and the
 -- resource name. It is worthless in any other transaction, and from a session-level SET.
@@ -501,8 +512,7 @@ language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select encode(sha256(k.key || convert_to(pg_current_xact_id()::text || E'\n' || fence_token.resource, 'UTF8')), 'hex')
-    from pgfence.fence_key k;
+  select pgfence.sign('fence ' || pg_current_xact_id()::text || ' ' || fence_token.resource);
 $$;
 revoke all on function pgfence.fence_token(text) from public;
 
@@ -722,8 +732,7 @@ create table pgfence.tasks (
   payload       jsonb not null,
   state         text not null check (state in ('queued', 'claimed', 'completed', 'failed')),
   max_attempts  int not null,
-  attempt       int not null default 0,        -- claims so far
-  attempt_id    uuid,                          -- the latest claim's
+  attempt       int not null default 0,        -- claims so far; the latest is the current attempt
   lease_id      uuid,                          -- the lease the latest claim was made under
   reported      boolean not null default false, -- the latest attempt has sent its result
   ready_at      timestamptz not null,          -- queued: claimable from
@@ -750,35 +759,38 @@ create table pgfence.stale_results (
 );
 comment on table pgfence.stale_results is 'Results refused as stale: the attempt had been superseded by a newer claim.';
 
--- An attempt_id is a version-8 UUID (RFC 9562) that carries its task and attempt number:
---   task_id (48 bits) | version 8 | attempt (12 bits) | variant + 62 random bits
--- so a result finds its task by primary key, and a superseded attempt is told from an
--- unknown id without an attempts table. The random bits come from gen_random_uuid().
+-- An attempt_id is a version-8 UUID (RFC 9562) that names its task and attempt and is signed:
+--   task_id (48 bits) | version 8 | attempt (12 bits) | variant | signature (60 bits)
+-- so a result finds its task by primary key, and any attempt id, current or superseded, is
+-- told from a made-up one without storing it.
 create function pgfence.attempt_uuid(task_id bigint, attempt int)
 returns uuid
 language sql
-volatile
+stable
 set search_path = pg_catalog, pg_temp
 as $$
   select (lpad(to_hex(attempt_uuid.task_id), 12, '0') || '8' || lpad(to_hex(attempt_uuid.attempt), 3, '0')
-          || right(replace(gen_random_uuid()::text, '-', ''), 16))::uuid;
+          || '8' || left(pgfence.sign('attempt ' || attempt_uuid.task_id || ' ' || attempt_uuid.attempt), 15))::uuid;
 $$;
 
--- The task and attempt an attempt_id names; 22023 for NULL or an id pgfence did not mint.
+-- The task and attempt number an attempt_id names; 22023 for NULL or an id pgfence did not mint.
 create function pgfence.attempt_of(attempt_id uuid, out task_id bigint, out attempt int)
 language plpgsql
-immutable
+stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_hex text := replace(attempt_of.attempt_id::text, '-', '');
 begin
-  if v_hex is null or substr(v_hex, 13, 1) <> '8' then
-    perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence.claim',
-                                     attempt_of.attempt_id::text);
+  if v_hex is not null and substr(v_hex, 13, 1) = '8' then
+    task_id := ('x' || lpad(substr(v_hex, 1, 12), 16, '0'))::bit(64)::bigint;
+    attempt := ('x' || lpad(substr(v_hex, 14, 3), 8, '0'))::bit(32)::int;
+    if attempt >= 1 and pgfence.attempt_uuid(task_id, attempt) = attempt_of.attempt_id then
+      return;
+    end if;
   end if;
-  task_id := ('x' || lpad(substr(v_hex, 1, 12), 16, '0'))::bit(64)::bigint;
-  attempt := ('x' || lpad(substr(v_hex, 14, 3), 8, '0'))::bit(32)::int;
+  perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence.claim',
+                                   attempt_of.attempt_id::text);
 end
 $$;
 
@@ -853,13 +865,12 @@ begin
   update pgfence.tasks t
      set state = 'claimed',
          attempt = t.attempt + 1,
-         attempt_id = pgfence.attempt_uuid(t.task_id, t.attempt + 1),
          lease_id = claim.lease_id,
          reported = false,
          visible_until = clock_timestamp() + claim.visibility
     from picked
    where t.task_id = picked.task_id
-  returning t.task_id, t.attempt_id, t.attempt, t.payload;
+  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt), t.attempt, t.payload;
 end
 $$;
 comment on function pgfence.claim(uuid, text, int, interval) is
@@ -881,8 +892,7 @@ declare
 begin
   select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(report.attempt_id) a;
   select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
-  if not found or v_attempt > v_task.attempt
-     or (v_attempt = v_task.attempt and v_task.attempt_id <> report.attempt_id) then
+  if not found or v_attempt > v_task.attempt then
     perform pgfence.unknown_attempt(report.attempt_id);
   end if;
   if v_attempt < v_task.attempt then
@@ -952,8 +962,7 @@ begin
   perform pgfence.check_interval('visibility', extend.visibility);
   select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(extend.attempt_id) a;
   select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
-  if not found or v_attempt > v_task.attempt
-     or (v_attempt = v_task.attempt and v_task.attempt_id <> extend.attempt_id) then
+  if not found or v_attempt > v_task.attempt then
     perform pgfence.unknown_attempt(extend.attempt_id);
   end if;
   if v_attempt < v_task.attempt or v_task.state <> 'claimed' or v_task.reported then

@@ -1,25 +1,64 @@
-"""The README's SQL example runs as written."""
+"""The examples in README.md and docs/guarantees.md run as written."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+from typing import Any
 
 from pgfence.harness import Database
 from tests.conftest import ROOT
 
 
-def readme_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    match = re.search(r"<!-- README example[^>]*-->\s*```sql\n(.*?)```", text, flags=re.S)
-    assert match, "README has no marked SQL example"
+def example(doc: str, marker: str, lang: str) -> str:
+    text = (ROOT / doc).read_text()
+    match = re.search(rf"<!-- {marker}[^>]*-->\s*```{lang}\n(.*?)```", text, flags=re.S)
+    assert match, f"{doc} has no block marked {marker!r}"
     return match.group(1)
 
 
-def test_readme_example_runs_as_written(db: Database) -> None:
+def run_psql(db: Database, script: str) -> None:
     dbname = db.one("select current_database()")
     out = subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "-d", dbname],
-                         input=readme_example(), capture_output=True, text=True)
+                         input=script, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_readme_example_runs_as_written(db: Database) -> None:
+    run_psql(db, example("README.md", "README example", "sql"))
     assert db.sql("select amount from invoices") == [(42,)]
     assert db.one("select status from pgfence.lease_status") == "released"
+
+
+def test_guarantees_sql_worker_loop_runs_as_written(db: Database) -> None:
+    run_psql(db, example("docs/guarantees.md", "guarantees SQL example", "sql"))
+    assert db.sql("select state, result from pgfence.tasks") == [("completed", {"sent": True})]
+    assert db.one("select status from pgfence.lease_status") == "released"
+    assert db.one("select acknowledged_at is not null from pgfence.invocations")
+
+
+def test_guarantees_python_worker_loop_works(db: Database) -> None:
+    namespace: dict[str, Any] = {}
+    exec(example("docs/guarantees.md", "guarantees Python example", "python"), namespace)
+    db.sql("select pgfence.register('mailer')")
+    for n in range(3):
+        db.sql("select pgfence.enqueue('emails', %s)", (f'{{"n": {n}}}',))
+    db.sql("select pgfence.enqueue('emails', '{\"n\": \"boom\"}', 1)")
+
+    def handle(payload: dict[str, Any]) -> dict[str, Any]:
+        if payload["n"] == "boom":
+            raise ValueError("boom")
+        return {"double": payload["n"] * 2}
+
+    namespace["run_worker"](db.dsn, "mailer", "proc-1", "emails", handle)
+    assert db.sql("select state, count(*) from pgfence.tasks group by state order by state") == [
+        ("completed", 3), ("failed", 1)]
+    assert db.one("select status from pgfence.lease_status") == "released"
+
+    db.sql("create table invoices (amount int, generation bigint)")
+    db.sql("select pgfence.protect('invoices', 'mailer')")
+    with db.session("writer").conn as conn:
+        lease_id = conn.execute("select lease_id from pgfence.acquire('mailer', 'w', '30 s')"
+                                ).fetchone()[0]  # type: ignore[index]
+        namespace["record_invoice"](conn, lease_id, 7)
+    assert db.sql("select amount from invoices") == [(7,)]

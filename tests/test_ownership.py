@@ -230,8 +230,7 @@ def fence_after_expiry_in_old_transaction(db: Database) -> str | None:
     # not by sleeping a guessed time) until that moment has passed.
     db.sql("update pgfence.leases set expires_at = %s + interval '1 millisecond' "
            "where lease_id = %s", (started, la.lease_id))
-    while not db.one("select clock_timestamp() > %s + interval '1 millisecond'", (started,)):
-        pass
+    db.wait_until("select clock_timestamp() > %s + interval '1 millisecond'", (started,))
     try:
         a.fence(la)
         return None

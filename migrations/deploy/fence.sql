@@ -3,16 +3,27 @@
 
 begin;
 
--- The key of the fence marker. Only the owner of pgfence reads it: a transaction can prove to
--- the guard of protected tables that fence() succeeded in it, and nobody can forge that proof
--- with set_config.
-create table pgfence.fence_key (
+-- pgfence's signing key, readable by pgfence's owner alone. It signs what pgfence hands out
+-- and must recognise later without storing it: the fence marker (a transaction proves to the
+-- guard of protected tables that fence() succeeded in it) and attempt ids.
+create table pgfence.signing_key (
   only_row boolean primary key default true check (only_row),
   key      bytea not null
 );
-insert into pgfence.fence_key (key)
+insert into pgfence.signing_key (key)
 values (decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'));
-revoke all on table pgfence.fence_key from public;
+revoke all on table pgfence.signing_key from public;
+
+-- A keyed hash (hex) of message: nobody without the key can compute or forge it.
+create function pgfence.sign(message text)
+returns text
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select encode(sha256(k.key || convert_to(sign.message, 'UTF8')), 'hex') from pgfence.signing_key k;
+$$;
+revoke all on function pgfence.sign(text) from public;
 
 -- The proof that this transaction fenced resource: a keyed hash of the transaction id and the
 -- resource name. It is worthless in any other transaction, and from a session-level SET.
@@ -22,8 +33,7 @@ language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select encode(sha256(k.key || convert_to(pg_current_xact_id()::text || E'\n' || fence_token.resource, 'UTF8')), 'hex')
-    from pgfence.fence_key k;
+  select pgfence.sign('fence ' || pg_current_xact_id()::text || ' ' || fence_token.resource);
 $$;
 revoke all on function pgfence.fence_token(text) from public;
 

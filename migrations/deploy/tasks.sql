@@ -9,8 +9,7 @@ create table pgfence.tasks (
   payload       jsonb not null,
   state         text not null check (state in ('queued', 'claimed', 'completed', 'failed')),
   max_attempts  int not null,
-  attempt       int not null default 0,        -- claims so far
-  attempt_id    uuid,                          -- the latest claim's
+  attempt       int not null default 0,        -- claims so far; the latest is the current attempt
   lease_id      uuid,                          -- the lease the latest claim was made under
   reported      boolean not null default false, -- the latest attempt has sent its result
   ready_at      timestamptz not null,          -- queued: claimable from
@@ -37,35 +36,38 @@ create table pgfence.stale_results (
 );
 comment on table pgfence.stale_results is 'Results refused as stale: the attempt had been superseded by a newer claim.';
 
--- An attempt_id is a version-8 UUID (RFC 9562) that carries its task and attempt number:
---   task_id (48 bits) | version 8 | attempt (12 bits) | variant + 62 random bits
--- so a result finds its task by primary key, and a superseded attempt is told from an
--- unknown id without an attempts table. The random bits come from gen_random_uuid().
+-- An attempt_id is a version-8 UUID (RFC 9562) that names its task and attempt and is signed:
+--   task_id (48 bits) | version 8 | attempt (12 bits) | variant | signature (60 bits)
+-- so a result finds its task by primary key, and any attempt id, current or superseded, is
+-- told from a made-up one without storing it.
 create function pgfence.attempt_uuid(task_id bigint, attempt int)
 returns uuid
 language sql
-volatile
+stable
 set search_path = pg_catalog, pg_temp
 as $$
   select (lpad(to_hex(attempt_uuid.task_id), 12, '0') || '8' || lpad(to_hex(attempt_uuid.attempt), 3, '0')
-          || right(replace(gen_random_uuid()::text, '-', ''), 16))::uuid;
+          || '8' || left(pgfence.sign('attempt ' || attempt_uuid.task_id || ' ' || attempt_uuid.attempt), 15))::uuid;
 $$;
 
--- The task and attempt an attempt_id names; 22023 for NULL or an id pgfence did not mint.
+-- The task and attempt number an attempt_id names; 22023 for NULL or an id pgfence did not mint.
 create function pgfence.attempt_of(attempt_id uuid, out task_id bigint, out attempt int)
 language plpgsql
-immutable
+stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_hex text := replace(attempt_of.attempt_id::text, '-', '');
 begin
-  if v_hex is null or substr(v_hex, 13, 1) <> '8' then
-    perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence.claim',
-                                     attempt_of.attempt_id::text);
+  if v_hex is not null and substr(v_hex, 13, 1) = '8' then
+    task_id := ('x' || lpad(substr(v_hex, 1, 12), 16, '0'))::bit(64)::bigint;
+    attempt := ('x' || lpad(substr(v_hex, 14, 3), 8, '0'))::bit(32)::int;
+    if attempt >= 1 and pgfence.attempt_uuid(task_id, attempt) = attempt_of.attempt_id then
+      return;
+    end if;
   end if;
-  task_id := ('x' || lpad(substr(v_hex, 1, 12), 16, '0'))::bit(64)::bigint;
-  attempt := ('x' || lpad(substr(v_hex, 14, 3), 8, '0'))::bit(32)::int;
+  perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence.claim',
+                                   attempt_of.attempt_id::text);
 end
 $$;
 
@@ -140,13 +142,12 @@ begin
   update pgfence.tasks t
      set state = 'claimed',
          attempt = t.attempt + 1,
-         attempt_id = pgfence.attempt_uuid(t.task_id, t.attempt + 1),
          lease_id = claim.lease_id,
          reported = false,
          visible_until = clock_timestamp() + claim.visibility
     from picked
    where t.task_id = picked.task_id
-  returning t.task_id, t.attempt_id, t.attempt, t.payload;
+  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt), t.attempt, t.payload;
 end
 $$;
 comment on function pgfence.claim(uuid, text, int, interval) is
@@ -168,8 +169,7 @@ declare
 begin
   select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(report.attempt_id) a;
   select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
-  if not found or v_attempt > v_task.attempt
-     or (v_attempt = v_task.attempt and v_task.attempt_id <> report.attempt_id) then
+  if not found or v_attempt > v_task.attempt then
     perform pgfence.unknown_attempt(report.attempt_id);
   end if;
   if v_attempt < v_task.attempt then
@@ -239,8 +239,7 @@ begin
   perform pgfence.check_interval('visibility', extend.visibility);
   select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(extend.attempt_id) a;
   select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
-  if not found or v_attempt > v_task.attempt
-     or (v_attempt = v_task.attempt and v_task.attempt_id <> extend.attempt_id) then
+  if not found or v_attempt > v_task.attempt then
     perform pgfence.unknown_attempt(extend.attempt_id);
   end if;
   if v_attempt < v_task.attempt or v_task.state <> 'claimed' or v_task.reported then

@@ -4,6 +4,7 @@ begin;
 
 drop function pgfence.fence(uuid);
 drop function pgfence.fence_token(text);
-drop table pgfence.fence_key;
+drop function pgfence.sign(text);
+drop table pgfence.signing_key;
 
 commit;

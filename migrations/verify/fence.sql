@@ -1,4 +1,5 @@
 -- Verify pgfence:fence
 select 'pgfence.fence(uuid)'::regprocedure;
 select 'pgfence.fence_token(text)'::regprocedure;
-select 1 / count(*)::int from pgfence.fence_key;
+select 1 / count(*)::int from pgfence.signing_key;
+select 'pgfence.sign(text)'::regprocedure;

@@ -1,5 +1,5 @@
 -- Verify pgfence:tasks
-select task_id, queue, payload, state, max_attempts, attempt, attempt_id, lease_id, reported, ready_at,
+select task_id, queue, payload, state, max_attempts, attempt, lease_id, reported, ready_at,
        visible_until, result, error, enqueued_at, finished_at
   from pgfence.tasks where false;
 select attempt_id, task_id, attempt, kind, body, received_at from pgfence.stale_results where false;

@@ -1,7 +1,7 @@
--- The SQL API of the core stage as the contract names it: signatures, return types, who
+-- The SQL API as the contract names it (core, startup handshake, tasks): signatures, return types, who
 -- runs as whom, who may execute what, and a pinned search_path on every definer.
 begin;
-select plan(42);
+select plan(70);
 select pgfence_test.reset();
 
 -- Signatures, with the exact argument types of the contract.
@@ -15,6 +15,13 @@ select has_function('pgfence', 'release', array['uuid'], 'release(uuid) exists')
 select has_function('pgfence', 'fence', array['uuid'], 'fence(uuid) exists');
 select has_function('pgfence', 'protect', array['regclass', 'text', 'text'], 'protect(regclass, text, text) exists');
 select has_function('pgfence', 'unprotect', array['regclass'], 'unprotect(regclass) exists');
+select has_function('pgfence', 'request_start', array['text', 'interval'], 'request_start(text, interval) exists');
+select has_function('pgfence', 'enqueue', array['text', 'jsonb', 'integer'], 'enqueue(text, jsonb, integer) exists');
+select has_function('pgfence', 'claim', array['uuid', 'text', 'integer', 'interval'], 'claim(uuid, text, integer, interval) exists');
+select has_function('pgfence', 'complete', array['uuid', 'jsonb'], 'complete(uuid, jsonb) exists');
+select has_function('pgfence', 'fail', array['uuid', 'jsonb'], 'fail(uuid, jsonb) exists');
+select has_function('pgfence', 'extend', array['uuid', 'interval'], 'extend(uuid, interval) exists');
+select has_function('pgfence', 'requeue_expired', array['integer'], 'requeue_expired(integer) exists');
 
 -- Return types.
 select function_returns('pgfence', 'register', array['text', 'boolean'], 'void', 'register returns nothing');
@@ -27,6 +34,15 @@ select function_returns('pgfence', 'release', array['uuid'], 'boolean', 'release
 select function_returns('pgfence', 'fence', array['uuid'], 'bigint', 'fence returns the generation as bigint');
 select function_returns('pgfence', 'protect', array['regclass', 'text', 'text'], 'void', 'protect returns nothing');
 select function_returns('pgfence', 'unprotect', array['regclass'], 'void', 'unprotect returns nothing');
+select function_returns('pgfence', 'request_start', array['text', 'interval'], 'uuid', 'request_start returns an invocation id');
+select function_returns('pgfence', 'enqueue', array['text', 'jsonb', 'integer'], 'bigint', 'enqueue returns the task id as bigint');
+select function_returns('pgfence', 'claim', array['uuid', 'text', 'integer', 'interval'], 'setof record',
+                        'claim returns a set of rows (task_id, attempt_id, attempt, payload)');
+select function_returns('pgfence', 'complete', array['uuid', 'jsonb'], 'text', 'complete returns the outcome as text');
+select function_returns('pgfence', 'fail', array['uuid', 'jsonb'], 'text', 'fail returns the outcome as text');
+select function_returns('pgfence', 'extend', array['uuid', 'interval'], 'timestamp with time zone',
+                        'extend returns the new visible_until as timestamptz');
+select function_returns('pgfence', 'requeue_expired', array['integer'], 'integer', 'requeue_expired returns a count as integer');
 
 -- renew's record has the two columns the contract names, in that order.
 select is((select array_agg(a order by o)
@@ -35,6 +51,14 @@ select is((select array_agg(a order by o)
             where p.oid = 'pgfence.renew(uuid, interval)'::regprocedure and m = 'o'),
           array['expires_at', 'state']::text[],
           'renew returns expires_at and state');
+
+-- claim's rows have the four columns the contract names, in that order.
+select is((select array_agg(a order by o)
+             from pg_catalog.pg_proc p,
+                  unnest(p.proargnames, p.proargmodes::text[]) with ordinality as u(a, m, o)
+            where p.oid = 'pgfence.claim(uuid, text, integer, interval)'::regprocedure and m = 't'),
+          array['task_id', 'attempt_id', 'attempt', 'payload']::text[],
+          'claim returns task_id, attempt_id, attempt and payload');
 
 -- Who runs as whom: the callers must not touch the tables, so the API runs as its owner;
 -- protect and unprotect create and drop triggers with the caller's own privileges.
@@ -46,6 +70,13 @@ select is_definer('pgfence', 'renew', array['uuid', 'interval'], 'renew runs as 
 select is_definer('pgfence', 'drain', array['uuid'], 'drain runs as its owner');
 select is_definer('pgfence', 'release', array['uuid'], 'release runs as its owner');
 select is_definer('pgfence', 'fence', array['uuid'], 'fence runs as its owner');
+select is_definer('pgfence', 'request_start', array['text', 'interval'], 'request_start runs as its owner');
+select is_definer('pgfence', 'enqueue', array['text', 'jsonb', 'integer'], 'enqueue runs as its owner');
+select is_definer('pgfence', 'claim', array['uuid', 'text', 'integer', 'interval'], 'claim runs as its owner');
+select is_definer('pgfence', 'complete', array['uuid', 'jsonb'], 'complete runs as its owner');
+select is_definer('pgfence', 'fail', array['uuid', 'jsonb'], 'fail runs as its owner');
+select is_definer('pgfence', 'extend', array['uuid', 'interval'], 'extend runs as its owner');
+select is_definer('pgfence', 'requeue_expired', array['integer'], 'requeue_expired runs as its owner');
 select isnt_definer('pgfence', 'protect', array['regclass', 'text', 'text'], 'protect runs as the caller');
 select isnt_definer('pgfence', 'unprotect', array['regclass'], 'unprotect runs as the caller');
 
@@ -74,7 +105,14 @@ select is_empty($$ select f::text
                                        'pgfence.release(uuid)',
                                        'pgfence.fence(uuid)',
                                        'pgfence.protect(regclass, text, text)',
-                                       'pgfence.unprotect(regclass)']::regprocedure[]) as f
+                                       'pgfence.unprotect(regclass)',
+                                       'pgfence.request_start(text, interval)',
+                                       'pgfence.enqueue(text, jsonb, integer)',
+                                       'pgfence.claim(uuid, text, integer, interval)',
+                                       'pgfence.complete(uuid, jsonb)',
+                                       'pgfence.fail(uuid, jsonb)',
+                                       'pgfence.extend(uuid, interval)',
+                                       'pgfence.requeue_expired(integer)']::regprocedure[]) as f
                     where coalesce(obj_description(f, 'pg_proc'), '') = '' $$,
                 'every contract function has a comment');
 
@@ -89,8 +127,20 @@ select function_privs_are('pgfence', 'release', array['uuid'], 'pgfence_worker',
                           array['EXECUTE'], 'a worker can release');
 select function_privs_are('pgfence', 'fence', array['uuid'], 'pgfence_worker',
                           array['EXECUTE'], 'a worker can fence');
+select function_privs_are('pgfence', 'request_start', array['text', 'interval'], 'pgfence_worker',
+                          array['EXECUTE'], 'a worker can request a start');
+select function_privs_are('pgfence', 'claim', array['uuid', 'text', 'integer', 'interval'], 'pgfence_worker',
+                          array['EXECUTE'], 'a worker can claim');
+select function_privs_are('pgfence', 'complete', array['uuid', 'jsonb'], 'pgfence_worker',
+                          array['EXECUTE'], 'a worker can complete');
+select function_privs_are('pgfence', 'fail', array['uuid', 'jsonb'], 'pgfence_worker',
+                          array['EXECUTE'], 'a worker can fail');
+select function_privs_are('pgfence', 'extend', array['uuid', 'interval'], 'pgfence_worker',
+                          array['EXECUTE'], 'a worker can extend');
 select function_privs_are('pgfence', 'acquire', array['text', 'text', 'interval', 'uuid'], 'pgfence_monitor',
                           array[]::text[], 'a monitor cannot acquire');
+select function_privs_are('pgfence', 'claim', array['uuid', 'text', 'integer', 'interval'], 'pgfence_monitor',
+                          array[]::text[], 'a monitor cannot claim');
 select function_privs_are('pgfence', 'set_enabled', array['text', 'boolean'], 'pgfence_operator',
                           array['EXECUTE'], 'an operator can enable and disable');
 select function_privs_are('pgfence', 'set_enabled', array['text', 'boolean'], 'pgfence_worker',

@@ -4,7 +4,7 @@
 create schema if not exists pgfence_test;
 
 -- Forget everything pgfence holds (inside a pgTAP transaction that rolls back anyway), but
--- the fence key: without it no fence could unlock a protected table.
+-- the signing key: without it no fence or attempt id could be recognised.
 create or replace function pgfence_test.reset()
 returns void
 language plpgsql
@@ -15,7 +15,7 @@ begin
   select string_agg(format('%I.%I', schemaname, tablename), ', ')
     into v_tables
     from pg_catalog.pg_tables
-   where schemaname = 'pgfence' and tablename <> 'fence_key';
+   where schemaname = 'pgfence' and tablename <> 'signing_key';
   execute 'truncate ' || v_tables || ' restart identity cascade';
 end
 $$;
@@ -79,7 +79,8 @@ language sql
 as $$
   update pgfence.tasks t
      set visible_until = clock_timestamp() - interval '1 millisecond'
-   where t.attempt_id = expire_attempt.attempt_id;
+    from pgfence.attempt_of(expire_attempt.attempt_id) a
+   where t.task_id = a.task_id and t.attempt = a.attempt;
 $$;
 
 -- A startup request nobody acknowledged in time.
@@ -98,4 +99,13 @@ returns void
 language sql
 as $$
   update pgfence.tasks t set ready_at = clock_timestamp() where t.state = 'queued';
+$$;
+
+-- An attempt id of the right shape whose signature is wrong: what a forger could make up.
+create or replace function pgfence_test.forged_attempt(task_id bigint, attempt int)
+returns uuid
+language sql
+as $$
+  select overlay(a::text placing case when right(a::text, 1) = '0' then '1' else '0' end from 36 for 1)::uuid
+    from pgfence.attempt_uuid(forged_attempt.task_id, forged_attempt.attempt) a;
 $$;

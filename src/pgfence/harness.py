@@ -47,12 +47,18 @@ def connect(dsn: str, name: str) -> psycopg.Connection[tuple[Any, ...]]:
 
 
 class Database:
-    """One database: an admin connection for set-up and checks, and named sessions."""
+    """One database: an admin connection for set-up and checks, and named sessions.
+
+    Sessions connect to ``dsn``, which may be a transaction pooler; the admin connection goes
+    to ``admin_dsn``, the server itself, where locks and blocking are observed. Session names
+    must be unique: through a pooler a session's server backend is found by its name.
+    """
 
     def __init__(self, dsn: str, admin_dsn: str | None = None) -> None:
         self.dsn = dsn
-        # Blocking is observed on the server itself, also when sessions go through a pooler.
-        self._admin = connect(admin_dsn or dsn, "harness")
+        self.server_dsn = admin_dsn or dsn
+        self.pooled = self.server_dsn != dsn
+        self._admin = connect(self.server_dsn, "harness")
         self._sessions: list[Session] = []
 
     def session(self, name: str) -> Session:
@@ -70,13 +76,18 @@ class Database:
         assert len(rows) == 1 and len(rows[0]) == 1, f"expected one value, got {rows!r}"
         return rows[0][0]
 
-    def blocking_pids(self, pid: int) -> list[int]:
-        return list(self.one("select pg_blocking_pids(%s)", (pid,)))
+    def wait_until(self, query: Query, params: Params = None, timeout: float = 30.0) -> None:
+        """Polls until ``query`` returns true: for waiting on another process's effect."""
+        deadline = time.monotonic() + timeout
+        while not self.one(query, params):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"still false after {timeout}s: {query!r}")
 
-    def backend_pid(self, application_name: str) -> int:
-        """The server pid serving a session, found by name (through a pooler, too)."""
-        return int(self.one("select pid from pg_stat_activity where application_name = %s",
-                            (application_name,)))
+    def blocking_pids(self, session: Session) -> list[int]:
+        """The backends that a running step of ``session`` waits for (none if not waiting)."""
+        rows = self.sql("select pg_blocking_pids(pid) from pg_stat_activity "
+                        "where application_name = %s and state = 'active'", (session.name,))
+        return [pid for (pids,) in rows for pid in pids]
 
     def expire(self, lease: Lease | uuid.UUID) -> None:
         """Time passes for a lease's owner: its expiry moves into the past."""
@@ -106,7 +117,15 @@ class Session:
         self.db = db
         self.name = name
         self.conn = connect(db.dsn, name)
-        self.pid: int = self.conn.info.backend_pid
+
+    @property
+    def pid(self) -> int:
+        """The server backend serving this session. Through a transaction pooler it is known
+        only while the session is inside a transaction (or running a statement)."""
+        if not self.db.pooled:
+            return self.conn.info.backend_pid
+        return int(self.db.one("select pid from pg_stat_activity "
+                               "where application_name = %s and state <> 'idle'", (self.name,)))
 
     # -- plain steps ---------------------------------------------------------------------
     def run(self, query: Query, params: Params = None) -> list[tuple[Any, ...]]:
@@ -184,7 +203,7 @@ class Step:
         while time.monotonic() < deadline:
             if self._done.is_set():
                 return False
-            pids = self.session.db.blocking_pids(self.session.pid)
+            pids = self.session.db.blocking_pids(self.session)
             if pids:
                 self.blocked_by = pids
                 return True
