@@ -62,3 +62,11 @@ def test_guarantees_python_worker_loop_works(db: Database) -> None:
                                 ).fetchone()[0]  # type: ignore[index]
         namespace["record_invoice"](conn, lease_id, 7)
     assert db.sql("select amount from invoices") == [(7,)]
+
+
+def test_operations_procedure_runs_as_written(db: Database) -> None:
+    run_psql(db, example("docs/operations.md", "operations example", "sql"))
+    assert db.sql("select resource, enabled from pgfence.resources order by resource") == [
+        ("billing", False), ("mailer", True)]
+    assert db.sql("select outcome from pgfence.update_items order by resource") == [
+        ("kept_disabled",), ("restored",)]

@@ -87,7 +87,7 @@ def resumed_owner_at_work(db: Database) -> Resumed:
     assert set(held) == {t1, t2}
     # A pauses: its lease and its hold on t2 run out; t2 goes back and B claims it.
     db.expire(la)
-    db.sql("select pgfence_test.expire_attempt(%s)", (held[t2],))
+    db.expire_attempt(held[t2])
     assert db.one("select pgfence.requeue_expired()") == 1
     lb = acquired(b.acquire("r"))
     b_claims = dict(claim(b, lb, qty=5))
@@ -237,7 +237,7 @@ def hard_death(db: Database) -> dict[str, Any]:
     ((_, attempt),) = claim(a2, la)
     a2.close()
     db.expire(la)
-    db.sql("select pgfence_test.expire_attempt(%s)", (attempt,))
+    db.expire_attempt(attempt)
     requeued = db.one("select pgfence.requeue_expired()")
     b = db.session("b")
     lb = acquired(b.acquire("r"))

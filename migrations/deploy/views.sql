@@ -2,6 +2,7 @@
 -- requires: protect
 -- requires: request_start
 -- requires: tasks
+-- requires: updates
 -- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
 
 begin;
@@ -40,12 +41,14 @@ select r.resource,
            and i.expires_at > clock_timestamp()) as pending_invocations,
        (select count(*) from pgfence.leases l
           join pgfence.tasks t on t.lease_id = l.lease_id and t.state = 'claimed'
-         where l.resource = r.resource) as claimed_tasks
+         where l.resource = r.resource) as claimed_tasks,
+       (select i.token from pgfence.update_items i
+         where i.resource = r.resource and i.outcome is null) as open_update
   from pgfence.resources r
   left join pgfence.leases cur on cur.resource = r.resource and cur.state = 'active';
 comment on view pgfence.resource_status is
   'One row per resource: enabled, the active lease''s owner and generation (stale when expired), draining leases, '
-  'pending invocations, tasks claimed under any of its leases.';
+  'pending invocations, tasks claimed under any of its leases, the open update window it is in.';
 
 -- Queued tasks belong to a queue, not a resource: several resources may serve one queue.
 create view pgfence.queue_status as

@@ -1,7 +1,7 @@
--- The SQL API as the contract names it (core, startup handshake, tasks): signatures, return types, who
+-- The SQL API as the contract names it (core, startup handshake, tasks, updates): signatures, return types, who
 -- runs as whom, who may execute what, and a pinned search_path on every definer.
 begin;
-select plan(70);
+select plan(90);
 select pgfence_test.reset();
 
 -- Signatures, with the exact argument types of the contract.
@@ -22,6 +22,9 @@ select has_function('pgfence', 'complete', array['uuid', 'jsonb'], 'complete(uui
 select has_function('pgfence', 'fail', array['uuid', 'jsonb'], 'fail(uuid, jsonb) exists');
 select has_function('pgfence', 'extend', array['uuid', 'interval'], 'extend(uuid, interval) exists');
 select has_function('pgfence', 'requeue_expired', array['integer'], 'requeue_expired(integer) exists');
+select has_function('pgfence', 'prepare_update', array['text[]', 'uuid'], 'prepare_update(text[], uuid) exists');
+select has_function('pgfence', 'update_status', array['uuid'], 'update_status(uuid) exists');
+select has_function('pgfence', 'finish_update', array['uuid'], 'finish_update(uuid) exists');
 
 -- Return types.
 select function_returns('pgfence', 'register', array['text', 'boolean'], 'void', 'register returns nothing');
@@ -43,6 +46,11 @@ select function_returns('pgfence', 'fail', array['uuid', 'jsonb'], 'text', 'fail
 select function_returns('pgfence', 'extend', array['uuid', 'interval'], 'timestamp with time zone',
                         'extend returns the new visible_until as timestamptz');
 select function_returns('pgfence', 'requeue_expired', array['integer'], 'integer', 'requeue_expired returns a count as integer');
+select function_returns('pgfence', 'prepare_update', array['text[]', 'uuid'], 'uuid', 'prepare_update returns the update token as uuid');
+select function_returns('pgfence', 'update_status', array['uuid'], 'setof record',
+                        'update_status returns a set of rows, one per resource');
+select function_returns('pgfence', 'finish_update', array['uuid'], 'setof record',
+                        'finish_update returns a set of rows (resource, enabled, outcome)');
 
 -- renew's record has the two columns the contract names, in that order.
 select is((select array_agg(a order by o)
@@ -59,6 +67,24 @@ select is((select array_agg(a order by o)
             where p.oid = 'pgfence.claim(uuid, text, integer, interval)'::regprocedure and m = 't'),
           array['task_id', 'attempt_id', 'attempt', 'payload']::text[],
           'claim returns task_id, attempt_id, attempt and payload');
+
+-- update_status's rows have the columns the contract names, in that order.
+select is((select array_agg(a order by o)
+             from pg_catalog.pg_proc p,
+                  unnest(p.proargnames, p.proargmodes::text[]) with ordinality as u(a, m, o)
+            where p.oid = 'pgfence.update_status(uuid)'::regprocedure and m = 't'),
+          array['resource', 'saved_enabled', 'enabled', 'active_owner', 'draining_leases', 'in_flight_tasks',
+                'pending_invocations', 'verdict', 'last_heartbeat']::text[],
+          'update_status returns resource, saved_enabled, enabled, active_owner, draining_leases, in_flight_tasks, '
+          'pending_invocations, verdict and last_heartbeat');
+
+-- finish_update's rows have the three columns the contract names, in that order.
+select is((select array_agg(a order by o)
+             from pg_catalog.pg_proc p,
+                  unnest(p.proargnames, p.proargmodes::text[]) with ordinality as u(a, m, o)
+            where p.oid = 'pgfence.finish_update(uuid)'::regprocedure and m = 't'),
+          array['resource', 'enabled', 'outcome']::text[],
+          'finish_update returns resource, enabled and outcome');
 
 -- Who runs as whom: the callers must not touch the tables, so the API runs as its owner;
 -- protect and unprotect create and drop triggers with the caller's own privileges.
@@ -77,6 +103,9 @@ select is_definer('pgfence', 'complete', array['uuid', 'jsonb'], 'complete runs 
 select is_definer('pgfence', 'fail', array['uuid', 'jsonb'], 'fail runs as its owner');
 select is_definer('pgfence', 'extend', array['uuid', 'interval'], 'extend runs as its owner');
 select is_definer('pgfence', 'requeue_expired', array['integer'], 'requeue_expired runs as its owner');
+select is_definer('pgfence', 'prepare_update', array['text[]', 'uuid'], 'prepare_update runs as its owner');
+select is_definer('pgfence', 'update_status', array['uuid'], 'update_status runs as its owner');
+select is_definer('pgfence', 'finish_update', array['uuid'], 'finish_update runs as its owner');
 select isnt_definer('pgfence', 'protect', array['regclass', 'text', 'text'], 'protect runs as the caller');
 select isnt_definer('pgfence', 'unprotect', array['regclass'], 'unprotect runs as the caller');
 
@@ -112,7 +141,10 @@ select is_empty($$ select f::text
                                        'pgfence.complete(uuid, jsonb)',
                                        'pgfence.fail(uuid, jsonb)',
                                        'pgfence.extend(uuid, interval)',
-                                       'pgfence.requeue_expired(integer)']::regprocedure[]) as f
+                                       'pgfence.requeue_expired(integer)',
+                                       'pgfence.prepare_update(text[], uuid)',
+                                       'pgfence.update_status(uuid)',
+                                       'pgfence.finish_update(uuid)']::regprocedure[]) as f
                     where coalesce(obj_description(f, 'pg_proc'), '') = '' $$,
                 'every contract function has a comment');
 
@@ -145,6 +177,24 @@ select function_privs_are('pgfence', 'set_enabled', array['text', 'boolean'], 'p
                           array['EXECUTE'], 'an operator can enable and disable');
 select function_privs_are('pgfence', 'set_enabled', array['text', 'boolean'], 'pgfence_worker',
                           array[]::text[], 'a worker cannot enable or disable');
+select function_privs_are('pgfence', 'prepare_update', array['text[]', 'uuid'], 'pgfence_operator',
+                          array['EXECUTE'], 'an operator can prepare an update');
+select function_privs_are('pgfence', 'update_status', array['uuid'], 'pgfence_operator',
+                          array['EXECUTE'], 'an operator can read an update''s status');
+select function_privs_are('pgfence', 'finish_update', array['uuid'], 'pgfence_operator',
+                          array['EXECUTE'], 'an operator can finish an update');
+select function_privs_are('pgfence', 'update_status', array['uuid'], 'pgfence_monitor',
+                          array['EXECUTE'], 'a monitor can read an update''s status');
+select function_privs_are('pgfence', 'prepare_update', array['text[]', 'uuid'], 'pgfence_monitor',
+                          array[]::text[], 'a monitor cannot prepare an update');
+select function_privs_are('pgfence', 'finish_update', array['uuid'], 'pgfence_monitor',
+                          array[]::text[], 'a monitor cannot finish an update');
+select function_privs_are('pgfence', 'prepare_update', array['text[]', 'uuid'], 'pgfence_worker',
+                          array[]::text[], 'a worker cannot prepare an update');
+select function_privs_are('pgfence', 'update_status', array['uuid'], 'pgfence_worker',
+                          array[]::text[], 'a worker cannot read an update''s status');
+select function_privs_are('pgfence', 'finish_update', array['uuid'], 'pgfence_worker',
+                          array[]::text[], 'a worker cannot finish an update');
 
 select * from finish();
 rollback;

@@ -94,6 +94,10 @@ class Database:
         lease_id = lease.lease_id if isinstance(lease, Lease) else lease
         self.sql("select pgfence_test.expire(%s)", (lease_id,))
 
+    def expire_attempt(self, attempt_id: uuid.UUID) -> None:
+        """Time passes for a task's handler: its visibility runs out."""
+        self.sql("select pgfence_test.expire_attempt(%s)", (attempt_id,))
+
     def replace_in_function(self, signature: str, old: str, new: str) -> None:
         """Installs a deliberately broken variant of a function, for a negative control.
 
