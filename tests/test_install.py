@@ -90,6 +90,11 @@ def test_revert_to_nothing_and_deploy_again(databases: list[str]) -> None:
 
 def test_plpgsql_check_finds_nothing(databases: list[str]) -> None:
     name = fresh(databases, "lint")
+    available = psql(name, "-At", "-c",
+                     "select count(*) from pg_available_extensions where name = 'plpgsql_check'")
+    if available.stdout.strip() == "0":
+        pytest.skip("plpgsql_check is not installed for this PostgreSQL version "
+                    "(only Debian's PostgreSQL 15 has it)")
     install_bundle(name)
     out = psql(name, "-At", "-c", "create extension plpgsql_check", "-c", r"""
         select p.oid::regprocedure || ': ' || c.level || ': ' || c.message

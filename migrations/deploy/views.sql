@@ -32,7 +32,7 @@ select r.resource,
        cur.owner,
        cur.generation,
        cur.expires_at,
-       greatest(cur.expires_at - clock_timestamp(), interval '0') as time_left,
+       case when cur.lease_id is not null then greatest(cur.expires_at - clock_timestamp(), interval '0') end as time_left,
        coalesce(cur.expires_at <= clock_timestamp(), false) as stale,
        (select count(*) from pgfence.leases d
          where d.resource = r.resource and d.state = 'draining') as draining_leases,

@@ -1,0 +1,299 @@
+"""pgfence: operator commands for update windows, over a direct connection or the Supabase CLI.
+
+The protocol lives in SQL (pgfence.prepare_update, update_status, finish_update); this is a
+thin caller: it resolves the target, asks the operator to confirm it, calls the functions,
+and renders what they return.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from pgfence import sql
+from pgfence.transport import (
+    LINKED,
+    Direct,
+    Refused,
+    Rows,
+    Supabase,
+    TransportFailure,
+    masked_url,
+)
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TRANSPORT, EXIT_UNCONFIRMED = 0, 1, 2, 3, 4
+PREPARE_ATTEMPTS = 3
+
+EPILOG = """\
+target (exactly one, never a default):
+  --db-url URL                a PostgreSQL URL or conninfo string, reached with psycopg
+  --supabase                  the local Supabase stack, through the installed `supabase` CLI
+  --supabase --remote         the project `supabase link` recorded
+  --supabase --remote=REF|URL a project ref, branch, or database URL
+
+Mutations (prepare-update, finish-update) show the resolved target and need the operator to
+confirm it: typed at the prompt, or --confirm TARGET. No environment variable bypasses that.
+
+exit codes:
+  0  done
+  1  the database refused (unknown token, overlap, conflict, not current)
+  2  usage or bad input
+  3  transport or connection failure
+  4  confirmation missing or wrong
+"""
+
+
+class Exit(Exception):
+    def __init__(self, code: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.code, self.message, self.extra = code, message, extra
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise Exit(EXIT_USAGE, f"{self.prog}: {message}")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="pgfence", description=__doc__.split("\n")[0] if __doc__ else None,
+                    epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--db-url", metavar="URL", help="PostgreSQL URL or conninfo string")
+    target.add_argument("--supabase", action="store_true", help="use the Supabase CLI")
+    parser.add_argument("--remote", metavar="REF|URL", nargs="?",
+                        help="with --supabase: the linked project, or --remote=REF|URL")
+    parser.add_argument("--supabase-bin", metavar="PATH", default="supabase",
+                        help="the Supabase CLI to run (default: `supabase` on PATH)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document on stdout and nothing else")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                     parser_class=Parser)
+    commands.add_parser("status", help="resources, owners and open windows (read-only)")
+    workers = commands.add_parser("workers", help="update windows for deploying worker code")
+    window = workers.add_subparsers(dest="action", metavar="ACTION", required=True,
+                                    parser_class=Parser)
+    prepare = window.add_parser(
+        "prepare-update", help="pause resources: save enabled, disable, drain",
+        description="Opens an update window. The request id makes a retry safe: the same "
+                    "request id and resources return the same window, never re-saving state.")
+    prepare.add_argument("resources", nargs="+", metavar="RESOURCE")
+    prepare.add_argument("--request-id", metavar="UUID", help="default: a new one, printed")
+    prepare.add_argument("--confirm", metavar="TARGET", help="the resolved target, to confirm")
+    status = window.add_parser("update-status", help="what is still running (read-only)")
+    status.add_argument("token")
+    finish = window.add_parser("finish-update", help="restore exactly what prepare saved")
+    finish.add_argument("token")
+    finish.add_argument("--confirm", metavar="TARGET", help="the resolved target, to confirm")
+    return parser
+
+
+def _normalize_remote(argv: Sequence[str]) -> list[str]:
+    # A bare --remote means the linked project; it must not swallow the next word.
+    return [f"--remote={LINKED}" if a == "--remote" else a for a in argv]
+
+
+class Cli:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.json = bool(args.json)
+        if args.db_url:
+            if args.remote is not None:
+                raise Exit(EXIT_USAGE, "--remote goes with --supabase, not --db-url")
+            self.transport: Direct | Supabase = Direct(args.db_url)
+            self.target_args = f"--db-url '{masked_url(args.db_url)}'"
+        elif args.supabase:
+            if (args.remote not in (None, LINKED) and "://" not in args.remote
+                    and not sql.RESOURCE_NAME.fullmatch(args.remote)):
+                raise Exit(EXIT_USAGE, f"invalid --remote value {args.remote!r}")
+            self.transport = Supabase(args.supabase_bin, args.remote)
+            remote = ("" if args.remote is None else " --remote" if args.remote == LINKED
+                      else f" --remote='{masked_url(args.remote)}'")
+            binary = ("" if args.supabase_bin == "supabase"
+                      else f" --supabase-bin '{args.supabase_bin}'")
+            self.target_args = f"--supabase{remote}{binary}"
+        else:
+            raise Exit(EXIT_USAGE, "no target: give --db-url URL or --supabase [--remote[=REF|URL]]"
+                                   " (pgfence never picks a database by itself)")
+
+    # -- talking to the database --------------------------------------------------------
+    # Every query names its columns: the Supabase CLI returns JSON objects with sorted keys.
+    def read(self, query: str, columns: list[str]) -> Rows:
+        return ordered(self.transport.query(query, read_only=True), columns)
+
+    def write(self, query: str, columns: list[str]) -> Rows:
+        if isinstance(self.transport, Supabase):
+            rows = self.transport.query(query, read_only=False, confirmed=True)
+        else:
+            rows = self.transport.query(query, read_only=False)
+        return ordered(rows, columns)
+
+    def confirm(self, given: str | None) -> None:
+        target = self.transport.target
+        self.say(f"target: {target}")
+        if given is not None:
+            if given != target:
+                raise Exit(EXIT_UNCONFIRMED,
+                           f"--confirm {given!r} does not match the target {target!r}")
+            return
+        if not sys.stdin.isatty():
+            raise Exit(EXIT_UNCONFIRMED, f"this changes {target}: confirm with --confirm {target} "
+                                         "(no terminal to ask on)")
+        sys.stderr.write(f"This changes {target}. Type the target name to confirm: ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip() != target:
+            raise Exit(EXIT_UNCONFIRMED, "not confirmed: nothing was changed")
+
+    def say(self, text: str) -> None:
+        """Progress for people: stderr, and never in --json mode."""
+        if not self.json:
+            print(text, file=sys.stderr)
+
+    # -- commands -----------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        resources = self.read(
+            "select resource, enabled, owner, generation, time_left::text as time_left, stale, "
+            "draining_leases, pending_invocations, claimed_tasks, open_update::text as open_update "
+            "from pgfence.resource_status order by resource", RESOURCE_COLUMNS)
+        windows = self.read("select token::text as token, array_to_string(resources, ' ') as "
+                            "resources, prepared_at::text as prepared_at from pgfence.open_updates "
+                            "order by prepared_at", ["token", "resources", "prepared_at"])
+        return {"target": self.transport.target, "resources": resources, "open_updates": windows}
+
+    def update_status(self, token: uuid.UUID) -> Rows:
+        return self.read(
+            "select resource, saved_enabled, enabled, active_owner, draining_leases, "
+            "in_flight_tasks, pending_invocations, verdict, last_heartbeat::text as last_heartbeat "
+            f"from pgfence.update_status({sql.uuid_literal(token)})", UPDATE_STATUS_COLUMNS)
+
+    def prepare(self, resources: list[str], request_id: uuid.UUID) -> dict[str, Any]:
+        query = (f"select pgfence.prepare_update({sql.text_array(resources)}, "
+                 f"{sql.uuid_literal(request_id)})::text as token")
+        retry = (f"pgfence {self.target_args} workers prepare-update {' '.join(resources)} "
+                 f"--request-id {request_id} --confirm {self.transport.target}")
+        token = None
+        for attempt in range(1, PREPARE_ATTEMPTS + 1):
+            try:
+                token = self.write(query, ["token"])[0]["token"]
+                break
+            except TransportFailure as e:
+                # The window may or may not have opened: the same request id finds out.
+                self.say(f"attempt {attempt} failed: {e}; retrying with the same request id")
+                if attempt == PREPARE_ATTEMPTS:
+                    raise Exit(EXIT_TRANSPORT, f"{e}. It is unknown whether the window opened; "
+                               f"run the same request again to find out: {retry}",
+                               request_id=str(request_id), retry=retry) from None
+        assert token is not None
+        finish = (f"pgfence {self.target_args} workers finish-update {token} "
+                  f"--confirm {self.transport.target}")
+        try:
+            rows = self.update_status(uuid.UUID(token))
+        except (TransportFailure, Refused) as e:
+            raise Exit(EXIT_TRANSPORT, f"{e}. Update {token} is open and its resources stay "
+                       f"paused until you run: {finish}", token=token, finish=finish) from None
+        if any(r["verdict"] == "finished" for r in rows):
+            raise Exit(EXIT_REFUSED, f"request id {request_id} belongs to update {token}, which "
+                       "is already finished: nothing was paused. Use a new request id.",
+                       token=token)
+        return {"target": self.transport.target, "request_id": str(request_id), "token": token,
+                "status": rows, "finish": finish}
+
+    def finish(self, token: uuid.UUID) -> tuple[dict[str, Any], int]:
+        rows = self.write(f"select resource, enabled, outcome from "
+                          f"pgfence.finish_update({sql.uuid_literal(token)})",
+                          ["resource", "enabled", "outcome"])
+        conflicts = [r["resource"] for r in rows if r["outcome"] == "conflict"]
+        return ({"target": self.transport.target, "token": str(token), "results": rows},
+                EXIT_REFUSED if conflicts else EXIT_OK)
+
+    def run(self) -> int:
+        a = self.args
+        if a.command == "status":
+            return self.emit(self.status(), lambda d: table(d["resources"]) + "\n\nopen updates:\n"
+                             + table(d["open_updates"]))
+        if a.action == "update-status":
+            token = sql.token(a.token)
+            rows = self.update_status(token)
+            return self.emit({"target": self.transport.target, "token": str(token),
+                              "status": rows}, lambda d: table(d["status"]))
+        if a.action == "prepare-update":
+            resources = [sql.resource(r) for r in a.resources]
+            request_id = sql.token(a.request_id, "request id") if a.request_id else uuid.uuid4()
+            self.confirm(a.confirm)
+            self.say(f"request id: {request_id} (rerun with --request-id {request_id} "
+                     "if this is interrupted)")
+            doc = self.prepare(resources, request_id)
+            return self.emit(doc, lambda d: (
+                f"update {d['token']} is open; its resources are paused.\n\n{table(d['status'])}"
+                f"\n\nwhen every verdict is drained, deploy, then run:\n  {d['finish']}"))
+        if a.action == "finish-update":
+            token = sql.token(a.token)
+            self.confirm(a.confirm)
+            doc, code = self.finish(token)
+            self.emit(doc, lambda d: table(d["results"]))
+            if code != EXIT_OK:
+                self.say("conflict: enabled was changed inside the window and was left as it is; "
+                         "decide with pgfence.set_enabled")
+            return code
+        raise Exit(EXIT_USAGE, "unknown command")
+
+    def emit(self, doc: dict[str, Any], human: Any) -> int:
+        print(json.dumps(doc, indent=2) if self.json else human(doc))
+        return EXIT_OK
+
+
+RESOURCE_COLUMNS = ["resource", "enabled", "owner", "generation", "time_left", "stale",
+                    "draining_leases", "pending_invocations", "claimed_tasks", "open_update"]
+UPDATE_STATUS_COLUMNS = ["resource", "saved_enabled", "enabled", "active_owner", "draining_leases",
+                         "in_flight_tasks", "pending_invocations", "verdict", "last_heartbeat"]
+
+
+def ordered(rows: Rows, columns: list[str]) -> Rows:
+    return [{c: row.get(c) for c in columns} for row in rows]
+
+
+def table(rows: Rows) -> str:
+    if not rows:
+        return "(none)"
+    cols = list(rows[0])
+    cells = [[("" if r[c] is None else str(r[c]).lower() if isinstance(r[c], bool) else str(r[c]))
+              for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in raw
+    try:
+        args = build_parser().parse_args(_normalize_remote(raw))
+        return Cli(args).run()
+    except SystemExit as e:            # --help
+        return int(e.code or 0)
+    except Exit as e:
+        return _fail(e.code, e.message, as_json, e.extra)
+    except sql.BadInput as e:
+        return _fail(EXIT_USAGE, str(e), as_json, {})
+    except Refused as e:
+        return _fail(EXIT_REFUSED, f"the database refused: {e}", as_json, {})
+    except TransportFailure as e:
+        return _fail(EXIT_TRANSPORT, str(e), as_json, {})
+
+
+def _fail(code: int, message: str, as_json: bool, extra: dict[str, Any]) -> int:
+    if as_json:
+        print(json.dumps({"error": message, "exit_code": code, **extra}, indent=2))
+    else:
+        print(f"pgfence: {message}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
