@@ -1,0 +1,155 @@
+"""The reference client (pgfence.client): worker loop, renew deadline, fenced writes, drain on
+SIGTERM, standby leaders. Directly and through PgBouncer."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgfence.client import Leader, LeaseLost, Owner, Worker
+from pgfence.harness import Database
+
+
+def test_worker_handles_the_queue_and_releases(any_db: Database) -> None:
+    any_db.sql("select pgfence.register('w')")
+    for n in range(5):
+        any_db.sql("select pgfence.enqueue('q', %s)", (f'{{"n": {n}}}',))
+    owner = Owner(any_db.dsn, "w", ttl=30)
+    assert owner.acquire()
+    Worker(owner, "q", lambda p: {"double": p["n"] * 2}, qty=2).run(max_tasks=5)
+    assert any_db.sql("select state, count(*) from pgfence.tasks group by state") == [
+        ("completed", 5)]
+    assert any_db.one("select status from pgfence.lease_status") == "released"
+    assert not owner.valid
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class SlowRenewal:
+    """Wraps a connection: the renewal's answer arrives `delay` seconds after it was sent."""
+
+    def __init__(self, conn: psycopg.Connection[Any], clock: Clock, delay: float) -> None:
+        self.conn, self.clock, self.delay = conn, clock, delay
+
+    def execute(self, *args: Any) -> Any:
+        result = self.conn.execute(*args)
+        self.clock.now += self.delay
+        return result
+
+
+def deadline_after_slow_renewal(db: Database, owner_cls: type[Owner]) -> tuple[float, bool]:
+    db.sql("select pgfence.register('r')")
+    clock = Clock()
+    owner = owner_cls(db.dsn, "r", ttl=10, renew_every=3600, clock=clock)
+    assert owner.acquire()
+    clock.now = 105.0                        # renewal sent at 105, answered at 113
+    with psycopg.connect(db.dsn, autocommit=True, prepare_threshold=None) as conn:
+        owner.renew_once(SlowRenewal(conn, clock, 8.0))  # type: ignore[arg-type]
+    clock.now = 115.5                        # after sent + ttl, before answered + ttl
+    valid = owner.valid
+    owner.release()
+    return owner._valid_until, valid
+
+
+def test_renew_deadline_is_measured_from_the_send(db: Database) -> None:
+    assert deadline_after_slow_renewal(db, Owner) == (115.0, False)
+
+
+class NaiveOwner(Owner):
+    """Broken on purpose: the deadline counts from when the answer arrived."""
+
+    def renew_once(self, conn: psycopg.Connection[tuple[Any, ...]]) -> str:
+        state = super().renew_once(conn)
+        self._valid_until = self.clock() + self.ttl
+        return state
+
+
+def test_negative_control_deadline_from_the_answer_stretches_the_lease(db: Database) -> None:
+    until, valid = deadline_after_slow_renewal(db, NaiveOwner)
+    assert until == 123.0 and valid
+
+
+def test_refused_renewal_stops_claiming(any_db: Database) -> None:
+    any_db.sql("select pgfence.register('r')")
+    any_db.sql("select pgfence.enqueue('q')")
+    owner = Owner(any_db.dsn, "r", ttl=30, renew_every=3600)
+    assert owner.acquire()
+    assert owner.lease_id is not None
+    any_db.expire(owner.lease_id)                     # the owner was paused ...
+    any_db.sql("select pgfence.acquire('r', 'successor', '30 s')")
+    with psycopg.connect(any_db.dsn, autocommit=True, prepare_threshold=None) as conn:
+        with pytest.raises(psycopg.Error):
+            owner.renew_once(conn)
+    assert not owner.valid and owner.lost and "refused" in owner.lost
+    worker = Worker(owner, "q", lambda p: p)
+    worker.run()
+    assert worker.handled == 0
+    assert any_db.one("select state from pgfence.tasks") == "queued"
+
+
+def test_fenced_write_after_takeover_raises_lease_lost(any_db: Database) -> None:
+    any_db.sql("select pgfence.register('r')")
+    any_db.sql("create table ledger (note text)")
+    any_db.sql("select pgfence.protect('ledger', 'r')")
+    owner = Owner(any_db.dsn, "r", ttl=30, renew_every=3600)
+    assert owner.acquire() and owner.lease_id is not None
+    with psycopg.connect(any_db.dsn, prepare_threshold=None) as conn:
+        with owner.fenced(conn) as tx:
+            tx.execute("insert into ledger values ('mine')")
+        any_db.expire(owner.lease_id)
+        any_db.sql("select pgfence.acquire('r', 'successor', '30 s')")
+        owner._valid_until = float("inf")            # the owner does not know yet
+        with pytest.raises(LeaseLost), owner.fenced(conn) as tx:
+            tx.execute("insert into ledger values ('stale')")
+    assert any_db.sql("select note from ledger") == [("mine",)]
+    assert not owner.valid
+
+
+def test_sigterm_drains_finishes_in_flight_and_releases(any_db: Database) -> None:
+    any_db.sql("select pgfence.register('w')")
+    for _ in range(3):
+        any_db.sql("select pgfence.enqueue('q')")
+    owner = Owner(any_db.dsn, "w", ttl=30, renew_every=3600)
+    assert owner.acquire()
+    worker = Worker(owner, "q", lambda p: signal.raise_signal(signal.SIGTERM), qty=1)
+    previous = signal.getsignal(signal.SIGTERM)
+    worker.install_sigterm()
+    try:
+        worker.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    # The task in hand when SIGTERM came was finished; nothing more was claimed.
+    assert any_db.sql("select state, count(*) from pgfence.tasks group by state order by 1") == [
+        ("completed", 1), ("queued", 2)]
+    assert any_db.one("select status from pgfence.lease_status") == "released"
+
+
+def test_standby_leader_takes_over_when_the_leader_leaves(any_db: Database) -> None:
+    any_db.sql("select pgfence.register('control-plane')")
+    first = Leader(Owner(any_db.dsn, "control-plane", owner="replica-1", ttl=30), 0.05)
+    second = Leader(Owner(any_db.dsn, "control-plane", owner="replica-2", ttl=30), 0.05)
+    stop = threading.Event()
+    assert first.wait_for_leadership(stop)
+    result: list[bool] = []
+    waiter = threading.Thread(target=lambda: result.append(second.wait_for_leadership(stop)))
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while second.polls < 3 and time.monotonic() < deadline:
+        stop.wait(0.01)
+    assert second.polls >= 3 and not result            # a standby while replica-1 leads
+    first.owner.release()
+    waiter.join(timeout=30)
+    assert result == [True] and second.owner.valid
+    assert any_db.one("select owner from pgfence.resource_status") == "replica-2"
+    second.owner.release()
