@@ -35,9 +35,19 @@ def dsn(database: str) -> str:
     return f"host={env['PGHOST']} port={env['PGPORT']} user=postgres dbname={database}"
 
 
+def use_cluster_binaries() -> None:
+    """Puts the cluster's own bin dir first on PATH, for psql, pg_dump and pg_basebackup: a
+    matrix run may test a server newer than Debian's client tools (pg_dump refuses those)."""
+    pgbin = os.environ.get("PGFENCE_PGBIN")
+    path = os.environ.get("PATH", "")
+    if pgbin and path.split(os.pathsep)[0] != pgbin:
+        os.environ["PATH"] = os.pathsep.join([pgbin, path])
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[None]:
     if os.environ.get("PGFENCE_CLUSTER"):
+        use_cluster_binaries()
         yield
         return
     out = subprocess.run([ROOT / "scripts/pg", "up", "-c", "fsync=off"], check=True,
@@ -47,6 +57,7 @@ def cluster() -> Iterator[None]:
     for line in out.splitlines():
         key, _, value = line.removeprefix("export ").partition("=")
         os.environ[key] = value
+    use_cluster_binaries()
     try:
         yield
     finally:

@@ -88,9 +88,9 @@ def test_refused_renewal_stops_claiming(any_db: Database) -> None:
     assert owner.lease_id is not None
     any_db.expire(owner.lease_id)                     # the owner was paused ...
     any_db.sql("select pgfence.acquire('r', 'successor', '30 s')")
-    with psycopg.connect(any_db.dsn, autocommit=True, prepare_threshold=None) as conn:
-        with pytest.raises(psycopg.Error):
-            owner.renew_once(conn)
+    with (psycopg.connect(any_db.dsn, autocommit=True, prepare_threshold=None) as conn,
+          pytest.raises(psycopg.Error)):
+        owner.renew_once(conn)
     assert not owner.valid and owner.lost and "refused" in owner.lost
     worker = Worker(owner, "q", lambda p: p)
     worker.run()
