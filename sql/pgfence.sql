@@ -212,6 +212,7 @@ create table pgfence.leases (
   acquired_at   timestamptz not null,
   renewed_at    timestamptz,
   expires_at    timestamptz not null,
+  drained_at    timestamptz,                   -- when it stopped claiming (drain, deprecate, update window)
   ended_at      timestamptz,
   invocation_id uuid
 ) with (fillfactor = 70);  -- room on the page keeps renewals HOT
@@ -396,7 +397,8 @@ begin
     perform pgfence.lease_not_current(drain.lease_id);
   end if;
   if v_state = 'active' then
-    update pgfence.leases l set state = 'draining' where l.lease_id = drain.lease_id;
+    update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
+     where l.lease_id = drain.lease_id;
   end if;
   return 'draining';
 end
@@ -452,7 +454,8 @@ begin
    where l.resource = deprecate.resource and l.state = 'active'
      for update;
   if found then
-    update pgfence.leases l set state = 'draining' where l.lease_id = v_lease_id;
+    update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
+     where l.lease_id = v_lease_id;
   end if;
   return v_lease_id;
 end
@@ -1149,7 +1152,7 @@ begin
      where l.resource = v_resource.resource and l.state = 'active'
        for update;
     if found then
-      update pgfence.leases l set state = 'draining'
+      update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
        where l.resource = v_resource.resource and l.generation = v_drained;
     end if;
     insert into pgfence.update_items (token, resource, saved_enabled, enabled_version, drained_generation,
@@ -1331,6 +1334,7 @@ select l.resource,
        l.acquired_at,
        l.renewed_at,
        l.expires_at,
+       l.drained_at,
        l.ended_at,
        greatest(l.expires_at - clock_timestamp(), interval '0') as time_left,
        (select count(*) from pgfence.tasks t

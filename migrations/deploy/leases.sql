@@ -35,6 +35,7 @@ create table pgfence.leases (
   acquired_at   timestamptz not null,
   renewed_at    timestamptz,
   expires_at    timestamptz not null,
+  drained_at    timestamptz,                   -- when it stopped claiming (drain, deprecate, update window)
   ended_at      timestamptz,
   invocation_id uuid
 ) with (fillfactor = 70);  -- room on the page keeps renewals HOT
@@ -219,7 +220,8 @@ begin
     perform pgfence.lease_not_current(drain.lease_id);
   end if;
   if v_state = 'active' then
-    update pgfence.leases l set state = 'draining' where l.lease_id = drain.lease_id;
+    update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
+     where l.lease_id = drain.lease_id;
   end if;
   return 'draining';
 end
@@ -275,7 +277,8 @@ begin
    where l.resource = deprecate.resource and l.state = 'active'
      for update;
   if found then
-    update pgfence.leases l set state = 'draining' where l.lease_id = v_lease_id;
+    update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
+     where l.lease_id = v_lease_id;
   end if;
   return v_lease_id;
 end

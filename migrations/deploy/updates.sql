@@ -116,7 +116,7 @@ begin
      where l.resource = v_resource.resource and l.state = 'active'
        for update;
     if found then
-      update pgfence.leases l set state = 'draining'
+      update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
        where l.resource = v_resource.resource and l.generation = v_drained;
     end if;
     insert into pgfence.update_items (token, resource, saved_enabled, enabled_version, drained_generation,

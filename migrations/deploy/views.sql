@@ -17,6 +17,7 @@ select l.resource,
        l.acquired_at,
        l.renewed_at,
        l.expires_at,
+       l.drained_at,
        l.ended_at,
        greatest(l.expires_at - clock_timestamp(), interval '0') as time_left,
        (select count(*) from pgfence.tasks t
