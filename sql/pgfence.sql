@@ -1389,3 +1389,44 @@ revoke all on pgfence.lease_status, pgfence.resource_status, pgfence.queue_statu
 grant select on pgfence.lease_status, pgfence.resource_status, pgfence.queue_status
    to pgfence_monitor, pgfence_operator;
 
+
+-- change: lockdown
+-- Deploy pgfence:lockdown
+-- requires: views
+--
+-- The last change, run again after any other: whatever default privileges the database
+-- carries (Supabase-style `alter default privileges ... grant execute on functions to anon`,
+-- say), nobody but pgfence's owner and the three pgfence roles keeps a privilege on anything
+-- in schema pgfence. Revoking from PUBLIC alone would not undo such grants.
+
+
+do $$
+declare
+  v_allowed oid[] := array(select oid from pg_catalog.pg_roles
+                            where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'));
+  v_grant record;
+begin
+  for v_grant in
+    select format('revoke all on function %s from %s', p.oid::regprocedure,
+                  case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end) as stmt
+      from pg_catalog.pg_proc p, aclexplode(p.proacl) a
+     where p.pronamespace = 'pgfence'::regnamespace
+       and a.grantee <> p.proowner and a.grantee <> all (v_allowed)
+    union all
+    select format('revoke all on %s from %s', c.oid::regclass,
+                  case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end)
+      from pg_catalog.pg_class c, aclexplode(c.relacl) a
+     where c.relnamespace = 'pgfence'::regnamespace
+       and a.grantee <> c.relowner and a.grantee <> all (v_allowed)
+    union all
+    select format('revoke all on schema pgfence from %s',
+                  case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end)
+      from pg_catalog.pg_namespace n, aclexplode(n.nspacl) a
+     where n.oid = 'pgfence'::regnamespace
+       and a.grantee <> n.nspowner and a.grantee <> all (v_allowed)
+  loop
+    execute v_grant.stmt;
+  end loop;
+end
+$$;
+

@@ -1,0 +1,113 @@
+"""The Supabase install path: sql/pgfence.sql as a migration pushed by the real Supabase CLI
+(`supabase db push --remote=<url>`), as a database owner that is not a superuser, on a
+cluster with Supabase's roles and default privileges that hand every new function to `anon`
+and `authenticated`. Then the pgTAP suite runs against the result."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, drop_database, psql
+
+SUPABASE = ROOT / ".tools/node_modules/.bin/supabase"
+OWNER = "supabase_owner_test"
+
+SUPABASE_ROLES = f"""
+do $$
+declare
+  r text;
+begin
+  foreach r in array array['anon', 'authenticated', 'service_role'] loop
+    if not exists (select from pg_roles where rolname = r) then
+      execute format('create role %I nologin', r);
+    end if;
+  end loop;
+  if not exists (select from pg_roles where rolname = '{OWNER}') then
+    -- Like Supabase's postgres role: owns the database, creates roles, is no superuser.
+    create role {OWNER} login createrole;
+  end if;
+end $$;
+"""
+
+# Worse than Supabase's defaults on purpose: every function, table and schema the owner
+# creates, anywhere, is handed to anon and authenticated.
+HOSTILE_DEFAULTS = f"""
+alter default privileges for role {OWNER} grant execute on functions to anon, authenticated;
+alter default privileges for role {OWNER} grant all on tables to anon, authenticated;
+alter default privileges for role {OWNER} grant usage on schemas to anon, authenticated;
+"""
+
+FOREIGN_GRANTS = """
+select count(*) from (
+  select p.oid from pg_proc p where p.pronamespace = 'pgfence'::regnamespace
+     and (has_function_privilege('anon', p.oid, 'execute')
+          or has_function_privilege('authenticated', p.oid, 'execute'))
+  union all
+  select c.oid from pg_class c where c.relnamespace = 'pgfence'::regnamespace
+     and (has_table_privilege('anon', c.oid, 'select, insert, update, delete')
+          or has_table_privilege('authenticated', c.oid, 'select, insert, update, delete'))) x
+"""
+
+
+def push(database: str, migration: str, workdir: Path) -> subprocess.CompletedProcess[str]:
+    migrations = workdir / "supabase" / "migrations"
+    migrations.mkdir(parents=True)
+    (migrations / "20261129000000_pgfence.sql").write_text(migration)
+    url = f"postgresql://{OWNER}@127.0.0.1:{os.environ['PGPORT']}/{database}"
+    return subprocess.run([str(SUPABASE), "db", "push", "--workdir", str(workdir),
+                           f"--remote={url}", "--yes", "--agent", "no"],
+                          capture_output=True, text=True, timeout=180)
+
+
+@pytest.fixture
+def supabase_db(cluster: None) -> Iterator[str]:
+    name = f"sb_{uuid.uuid4().hex[:10]}"
+    psql("postgres", "-c", SUPABASE_ROLES, "-c", f"create database {name} owner {OWNER}")
+    psql(name, "-c", HOSTILE_DEFAULTS)
+    yield name
+    drop_database(name)
+
+
+def test_supabase_db_push_installs_pgfence_out_of_reach_of_anon(supabase_db: str,
+                                                                tmp_path: Path) -> None:
+    out = push(supabase_db, (ROOT / "sql/pgfence.sql").read_text(), tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert psql(supabase_db, "-At", "-c", FOREIGN_GRANTS).stdout.strip() == "0"
+    # As anon, as a request through PostgREST would run: nothing.
+    denied = subprocess.run(["psql", "-X", "-d", supabase_db, "-c", "set role anon",
+                             "-c", "select pgfence.acquire('r', 'x', '30 s')"],
+                            capture_output=True, text=True)
+    assert "permission denied" in denied.stderr
+    # The documented grant: the server side (service_role) works as a worker.
+    psql(supabase_db, "-c", "grant pgfence_worker to service_role",
+         "-c", "select pgfence.register('edge-fn')")
+    granted = psql(supabase_db, "-At", "-c", "set role service_role",
+                   "-c", "select generation > 0 from pgfence.acquire('edge-fn', 'isolate', '30 s')")
+    assert granted.stdout.strip().splitlines()[-1] == "t"
+
+
+def test_negative_control_without_lockdown_anon_gets_in(supabase_db: str,
+                                                        tmp_path: Path) -> None:
+    bundle = (ROOT / "sql/pgfence.sql").read_text()
+    without_lockdown = bundle[:bundle.index("-- change: lockdown")]
+    out = push(supabase_db, without_lockdown, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert int(psql(supabase_db, "-At", "-c", FOREIGN_GRANTS).stdout.strip()) > 0
+
+
+def test_pgtap_suite_passes_on_the_supabase_install(supabase_db: str, tmp_path: Path) -> None:
+    out = push(supabase_db, (ROOT / "sql/pgfence.sql").read_text(), tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    psql(supabase_db, "-c", "create extension pgtap",
+         "-f", str(ROOT / "pgtap/helpers/pgfence_test.sql"))
+    files = sorted(str(p) for p in (ROOT / "pgtap").rglob("*.sql") if "helpers" not in p.parts)
+    prove = subprocess.run(["pg_prove", "-d", supabase_db, *files], capture_output=True,
+                           text=True, timeout=300)
+    assert prove.returncode == 0, prove.stdout[-3000:] + prove.stderr[-2000:]
+    assert "All tests successful." in prove.stdout
