@@ -1,0 +1,213 @@
+"""The control-plane example (examples/control_plane/server.py) as real processes: two replicas
+share one leader resource; the leader is frozen with SIGSTOP, the standby takes over, and the
+resumed old leader's mutations are refused. A negative control runs the same scenario with
+replicas that write without fence() (tables in observe mode): the stale write lands and the
+history check of docs/control-plane.md finds it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pgfence.harness import Database
+from tests.conftest import ROOT, free_port
+
+SERVER = ROOT / "examples/control_plane/server.py"
+TTL = "1"
+HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def history_check() -> str:
+    """The stale-write query of docs/control-plane.md, as the doc prints it."""
+    text = (ROOT / "docs/control-plane.md").read_text()
+    match = re.search(r"<!-- control-plane check[^>]*-->\s*```sql\n(.*?)```", text, flags=re.S)
+    assert match, "docs/control-plane.md has no block marked 'control-plane check'"
+    return match.group(1)
+
+
+def call(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
+    try:
+        with HTTP.open(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@dataclass
+class Replica:
+    port: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def name(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def health(self) -> dict[str, Any]:
+        return call(f"{self.name}/health")[1]
+
+    def role(self) -> str | None:
+        """leader, standby, or None while it is not answering yet."""
+        assert self.proc.poll() is None, f"{self.name} exited:\n{self.log.read_text()}"
+        try:
+            return str(self.health()["role"])
+        except OSError:
+            return None
+
+    def post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return call(f"{self.name}{path}", body)
+
+
+def wait_for(what: str, done: Callable[[], bool], timeout: float = 15.0) -> None:
+    """Polls another process's state; the deadline only bounds a failure."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def init(db: Database, *flags: str) -> None:
+    subprocess.run([sys.executable, str(SERVER), "--init", "--dsn", db.dsn, *flags],
+                   check=True, capture_output=True)
+
+
+@contextmanager
+def replicas(db: Database, tmp_path: Path, flags: list[str], n: int = 2) -> Iterator[list[Replica]]:
+    started: list[Replica] = []
+    try:
+        for i in range(n):
+            port, log = free_port(), tmp_path / f"replica-{i}.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, str(SERVER), "--dsn", db.dsn, "--port", str(port),
+                     "--ttl", TTL, "--poll", "0.1", *flags],
+                    stdout=out, stderr=subprocess.STDOUT)
+            started.append(Replica(port, proc, log))
+        yield started
+    finally:
+        for r in started:
+            r.proc.send_signal(signal.SIGCONT)      # a frozen process cannot handle SIGTERM
+            r.proc.terminate()
+        for r in started:
+            try:
+                r.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                r.proc.kill()
+                r.proc.wait()
+            print(f"--- {r.name}\n{r.log.read_text()}")  # shown when the test fails
+
+
+@dataclass
+class Outcome:
+    old: Replica
+    new: Replica
+    g1: int
+    g2: int
+    stale: list[tuple[int, dict[str, Any]]]         # the resumed old leader's two mutations
+    old_role: str | None
+    new_role: str | None
+    violations: list[tuple[Any, ...]]
+    leases: list[tuple[Any, ...]]                   # (generation, owner, status) at the end
+
+
+def freeze_leader_and_resume(db: Database, tmp_path: Path, flags: list[str]) -> Outcome:
+    with replicas(db, tmp_path, flags) as (a, b):
+        # Only one leader: started together, they settle to one leader and one standby, and
+        # no health check along the way ever shows two.
+        seen: list[tuple[str | None, str | None]] = []
+
+        def settled() -> bool:
+            seen.append((a.role(), b.role()))
+            return set(seen[-1]) == {"leader", "standby"}
+
+        wait_for("one leader and one standby", settled)
+        assert ("leader", "leader") not in seen
+        old, new = (a, b) if seen[-1][0] == "leader" else (b, a)
+        g1 = old.health()["generation"]
+        assert db.one("select owner from pgfence.resource_status") == old.name
+
+        # Writes through the leader succeed; through the standby they are refused.
+        status, job = old.post("/jobs", {"spec": {"n": 1}})
+        assert (status, job["generation"]) == (201, g1)
+        status, refused = new.post("/jobs", {"spec": {"n": "via standby"}})
+        assert status == 503 and refused["leader"]["owner"] == old.name
+        assert old.post(f"/jobs/{job['id']}/assign", {"runner": "r-1"})[0] == 200
+        assert new.health()["role"] == "standby"
+
+        # Freeze the leader; the standby takes over once the lease expires.
+        os.kill(old.proc.pid, signal.SIGSTOP)
+        wait_for("the standby's takeover", lambda: new.role() == "leader")
+        g2 = new.health()["generation"]
+        assert g2 > g1
+        status, job2 = new.post("/jobs", {"spec": {"n": 2}})
+        assert (status, job2["generation"]) == (201, g2)
+
+        # The old leader wakes up and tries to mutate.
+        os.kill(old.proc.pid, signal.SIGCONT)
+        stale = [old.post("/jobs", {"spec": {"n": "stale"}}),
+                 old.post(f"/jobs/{job2['id']}/assign", {"runner": "stale"})]
+        return Outcome(old, new, g1, g2, stale, old.role(), new.role(),
+                       db.sql(history_check()),
+                       db.sql("select generation, owner, status from pgfence.lease_status "
+                              "order by generation"))
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-local-check"]], ids=["fenced", "database-decides"])
+def test_resumed_old_leader_is_refused(db: Database, tmp_path: Path, flags: list[str]) -> None:
+    init(db)
+    o = freeze_leader_and_resume(db, tmp_path, flags)
+    assert [status for status, _ in o.stale] == [503, 503]
+    assert o.stale[0][1]["leader"]["owner"] == o.new.name
+    if flags:
+        # The replica still believed it led: PostgreSQL refused its fence, and it stepped down.
+        assert o.stale[0][1]["error"] == "lease lost: stepped down"
+        assert "fence refused" in o.stale[0][1]["detail"]
+    assert (o.old_role, o.new_role) == ("standby", "leader")
+    assert o.violations == []
+    # Nothing the old leader sent after the takeover was committed.
+    assert db.sql("select generation, action from job_events order by id") == [
+        (o.g1, "created"), (o.g1, "assigned"), (o.g2, "created")]
+    assert db.sql("select state, runner from jobs order by id") == [
+        ("assigned", "r-1"), ("queued", None)]
+    assert o.leases == [(o.g1, o.old.name, "superseded"), (o.g2, o.new.name, "current")]
+
+
+def test_negative_control_unfenced_stale_leader_write_lands(db: Database, tmp_path: Path) -> None:
+    """Broken on purpose: replicas that write without fence(), tables in observe mode."""
+    init(db, "--observe")
+    o = freeze_leader_and_resume(db, tmp_path, ["--unsafe-no-fence"])
+    # The resumed old leader wrote with its old generation, next to its successor.
+    assert [(status, body.get("generation")) for status, body in o.stale] == [
+        (201, o.g1), (200, o.g1)]
+    assert (o.old_role, o.new_role) == ("leader", "leader")
+    # The history check detects both stale writes; observe mode recorded the unfenced ones.
+    assert [(row[2], row[3], row[5]) for row in o.violations] == [
+        ("created", o.g1, o.g2), ("assigned", o.g1, o.g2)]
+    assert db.one("select count(*) from pgfence.unfenced_writes") > 0
+
+
+def test_unfenced_writes_are_refused_by_enforced_tables(db: Database, tmp_path: Path) -> None:
+    """Even a current leader cannot write without fence() while the tables enforce."""
+    init(db)
+    with replicas(db, tmp_path, ["--unsafe-no-fence"], n=1) as (only,):
+        wait_for("leadership", lambda: only.role() == "leader")
+        status, body = only.post("/jobs", {"spec": {}})
+        assert (status, body["sqlstate"]) == (503, "PF007")
+    assert db.one("select count(*) from jobs") == 0
