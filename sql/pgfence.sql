@@ -7,6 +7,11 @@
 -- The three NOLOGIN roles that login roles are granted. Roles are cluster-wide and may be
 -- shared by several databases, so they are created only when missing and revert leaves them.
 
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 do $$
 declare
@@ -25,6 +30,11 @@ $$;
 -- Deploy pgfence:schema
 -- requires: roles
 
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create schema pgfence;
 comment on schema pgfence is 'pgfence: database-authorized ownership, fencing tokens and fenced work.';
@@ -110,6 +120,11 @@ revoke all on function pgfence.check_not_null(text, anyelement) from public;
 -- Deploy pgfence:resources
 -- requires: schema
 
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create table pgfence.resources (
   resource      text primary key,
@@ -189,6 +204,11 @@ grant execute on function pgfence.set_enabled(text, boolean) to pgfence_operator
 -- renewing during a long fenced transaction. Acquirers, request_start and update windows
 -- serialize on the resource row (FOR NO KEY UPDATE), always taken before any lease row.
 
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 -- One sequence for all resources: generations strictly increase per resource (takeovers of a
 -- resource serialize on its row), and never repeat, even if a resource is dropped and
@@ -333,7 +353,7 @@ begin
   values (gen_random_uuid(), acquire.resource, nextval('pgfence.generation'), acquire.owner, 'active',
           clock_timestamp(), clock_timestamp() + acquire.ttl, acquire.invocation_id)
   returning l.lease_id, l.resource, l.generation, l.expires_at
-       into v_lease.lease_id, v_lease.resource, v_lease.generation, v_lease.expires_at;
+       into v_lease;
 
   if acquire.invocation_id is not null then
     update pgfence.invocations i set lease_id = v_lease.lease_id
@@ -360,7 +380,7 @@ begin
   -- Lock first, judge after: a WHERE clause is evaluated before a lock wait, and not again
   -- when the holder only locked the row. Expiry is final: an expired lease never comes back,
   -- so a takeover that found it expired cannot be undone by a late renewal.
-  select l.state, l.expires_at into renew.state, v_expires_at
+  select l.state, l.expires_at into state, v_expires_at
     from pgfence.leases l
    where l.lease_id = renew.lease_id
      for no key update;
@@ -371,7 +391,7 @@ begin
      set expires_at = clock_timestamp() + renew.ttl,
          renewed_at = clock_timestamp()
    where l.lease_id = renew.lease_id
-  returning l.expires_at into renew.expires_at;
+  returning l.expires_at into expires_at;
 end
 $$;
 comment on function pgfence.renew(uuid, interval) is
@@ -484,6 +504,11 @@ grant execute on function pgfence.deprecate(text) to pgfence_operator;
 -- Deploy pgfence:fence
 -- requires: leases
 
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 -- pgfence's signing key, readable by pgfence's owner alone. It signs what pgfence hands out
 -- and must recognise later without storing it: the fence marker (a transaction proves to the
@@ -564,6 +589,11 @@ grant execute on function pgfence.fence(uuid) to pgfence_worker;
 -- Deploy pgfence:protect
 -- requires: fence
 
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create table pgfence.unfenced_writes (
   id               bigint generated always as identity primary key,
@@ -679,6 +709,11 @@ grant execute on function pgfence.protect(regclass, text, text), pgfence.unprote
 -- Deploy pgfence:request_start
 -- requires: leases
 
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create function pgfence.request_start(resource text, ttl interval default '1 minute')
 returns uuid
@@ -728,6 +763,11 @@ grant execute on function pgfence.request_start(text, interval) to pgfence_worke
 -- Deploy pgfence:tasks
 -- requires: fence
 
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create table pgfence.tasks (
   task_id       bigint generated always as identity primary key,
@@ -762,33 +802,37 @@ create table pgfence.stale_results (
 );
 comment on table pgfence.stale_results is 'Results refused as stale: the attempt had been superseded by a newer claim.';
 
--- An attempt_id is a version-8 UUID (RFC 9562) that names its task and attempt and is signed:
+-- An attempt_id is a version-8 UUID (RFC 9562) that names its task and attempt and is signed
+-- over them and the lease that claimed it:
 --   task_id (48 bits) | version 8 | attempt (12 bits) | variant | signature (60 bits)
--- so a result finds its task by primary key, and any attempt id, current or superseded, is
--- told from a made-up one without storing it.
-create function pgfence.attempt_uuid(task_id bigint, attempt int)
+-- so a result finds its task by primary key, and the current attempt's id is checked exactly.
+-- The lease is signed in because task ids and attempt numbers can be issued again after an
+-- asynchronous failover lost a claim; lease ids never are (I3).
+create function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid)
 returns uuid
 language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
   select (lpad(to_hex(attempt_uuid.task_id), 12, '0') || '8' || lpad(to_hex(attempt_uuid.attempt), 3, '0')
-          || '8' || left(pgfence.sign('attempt ' || attempt_uuid.task_id || ' ' || attempt_uuid.attempt), 15))::uuid;
+          || '8' || left(pgfence.sign('attempt ' || attempt_uuid.task_id || ' ' || attempt_uuid.attempt
+                                      || ' ' || attempt_uuid.lease_id), 15))::uuid;
 $$;
 
--- The task and attempt number an attempt_id names; 22023 for NULL or an id pgfence did not mint.
+-- The task and attempt number an attempt_id names; 22023 for NULL or an id of another shape.
+-- The signature is checked by the caller, against the lease that holds the task.
 create function pgfence.attempt_of(attempt_id uuid, out task_id bigint, out attempt int)
 language plpgsql
-stable
+immutable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_hex text := replace(attempt_of.attempt_id::text, '-', '');
 begin
-  if v_hex is not null and substr(v_hex, 13, 1) = '8' then
+  if v_hex is not null and substr(v_hex, 13, 1) = '8' and substr(v_hex, 17, 1) = '8' then
     task_id := ('x' || lpad(substr(v_hex, 1, 12), 16, '0'))::bit(64)::bigint;
     attempt := ('x' || lpad(substr(v_hex, 14, 3), 8, '0'))::bit(32)::int;
-    if attempt >= 1 and pgfence.attempt_uuid(task_id, attempt) = attempt_of.attempt_id then
+    if attempt >= 1 then
       return;
     end if;
   end if;
@@ -873,7 +917,7 @@ begin
          visible_until = clock_timestamp() + claim.visibility
     from picked
    where t.task_id = picked.task_id
-  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt), t.attempt, t.payload;
+  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id), t.attempt, t.payload;
 end
 $$;
 comment on function pgfence.claim(uuid, text, int, interval) is
@@ -895,9 +939,13 @@ declare
 begin
   select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(report.attempt_id) a;
   select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
-  if not found or v_attempt > v_task.attempt then
+  if not found or v_attempt > v_task.attempt
+     or (v_attempt = v_task.attempt
+         and pgfence.attempt_uuid(v_task_id, v_attempt, v_task.lease_id) <> report.attempt_id) then
     perform pgfence.unknown_attempt(report.attempt_id);
   end if;
+  -- An older attempt's lease is not kept, so its signature cannot be checked: it can change
+  -- nothing but a row in stale_results.
   if v_attempt < v_task.attempt then
     insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, body)
     values (report.attempt_id, v_task_id, v_attempt, report.kind, report.body)
@@ -965,7 +1013,9 @@ begin
   perform pgfence.check_interval('visibility', extend.visibility);
   select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(extend.attempt_id) a;
   select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
-  if not found or v_attempt > v_task.attempt then
+  if not found or v_attempt > v_task.attempt
+     or (v_attempt = v_task.attempt
+         and pgfence.attempt_uuid(v_task_id, v_attempt, v_task.lease_id) <> extend.attempt_id) then
     perform pgfence.unknown_attempt(extend.attempt_id);
   end if;
   if v_attempt < v_task.attempt or v_task.state <> 'claimed' or v_task.reported then
@@ -1021,7 +1071,7 @@ comment on function pgfence.requeue_expired(int) is
   'Safe to run from several sessions at once; never touches an attempt within its visibility.';
 
 revoke all on table pgfence.tasks, pgfence.stale_results from public;
-revoke all on function pgfence.attempt_uuid(bigint, int), pgfence.attempt_of(uuid), pgfence.unknown_attempt(uuid),
+revoke all on function pgfence.attempt_uuid(bigint, int, uuid), pgfence.attempt_of(uuid), pgfence.unknown_attempt(uuid),
                        pgfence.report(uuid, text, jsonb), pgfence.enqueue(text, jsonb, int),
                        pgfence.claim(uuid, text, int, interval), pgfence.complete(uuid, jsonb),
                        pgfence.fail(uuid, jsonb), pgfence.extend(uuid, interval), pgfence.requeue_expired(int)
@@ -1047,6 +1097,11 @@ grant select on table pgfence.stale_results to pgfence_monitor, pgfence_operator
 -- (finish only), then resource rows in name order, then lease rows. Two operators, or an
 -- operator and starting workers, therefore wait for each other and never deadlock.
 
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create table pgfence.updates (
   token       uuid primary key,
@@ -1323,6 +1378,11 @@ grant select on pgfence.open_updates to pgfence_operator, pgfence_monitor;
 -- requires: updates
 -- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
 
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create view pgfence.lease_status as
 select l.resource,
@@ -1399,6 +1459,11 @@ grant select on pgfence.lease_status, pgfence.resource_status, pgfence.queue_sta
 -- say), nobody but pgfence's owner and the three pgfence roles keeps a privilege on anything
 -- in schema pgfence. Revoking from PUBLIC alone would not undo such grants.
 
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 do $$
 declare

@@ -98,7 +98,7 @@ def resumed_owner_at_work(db: Database) -> Resumed:
         stale_complete=complete(a, held[t2]),
         stale_recorded=db.one("select count(*) from pgfence.stale_results where attempt_id = %s",
                               (held[t2],)) == 1,
-        task_kept_by_b=db.one("select pgfence.attempt_uuid(task_id, attempt) = %s "
+        task_kept_by_b=db.one("select pgfence.attempt_uuid(task_id, attempt, lease_id) = %s "
                               "and state = 'claimed' from pgfence.tasks where task_id = %s",
                               (b_claims[t2], t2)),
         late_complete=complete(a, held[t1]),     # nobody re-claimed t1: a valid late result
@@ -230,7 +230,10 @@ def hard_death(db: Database) -> dict[str, Any]:
     # A dies in the middle of a claiming transaction.
     a.begin()
     claim(a, la)
-    db.sql("select pg_terminate_backend(%s)", (a.pid,))
+    pid = a.pid
+    db.sql("select pg_terminate_backend(%s)", (pid,))
+    # It returns before the backend is gone; its row locks go with it.
+    db.wait_until("select not exists (select from pg_stat_activity where pid = %s)", (pid,))
     after_kill = db.one("select state from pgfence.tasks where task_id = %s", (task,))
     # A reconnects, claims for real, then dies for good holding the task.
     a2 = db.session("a2")

@@ -12,6 +12,11 @@
 -- serialize on the resource row (FOR NO KEY UPDATE), always taken before any lease row.
 
 begin;
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 -- One sequence for all resources: generations strictly increase per resource (takeovers of a
 -- resource serialize on its row), and never repeat, even if a resource is dropped and
@@ -156,7 +161,7 @@ begin
   values (gen_random_uuid(), acquire.resource, nextval('pgfence.generation'), acquire.owner, 'active',
           clock_timestamp(), clock_timestamp() + acquire.ttl, acquire.invocation_id)
   returning l.lease_id, l.resource, l.generation, l.expires_at
-       into v_lease.lease_id, v_lease.resource, v_lease.generation, v_lease.expires_at;
+       into v_lease;
 
   if acquire.invocation_id is not null then
     update pgfence.invocations i set lease_id = v_lease.lease_id
@@ -183,7 +188,7 @@ begin
   -- Lock first, judge after: a WHERE clause is evaluated before a lock wait, and not again
   -- when the holder only locked the row. Expiry is final: an expired lease never comes back,
   -- so a takeover that found it expired cannot be undone by a late renewal.
-  select l.state, l.expires_at into renew.state, v_expires_at
+  select l.state, l.expires_at into state, v_expires_at
     from pgfence.leases l
    where l.lease_id = renew.lease_id
      for no key update;
@@ -194,7 +199,7 @@ begin
      set expires_at = clock_timestamp() + renew.ttl,
          renewed_at = clock_timestamp()
    where l.lease_id = renew.lease_id
-  returning l.expires_at into renew.expires_at;
+  returning l.expires_at into expires_at;
 end
 $$;
 comment on function pgfence.renew(uuid, interval) is

@@ -2,6 +2,11 @@
 -- requires: fence
 
 begin;
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create table pgfence.tasks (
   task_id       bigint generated always as identity primary key,
@@ -36,33 +41,37 @@ create table pgfence.stale_results (
 );
 comment on table pgfence.stale_results is 'Results refused as stale: the attempt had been superseded by a newer claim.';
 
--- An attempt_id is a version-8 UUID (RFC 9562) that names its task and attempt and is signed:
+-- An attempt_id is a version-8 UUID (RFC 9562) that names its task and attempt and is signed
+-- over them and the lease that claimed it:
 --   task_id (48 bits) | version 8 | attempt (12 bits) | variant | signature (60 bits)
--- so a result finds its task by primary key, and any attempt id, current or superseded, is
--- told from a made-up one without storing it.
-create function pgfence.attempt_uuid(task_id bigint, attempt int)
+-- so a result finds its task by primary key, and the current attempt's id is checked exactly.
+-- The lease is signed in because task ids and attempt numbers can be issued again after an
+-- asynchronous failover lost a claim; lease ids never are (I3).
+create function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid)
 returns uuid
 language sql
 stable
 set search_path = pg_catalog, pg_temp
 as $$
   select (lpad(to_hex(attempt_uuid.task_id), 12, '0') || '8' || lpad(to_hex(attempt_uuid.attempt), 3, '0')
-          || '8' || left(pgfence.sign('attempt ' || attempt_uuid.task_id || ' ' || attempt_uuid.attempt), 15))::uuid;
+          || '8' || left(pgfence.sign('attempt ' || attempt_uuid.task_id || ' ' || attempt_uuid.attempt
+                                      || ' ' || attempt_uuid.lease_id), 15))::uuid;
 $$;
 
--- The task and attempt number an attempt_id names; 22023 for NULL or an id pgfence did not mint.
+-- The task and attempt number an attempt_id names; 22023 for NULL or an id of another shape.
+-- The signature is checked by the caller, against the lease that holds the task.
 create function pgfence.attempt_of(attempt_id uuid, out task_id bigint, out attempt int)
 language plpgsql
-stable
+immutable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_hex text := replace(attempt_of.attempt_id::text, '-', '');
 begin
-  if v_hex is not null and substr(v_hex, 13, 1) = '8' then
+  if v_hex is not null and substr(v_hex, 13, 1) = '8' and substr(v_hex, 17, 1) = '8' then
     task_id := ('x' || lpad(substr(v_hex, 1, 12), 16, '0'))::bit(64)::bigint;
     attempt := ('x' || lpad(substr(v_hex, 14, 3), 8, '0'))::bit(32)::int;
-    if attempt >= 1 and pgfence.attempt_uuid(task_id, attempt) = attempt_of.attempt_id then
+    if attempt >= 1 then
       return;
     end if;
   end if;
@@ -147,7 +156,7 @@ begin
          visible_until = clock_timestamp() + claim.visibility
     from picked
    where t.task_id = picked.task_id
-  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt), t.attempt, t.payload;
+  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id), t.attempt, t.payload;
 end
 $$;
 comment on function pgfence.claim(uuid, text, int, interval) is
@@ -169,9 +178,13 @@ declare
 begin
   select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(report.attempt_id) a;
   select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
-  if not found or v_attempt > v_task.attempt then
+  if not found or v_attempt > v_task.attempt
+     or (v_attempt = v_task.attempt
+         and pgfence.attempt_uuid(v_task_id, v_attempt, v_task.lease_id) <> report.attempt_id) then
     perform pgfence.unknown_attempt(report.attempt_id);
   end if;
+  -- An older attempt's lease is not kept, so its signature cannot be checked: it can change
+  -- nothing but a row in stale_results.
   if v_attempt < v_task.attempt then
     insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, body)
     values (report.attempt_id, v_task_id, v_attempt, report.kind, report.body)
@@ -239,7 +252,9 @@ begin
   perform pgfence.check_interval('visibility', extend.visibility);
   select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(extend.attempt_id) a;
   select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
-  if not found or v_attempt > v_task.attempt then
+  if not found or v_attempt > v_task.attempt
+     or (v_attempt = v_task.attempt
+         and pgfence.attempt_uuid(v_task_id, v_attempt, v_task.lease_id) <> extend.attempt_id) then
     perform pgfence.unknown_attempt(extend.attempt_id);
   end if;
   if v_attempt < v_task.attempt or v_task.state <> 'claimed' or v_task.reported then
@@ -295,7 +310,7 @@ comment on function pgfence.requeue_expired(int) is
   'Safe to run from several sessions at once; never touches an attempt within its visibility.';
 
 revoke all on table pgfence.tasks, pgfence.stale_results from public;
-revoke all on function pgfence.attempt_uuid(bigint, int), pgfence.attempt_of(uuid), pgfence.unknown_attempt(uuid),
+revoke all on function pgfence.attempt_uuid(bigint, int, uuid), pgfence.attempt_of(uuid), pgfence.unknown_attempt(uuid),
                        pgfence.report(uuid, text, jsonb), pgfence.enqueue(text, jsonb, int),
                        pgfence.claim(uuid, text, int, interval), pgfence.complete(uuid, jsonb),
                        pgfence.fail(uuid, jsonb), pgfence.extend(uuid, interval), pgfence.requeue_expired(int)

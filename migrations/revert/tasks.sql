@@ -11,7 +11,7 @@ drop function pgfence.claim(uuid, text, int, interval);
 drop function pgfence.enqueue(text, jsonb, int);
 drop function pgfence.unknown_attempt(uuid);
 drop function pgfence.attempt_of(uuid);
-drop function pgfence.attempt_uuid(bigint, int);
+drop function pgfence.attempt_uuid(bigint, int, uuid);
 drop table pgfence.stale_results;
 drop table pgfence.tasks;
 

@@ -107,5 +107,7 @@ returns uuid
 language sql
 as $$
   select overlay(a::text placing case when right(a::text, 1) = '0' then '1' else '0' end from 36 for 1)::uuid
-    from pgfence.attempt_uuid(forged_attempt.task_id, forged_attempt.attempt) a;
+    from pgfence.attempt_uuid(forged_attempt.task_id, forged_attempt.attempt,
+                              coalesce((select t.lease_id from pgfence.tasks t where t.task_id = forged_attempt.task_id),
+                                       gen_random_uuid())) a;
 $$;

@@ -23,7 +23,7 @@ select ok((select bool_and(attempt = 1) from first_claim), 'a first claim is att
 select is_empty($$ select c.task_id from first_claim c left join queued q using (task_id)
                     where q.task_id is null or c.payload <> jsonb_build_object('job', q.n) $$,
                 'the claimed tasks are tasks of queue q, each with its own payload');
-select results_eq($$ select t.task_id, t.state, pgfence.attempt_uuid(t.task_id, t.attempt) from pgfence.tasks t join first_claim c using (task_id)
+select results_eq($$ select t.task_id, t.state, pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id) from pgfence.tasks t join first_claim c using (task_id)
                       order by t.task_id $$,
                   $$ select task_id, 'claimed'::text, attempt_id from first_claim order by task_id $$,
                   'the claimed tasks are in state claimed, held by the attempts returned');

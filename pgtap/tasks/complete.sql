@@ -94,7 +94,7 @@ select is(pgfence.complete((select attempt_id from f1), '{"from": "attempt 1"}')
 select results_eq($$ select s.attempt_id, s.task_id, s.attempt, s.kind, s.body from pgfence.stale_results s $$,
                   $$ select attempt_id, task_id, 1, 'complete'::text, '{"from": "attempt 1"}'::jsonb from f1 $$,
                   'the stale result is recorded with its attempt, task, kind and body');
-select results_eq($$ select t.state, t.attempt, pgfence.attempt_uuid(t.task_id, t.attempt), t.result from pgfence.tasks t join f2 using (task_id) $$,
+select results_eq($$ select t.state, t.attempt, pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id), t.result from pgfence.tasks t join f2 using (task_id) $$,
                   $$ select 'claimed'::text, 2, attempt_id, null::jsonb from f2 $$,
                   'the task is unchanged: still claimed by the new attempt, no result');
 select is(pgfence.complete((select attempt_id from f1), '{"from": "attempt 1", "retry": true}'), 'stale',
@@ -118,17 +118,17 @@ create temp table g on commit drop as
 select throws_ok($$ select pgfence.complete(null) $$, '22023', null, 'a NULL attempt_id is refused');
 select throws_ok(format('select pgfence.complete(%L)', gen_random_uuid()), '22023', null,
                  'a random uuid is refused');
-select throws_ok(format('select pgfence.complete(%L)', pgfence.attempt_uuid(999999, 1)), '22023', null,
+select throws_ok(format('select pgfence.complete(%L)', pgfence.attempt_uuid(999999, 1, gen_random_uuid())), '22023', null,
                  'a well-formed attempt id of a task that does not exist is refused');
 select throws_ok(format('select pgfence.complete(%L)', pgfence_test.forged_attempt((select task_id from g), 1)), '22023', null,
                  'an id with the current attempt number but a forged signature is refused');
-select throws_ok(format('select pgfence.complete(%L)', pgfence.attempt_uuid((select task_id from g), 2)), '22023', null,
+select throws_ok(format('select pgfence.complete(%L)', pgfence.attempt_uuid((select task_id from g), 2, gen_random_uuid())), '22023', null,
                  'an id with a future attempt number is refused');
 select throws_ok(format('select pgfence.complete(%L)', pgfence_test.forged_attempt((select task_id from g), 0)), '22023', null,
                  'a forged id of an earlier attempt is refused, not recorded as stale');
 select throws_like(format('select pgfence.complete(%L)', gen_random_uuid()), '%attempt_id%',
                    'the error names the attempt_id argument');
-select results_eq($$ select t.state, pgfence.attempt_uuid(t.task_id, t.attempt), t.result from pgfence.tasks t join g using (task_id) $$,
+select results_eq($$ select t.state, pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id), t.result from pgfence.tasks t join g using (task_id) $$,
                   $$ select 'claimed'::text, attempt_id, null::jsonb from g $$,
                   'the refused ids left the task as it was');
 select is((select count(*) from pgfence.stale_results), 1::bigint, 'and recorded nothing as stale');
@@ -139,7 +139,7 @@ select results_eq($$ select t.state, t.result from pgfence.tasks t join g using 
 
 -- An id nobody minted, for a task nobody claimed yet (attempt number 0).
 select pgfence.enqueue('h', '{"job": "h"}');
-select throws_ok(format('select pgfence.complete(%L)', pgfence.attempt_uuid((select task_id from pgfence.tasks where queue = 'h'), 0)),
+select throws_ok(format('select pgfence.complete(%L)', pgfence.attempt_uuid((select task_id from pgfence.tasks where queue = 'h'), 0, gen_random_uuid())),
                  '22023', null, 'an attempt id for a task that was never claimed is refused');
 select results_eq($$ select state, attempt, result from pgfence.tasks where queue = 'h' $$,
                   $$ values ('queued'::text, 0, null::jsonb) $$,

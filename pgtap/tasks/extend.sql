@@ -29,7 +29,7 @@ select pgfence_test.expire_attempt(attempt_id) from a;
 select ok(pgfence.extend((select attempt_id from a), '1 minute') > clock_timestamp(),
           'an overdue attempt not yet requeued can still extend');
 select is(pgfence.requeue_expired(), 0, 'then requeue_expired leaves its task alone');
-select results_eq($$ select t.state, pgfence.attempt_uuid(t.task_id, t.attempt) from pgfence.tasks t join a using (task_id) $$,
+select results_eq($$ select t.state, pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id) from pgfence.tasks t join a using (task_id) $$,
                   $$ select 'claimed'::text, attempt_id from a $$,
                   'the task is still held by the attempt');
 
@@ -85,11 +85,11 @@ select throws_like(format('select pgfence.extend(%L, %L)', (select attempt_id fr
 select throws_ok($$ select pgfence.extend(null, '1 minute') $$, '22023', null, 'a NULL attempt_id is refused');
 select throws_ok(format('select pgfence.extend(%L, %L)', gen_random_uuid(), '1 minute'), '22023', null,
                  'a random uuid is refused');
-select throws_ok(format('select pgfence.extend(%L, %L)', pgfence.attempt_uuid(999999, 1), '1 minute'), '22023', null,
+select throws_ok(format('select pgfence.extend(%L, %L)', pgfence.attempt_uuid(999999, 1, gen_random_uuid()), '1 minute'), '22023', null,
                  'a well-formed attempt id of a task that does not exist is refused');
 select throws_ok(format('select pgfence.extend(%L, %L)', pgfence_test.forged_attempt((select task_id from g), 1), '1 minute'),
                  '22023', null, 'an id with the current attempt number but a forged signature is refused');
-select throws_ok(format('select pgfence.extend(%L, %L)', pgfence.attempt_uuid((select task_id from g), 2), '1 minute'),
+select throws_ok(format('select pgfence.extend(%L, %L)', pgfence.attempt_uuid((select task_id from g), 2, gen_random_uuid()), '1 minute'),
                  '22023', null, 'an id with a future attempt number is refused');
 select is((select t.visible_until from pgfence.tasks t join g using (task_id)), (select visible_until from g_until),
           'the refused calls left the task''s visibility as it was');

@@ -54,7 +54,7 @@ select is(pgfence.fail((select attempt_id from a1), '{"error": "late"}'), 'stale
 select results_eq($$ select s.attempt_id, s.attempt, s.kind, s.body from pgfence.stale_results s $$,
                   $$ select attempt_id, 1, 'fail'::text, '{"error": "late"}'::jsonb from a1 $$,
                   'and recorded in stale_results with kind fail and its body');
-select results_eq($$ select t.state, pgfence.attempt_uuid(t.task_id, t.attempt) from pgfence.tasks t join a2 using (task_id) $$,
+select results_eq($$ select t.state, pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id) from pgfence.tasks t join a2 using (task_id) $$,
                   $$ select 'claimed'::text, attempt_id from a2 $$,
                   'the task is still claimed by attempt 2');
 select is(pgfence.fail((select attempt_id from a1), '{"error": "late"}'), 'stale', 'a retry is stale again');
@@ -116,13 +116,13 @@ create temp table g on commit drop as
   select * from pgfence.claim((select lease_id from held), 'g');
 select throws_ok($$ select pgfence.fail(null) $$, '22023', null, 'a NULL attempt_id is refused');
 select throws_ok(format('select pgfence.fail(%L)', gen_random_uuid()), '22023', null, 'a random uuid is refused');
-select throws_ok(format('select pgfence.fail(%L)', pgfence.attempt_uuid(999999, 1)), '22023', null,
+select throws_ok(format('select pgfence.fail(%L)', pgfence.attempt_uuid(999999, 1, gen_random_uuid())), '22023', null,
                  'a well-formed attempt id of a task that does not exist is refused');
 select throws_ok(format('select pgfence.fail(%L)', pgfence_test.forged_attempt((select task_id from g), 1)), '22023', null,
                  'an id with the current attempt number but a forged signature is refused');
-select throws_ok(format('select pgfence.fail(%L)', pgfence.attempt_uuid((select task_id from g), 2)), '22023', null,
+select throws_ok(format('select pgfence.fail(%L)', pgfence.attempt_uuid((select task_id from g), 2, gen_random_uuid())), '22023', null,
                  'an id with a future attempt number is refused');
-select results_eq($$ select t.state, pgfence.attempt_uuid(t.task_id, t.attempt), t.error from pgfence.tasks t join g using (task_id) $$,
+select results_eq($$ select t.state, pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id), t.error from pgfence.tasks t join g using (task_id) $$,
                   $$ select 'claimed'::text, attempt_id, null::jsonb from g $$,
                   'the refused ids left the task as it was');
 select is((select count(*) from pgfence.stale_results), 1::bigint, 'and recorded nothing as stale');

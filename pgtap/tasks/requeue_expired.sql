@@ -22,7 +22,7 @@ select pgfence.complete(attempt_id, '{"ok": true}') from done where n = 1;
 select pgfence.fail(attempt_id, '{"error": "x"}') from done where n = 2;  -- max_attempts 3: queued for a retry
 select pgfence.enqueue('idle', '{}');
 create temp table before on commit drop as
-  select task_id, state, attempt, pgfence.attempt_uuid(task_id, attempt) as attempt_id, ready_at, visible_until, error, finished_at
+  select task_id, state, attempt, pgfence.attempt_uuid(task_id, attempt, lease_id) as attempt_id, ready_at, visible_until, error, finished_at
     from pgfence.tasks;
 
 select is((select overdue from pgfence.queue_status where queue = 'q'), 2::bigint, 'queue_status shows 2 overdue tasks');
@@ -33,7 +33,7 @@ select results_eq($$ select t.state, t.attempt, t.visible_until, t.error
                   'the overdue tasks are queued again, attempt count kept, no error recorded');
 select ok((select bool_and(t.ready_at <= clock_timestamp()) from pgfence.tasks t join claimed c using (task_id) where c.n <= 2),
           'and ready at once');
-select results_eq($$ select t.task_id, t.state, t.attempt, pgfence.attempt_uuid(t.task_id, t.attempt), t.ready_at, t.visible_until, t.error, t.finished_at
+select results_eq($$ select t.task_id, t.state, t.attempt, pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id), t.ready_at, t.visible_until, t.error, t.finished_at
                       from pgfence.tasks t
                      where t.task_id not in (select task_id from claimed where n <= 2) order by t.task_id $$,
                   $$ select * from before where task_id not in (select task_id from claimed where n <= 2) order by task_id $$,
