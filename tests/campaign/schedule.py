@@ -1,0 +1,83 @@
+"""The campaign's settings and its seeded schedule of faults.
+
+A schedule is a function of its seed alone: the same seed gives the same faults, in the same
+order, after the same gaps, with the same durations and parameters. What a fault hits is
+decided when it is applied, by a rule ("the current owner of r1") and the event's ``pick``,
+so the run itself is not replayable: processes and the database keep real time.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    resources: tuple[str, ...] = ("r0", "r1")
+    queue: str = "jobs"
+    ttl: float = 1.5                 # lease ttl; the owner renews every ttl / 3
+    visibility: float = 2.5          # a claimed task's visibility
+    work: float = 0.08               # the handler's work, inside its fenced transaction
+    poll: float = 1.0                # a standby's acquire poll
+    idle_wait: float = 0.3           # an owner's wait when the queue is empty
+    initial_tasks: int = 20
+    enqueue_every: float = 0.4       # while faults are applied
+    max_attempts: int = 100          # faults cost attempts; a task must not fail for good
+    random_faults: int = 6           # beside the ones every schedule has
+    progress_bound: float = 15.0     # every task finishes this long after the last fault
+
+
+# Every schedule has these, so that each negative control meets the fault that exposes it.
+ALWAYS = ("pause-before-fence", "pause-in-fence", "pause-before-complete", "restart")
+RANDOM = ("stop", "kill", "terminate", "drop", "partition", "restart")
+# Operator actions, in the middle of the schedule.
+MIDDLE = ("deprecate", "update")
+# The answers a relay can lose: a commit that happened, a renewal, a claim, a granted lease.
+DROPPED = ("COMMIT", "pgfence.renew", "pgfence.claim", "pgfence.acquire")
+
+
+@dataclass(frozen=True)
+class Event:
+    gap: float           # seconds after the previous event ended
+    kind: str
+    resource: str        # whose owner or workers it aims at
+    duration: float      # how long a stop, partition or update window lasts
+    param: str           # drop: the message whose answer is lost; kill: owner or any;
+                         # pause-before-fence: seconds past expiry to resume; update: request id
+    pick: float          # which one, when several candidates fit (0 <= pick < 1)
+
+    def __str__(self) -> str:
+        extra = f" {self.duration:.2f}s" if self.duration else ""
+        return f"+{self.gap:.2f}s {self.kind} {self.resource}{extra} {self.param}".rstrip()
+
+
+def make_schedule(seed: str, s: Settings) -> list[Event]:
+    rng = random.Random(seed)
+    kinds = list(ALWAYS) + [rng.choice(RANDOM) for _ in range(s.random_faults)]
+    rng.shuffle(kinds)
+    middle = len(kinds) // 2
+    kinds[middle:middle] = MIDDLE
+    return [_event(rng, kind, s) for kind in kinds]
+
+
+def _event(rng: random.Random, kind: str, s: Settings) -> Event:
+    duration, param = 0.0, ""
+    if kind == "stop":
+        duration = s.ttl * rng.uniform(1.2, 2.0)          # longer than the lease
+    elif kind == "partition":
+        duration = s.ttl * rng.uniform(0.3, 2.0)          # sometimes shorter, mostly longer
+    elif kind == "update":
+        duration = rng.uniform(1.0, 2.0)
+        param = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+    elif kind == "drop":
+        param = rng.choice(DROPPED)
+    elif kind == "kill":
+        param = rng.choice(("owner", "owner", "any"))
+    elif kind == "pause-before-fence":
+        # Resume just after the lease expired, before a standby's next poll took over: the
+        # moment when only the database's own clock can tell the fence is late.
+        param = f"{rng.uniform(0.0, 0.01):.3f}"
+    return Event(gap=rng.uniform(0.2, 0.8), kind=kind, resource=rng.choice(s.resources),
+                 duration=duration, param=param, pick=rng.random())

@@ -1,0 +1,156 @@
+"""One schedule from start to verdict.
+
+A fresh database cloned from the cluster's template gets the campaign's tables (and, for a
+negative control, its broken functions). Process workers take their slots; a starter thread
+calls ``request_start`` and starts an invocation worker for each id it gets, and runs
+``requeue_expired``; a feeder thread enqueues tasks while faults are applied. The injector
+applies the schedule; then the supervisor waits for the queue to empty, drains every worker
+with SIGTERM, and hands the database to the checker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from . import database
+from .checker import Violation, check
+from .cluster import Cluster
+from .database import Db
+from .faults import Injector, wait_for
+from .fleet import Fleet
+from .schedule import Settings, make_schedule
+from .variants import Variant
+
+
+@dataclass
+class Outcome:
+    variant: str
+    seed: str
+    applied: Counter[str] = field(default_factory=Counter)
+    missed: Counter[str] = field(default_factory=Counter)
+    figures: dict[str, int] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def by_invariant(self) -> Counter[str]:
+        return Counter(v.invariant for v in self.violations)
+
+
+class Campaign:
+    """Runs schedules on one cluster; each schedule in a database of its own."""
+
+    def __init__(self, cluster: Cluster, s: Settings, logs: Path,
+                 say: Callable[[str], None] = lambda _: None) -> None:
+        self.cluster = cluster
+        self.s = s
+        self.logs = logs
+        self.say = say
+        self._numbers = itertools.count(1)
+
+    def run(self, variant: Variant, seed: str) -> Outcome:
+        began = time.monotonic()
+        name = f"campaign_{next(self._numbers)}_{variant.name.replace('-', '_')}"
+        with psycopg.connect(self.cluster.dsn("postgres"), autocommit=True) as conn:
+            conn.execute(f"create database {name} template campaign_template")
+        try:
+            outcome = self._run(variant, seed, name)
+        finally:
+            with psycopg.connect(self.cluster.dsn("postgres"), autocommit=True) as conn:
+                conn.execute(f"drop database {name} with (force)")
+        outcome.seconds = time.monotonic() - began
+        return outcome
+
+    def _run(self, variant: Variant, seed: str, name: str) -> Outcome:
+        s, cluster = self.s, self.cluster
+        dsn = cluster.dsn(name)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            database.install(conn, s.resources, protect=not variant.advisory)
+        variant.install(dsn)
+        db = Db(dsn, "supervisor")
+        outcome = Outcome(variant.name, seed)
+        schedule = make_schedule(seed, s)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with (self.logs / f"{name}.log").open("w") as log:
+            def note(line: str) -> None:
+                log.write(f"{time.strftime('%H:%M:%S')} supervisor: {line}\n")
+                log.flush()
+                self.say(line)
+
+            note(f"{name}: variant {variant.name}, seed {seed!r}, {len(schedule)} events")
+            # The advisory control's "lease" is a lock taken through PgBouncer: every route
+            # of it goes there.
+            bouncer = cluster.bouncer_port
+            direct = bouncer if variant.advisory else cluster.port
+            fleet = Fleet(s, lambda port: cluster.dsn(name, port),
+                          {"direct": direct, "pgbouncer": bouncer}, variant.advisory, log)
+            stop_feeding, stop_starting = threading.Event(), threading.Event()
+            feeder = threading.Thread(target=self._feed, args=(Db(dsn, "feeder"), stop_feeding),
+                                      daemon=True)
+            starter = threading.Thread(target=self._start,
+                                       args=(Db(dsn, "starter"), fleet, stop_starting),
+                                       daemon=True)
+            threads = [] if variant.advisory else [feeder, starter]
+            if not variant.advisory:
+                for _ in range(s.initial_tasks):
+                    self._enqueue(db)
+            for t in threads:
+                t.start()
+            try:
+                self._warm_up(db)
+                injector = Injector(db, fleet, cluster, s)
+                for ev in schedule:
+                    time.sleep(ev.gap)
+                    target = injector.apply(ev)
+                    (outcome.applied if target else outcome.missed)[ev.kind] += 1
+                    note(f"{ev}: {target or 'missed'}")
+                stop_feeding.set()
+                if not variant.advisory:
+                    feeder.join()           # its last enqueue committed: the queue is complete
+                    settled = wait_for(lambda: not db.one(
+                        "select count(*) from pgfence.tasks "
+                        "where state not in ('completed', 'failed')"),
+                        s.progress_bound + 2, every=0.2)
+                    note("queue empty" if settled else "queue not empty at the progress bound")
+            finally:
+                stop_feeding.set()
+                stop_starting.set()
+                for t in threads:
+                    t.join()
+                fleet.stop()
+            outcome.violations, outcome.figures = check(db, s.progress_bound)
+            for v in outcome.violations[:20]:
+                note(f"violation {v}")
+        db.close()
+        return outcome
+
+    def _warm_up(self, db: Db) -> None:
+        """Starts the schedule once every resource has an owner (or after 15 s)."""
+        wait_for(lambda: db.one("select count(distinct resource) from campaign.authority")
+                 == len(self.s.resources), 15.0, every=0.1)
+
+    def _enqueue(self, db: Db) -> None:
+        db.sql("select pgfence.enqueue(%s, '{}', %s)", (self.s.queue, self.s.max_attempts))
+
+    def _feed(self, db: Db, stop: threading.Event) -> None:
+        while not stop.wait(self.s.enqueue_every):
+            self._enqueue(db)
+        db.close()
+
+    def _start(self, db: Db, fleet: Fleet, stop: threading.Event) -> None:
+        """The startup handshake: at most one pending start per resource, the database says."""
+        routes = itertools.cycle(("direct", "pgbouncer"))
+        while not stop.wait(0.5):
+            db.sql("select pgfence.requeue_expired()")
+            for r in self.s.resources:
+                invocation = db.one("select pgfence.request_start(%s, '3 seconds')", (r,))
+                if invocation is not None:
+                    fleet.start_invocation(r, invocation, next(routes))
+        db.close()

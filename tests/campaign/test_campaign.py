@@ -1,0 +1,49 @@
+"""The fault campaign in CI: one seeded schedule against the real package finds no violation,
+and the same schedule against each negative control finds the violation it is about.
+
+The campaign restarts its server, so it runs on a cluster of its own (with its own PgBouncer),
+not on the session's. See docs/campaign.md; scripts/campaign runs longer campaigns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from .cluster import Cluster
+from .schedule import Settings
+from .supervisor import Campaign
+from .variants import CONTROLS, VARIANTS
+
+SEED = "ci:1"
+
+# The invariant each control breaks, and so must be caught breaking.
+CAUGHT_BY = {"no-lock": "I2", "now": "I2", "no-attempt-check": "I5", "advisory": "I2"}
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
+    with Cluster() as cluster:
+        yield Campaign(cluster, replace(Settings(), random_faults=2),
+                       tmp_path_factory.mktemp("campaign-logs"))
+
+
+def test_real_package_keeps_every_invariant(campaign: Campaign) -> None:
+    outcome = campaign.run(VARIANTS["real"], SEED)
+    assert [str(v) for v in outcome.violations] == [], f"logs in {campaign.logs}"
+    assert outcome.figures["tasks"] >= Settings.initial_tasks
+    assert outcome.figures["writes"] >= outcome.figures["tasks"]
+    # The faults that expose the controls below were applied here too, and refused.
+    assert {"pause-before-fence", "pause-in-fence", "pause-before-complete",
+            "restart"} <= set(outcome.applied)
+
+
+@pytest.mark.parametrize("name", CONTROLS)
+def test_negative_control_is_caught(campaign: Campaign, name: str) -> None:
+    outcome = campaign.run(VARIANTS[name], SEED)
+    assert outcome.by_invariant()[CAUGHT_BY[name]] > 0, (
+        f"{name}: {VARIANTS[name].summary}: no {CAUGHT_BY[name]} violation found "
+        f"(faults applied: {dict(outcome.applied)}, missed: {dict(outcome.missed)}; "
+        f"logs in {campaign.logs})")

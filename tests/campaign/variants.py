@@ -1,0 +1,45 @@
+"""The real package and the negative controls: the same campaign against deliberately broken
+copies of pgfence's own functions. A checker that never fails proves nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pgfence.harness import Database
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    summary: str
+    # (function signature, text in its definition, replacement): each a one-place break
+    breaks: tuple[tuple[str, str, str], ...] = ()
+    advisory: bool = False               # workers lock with pg_try_advisory_lock instead
+
+    def install(self, dsn: str) -> None:
+        db = Database(dsn)
+        try:
+            for signature, old, new in self.breaks:
+                db.replace_in_function(signature, old, new)
+        finally:
+            db.close()
+
+
+FENCE = "pgfence.fence(uuid)"
+CLAIM = "pgfence.claim(uuid, text, integer, interval)"
+REPORT = "pgfence.report(uuid, text, jsonb)"
+
+VARIANTS = {v.name: v for v in (
+    Variant("real", "pgfence as installed"),
+    Variant("no-lock", "fence and claim without FOR KEY SHARE on the lease row", (
+        (FENCE, "for key share;", ";"),
+        (CLAIM, "for key share;", ";"))),
+    Variant("now", "fence and claim judge expiry by now(), the transaction's start", (
+        (FENCE, "v_lease.expires_at <= clock_timestamp()", "v_lease.expires_at <= now()"),
+        (CLAIM, "v_expires_at <= clock_timestamp()", "v_expires_at <= now()"))),
+    Variant("no-attempt-check", "complete/fail accept a superseded attempt's result", (
+        (REPORT, "if v_attempt < v_task.attempt then", "if false then"),)),
+    Variant("advisory", "a session advisory lock through PgBouncer instead of a lease; "
+            "unfenced writes", advisory=True),
+)}
+CONTROLS = tuple(name for name in VARIANTS if name != "real")

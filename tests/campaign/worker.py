@@ -1,0 +1,326 @@
+"""A campaign worker process: ``python -m tests.campaign.worker --dsn DSN --resource R ...``.
+
+pgfence mode, the real thing: a standby that polls ``Owner.acquire`` until it owns the
+resource (presenting ``--invocation`` when the supervisor started it after ``request_start``),
+then a ``Worker`` of the reference client. Its handler writes one row per attempt to the
+resource's protected table inside ``Owner.fenced``, stamped with lease, generation, task and
+attempt; the task is then completed in a transaction that also records what ``complete``
+answered. An invocation worker exits when its one term of ownership ends; a process worker
+goes back to standby.
+
+advisory mode, a negative control: the "lease" is ``pg_try_advisory_lock`` taken through a
+transaction pooler, and the writes are unfenced.
+
+The supervisor steers a worker through stdin, one command a line, and reads answers on stdout:
+
+    pause POINT   pause at the next POINT (before-fence, in-fence, before-complete): the worker
+                  answers ``paused POINT`` and stops itself with SIGSTOP; SIGCONT resumes it
+    disarm        cancels a pause not taken yet, answering ``disarmed``
+
+Every ``pause`` gets exactly one answer. Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from pgfence.client import LeaseLost, Owner, Worker
+
+POINTS = ("before-fence", "in-fence", "before-complete")
+
+
+def log(name: str, message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {name}: {message}", file=sys.stderr, flush=True)
+
+
+def connect(dsn: str, name: str) -> psycopg.Connection[tuple[Any, ...]]:
+    # prepare_threshold=None: no prepared statements, a transaction pooler may sit between.
+    return psycopg.connect(dsn, autocommit=True, prepare_threshold=None, application_name=name,
+                           connect_timeout=10)
+
+
+def die_with_parent() -> None:
+    """A worker must not outlive its supervisor, not even while stopped: SIGKILL reaches a
+    stopped process, a closed stdin does not."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() == 1:                   # the supervisor died before prctl
+        os._exit(1)
+
+
+class Control:
+    """The pause commands from the supervisor (see the module's docstring)."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self._lock = threading.Lock()
+        self._armed: str | None = None
+        self._stop = stop
+        threading.Thread(target=self._read, daemon=True, name="control").start()
+
+    def _read(self) -> None:
+        for line in sys.stdin:
+            command, _, point = line.strip().partition(" ")
+            with self._lock:
+                if command == "pause" and point in POINTS:
+                    self._armed = point
+                elif command == "disarm" and self._armed is not None:
+                    self._armed = None
+                    self._answer("disarmed")
+        self._stop.set()                    # stdin closed: the supervisor is gone
+
+    def _answer(self, line: str) -> None:
+        print(line, flush=True)
+
+    def armed(self, point: str) -> bool:
+        with self._lock:
+            return self._armed == point
+
+    def pause_at(self, *points: str) -> None:
+        with self._lock:
+            point = self._armed
+            if point not in points:
+                return
+            self._armed = None
+            self._answer(f"paused {point}")
+        os.kill(os.getpid(), signal.SIGSTOP)  # the whole process, renewer thread included
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: int
+    attempt: int
+
+
+class FencedWrite:
+    """The task handler: one row per attempt in the resource's protected table, written in a
+    transaction that fenced the lease, on a connection of its own."""
+
+    def __init__(self, owner: Owner, name: str, work: float, control: Control) -> None:
+        self.owner = owner
+        self.name = name
+        self.work = work
+        self.control = control
+        self.table = sql.Identifier("campaign", f"writes_{owner.resource}")
+        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+
+    def __call__(self, task: Task) -> dict[str, Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.owner.dsn, f"{self.name}-write")
+        conn = self._conn
+        try:
+            if self.control.armed("before-fence"):
+                write_id = self._late_fence(conn, task)
+            else:
+                with self.owner.fenced(conn):
+                    self.control.pause_at("in-fence")
+                    time.sleep(self.work)    # the handler's work, inside the fenced transaction
+                    # Owner.fenced sent BEGIN right before fence: now() is no later than fence.
+                    write_id = self._insert(conn, task, None)
+        except psycopg.OperationalError:
+            self.close()
+            raise
+        return {"task_id": task.task_id, "attempt": task.attempt, "write_id": write_id}
+
+    def _late_fence(self, conn: psycopg.Connection[tuple[Any, ...]], task: Task) -> int:
+        """A client that checked its local deadline and began its transaction, and then was
+        paused (or its next message delayed) before fence reached the server. The database's
+        clock alone can refuse it now: now() still says the transaction began in time.
+        (Owner.fenced checks the deadline right before BEGIN: the pause falls between the
+        two, which no code of the client can close.)"""
+        self.owner.check()
+        with conn.transaction():
+            self.control.pause_at("before-fence")
+            try:
+                row = conn.execute("select pgfence.fence(%s), statement_timestamp()",
+                                   (self.owner.lease_id,)).fetchone()
+            except psycopg.Error as e:
+                if e.sqlstate == "PF001":
+                    self.owner.lost = f"fence refused: {e.diag.message_primary}"
+                    raise LeaseLost(self.owner.lost) from e
+                raise
+            assert row is not None
+            return self._insert(conn, task, row[1])
+
+    def _insert(self, conn: psycopg.Connection[tuple[Any, ...]], task: Task,
+                fence_sent: datetime | None) -> int:
+        row = conn.execute(
+            sql.SQL("insert into {} (lease_id, generation, task_id, attempt, worker, "
+                    "fenced_not_before) values (%s, %s, %s, %s, %s, coalesce(%s, now())) "
+                    "returning id").format(self.table),
+            (self.owner.lease_id, self.owner.generation, task.task_id, task.attempt, self.name,
+             fence_sent)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+@dataclass
+class CampaignWorker(Worker):
+    """The reference Worker, with claims that tell the handler its task and attempt, and
+    completions recorded in ``campaign.reports`` in complete's own transaction."""
+
+    control: Control | None = None
+    name: str = ""
+
+    def _claim(self, conn: psycopg.Connection[tuple[Any, ...]]) -> list[tuple[uuid.UUID, Any]]:
+        try:
+            rows = conn.execute(
+                "select attempt_id, task_id, attempt "
+                "from pgfence.claim(%s, %s, %s, make_interval(secs => %s))",
+                (self.owner.lease_id, self.queue, self.qty, self.visibility)).fetchall()
+        except psycopg.Error as e:
+            if e.sqlstate == "PF001":
+                self.owner.lost = f"claim refused: {e.diag.message_primary}"
+                return []
+            raise
+        return [(attempt_id, Task(task_id, attempt)) for attempt_id, task_id, attempt in rows]
+
+    def _handle(self, conn: psycopg.Connection[tuple[Any, ...]], attempt_id: uuid.UUID,
+                payload: Any) -> None:
+        task: Task = payload
+        # LeaseLost and connection errors end the term; the attempt is left to requeue_expired
+        # (a fail() would cost the task a backoff for what is not its fault).
+        result = self.handler(task)
+        assert self.control is not None
+        self.control.pause_at("before-complete")
+        with conn.transaction():
+            row = conn.execute("select pgfence.complete(%s, %s)",
+                               (attempt_id, Jsonb(result))).fetchone()
+            assert row is not None
+            conn.execute("insert into campaign.reports (task_id, attempt, outcome, worker) "
+                         "values (%s, %s, %s, %s)", (task.task_id, task.attempt, row[0], self.name))
+        if row[0] != "accepted":
+            log(self.name, f"complete of task {task.task_id} attempt {task.attempt}: {row[0]}")
+        self.handled += 1
+
+
+def run_pgfence(args: argparse.Namespace, control: Control, stop: threading.Event) -> None:
+    standby: psycopg.Connection[tuple[Any, ...]] | None = None
+    while not stop.is_set():
+        owner = Owner(args.dsn, args.resource, owner=args.name, ttl=args.ttl)
+        try:
+            acquired = owner.acquire(args.invocation)
+        except psycopg.Error as e:
+            if args.invocation and e.sqlstate == "PF003":
+                log(args.name, "started for a paused resource: exit")
+                return
+            log(args.name, f"acquire: {e.sqlstate or type(e).__name__}")
+            stop.wait(args.poll)
+            continue
+        if not acquired:
+            if args.invocation:
+                log(args.name, "another owner is current: exit")
+                return
+            try:                            # a standby returns tasks of dead owners too
+                if standby is None or standby.closed:
+                    standby = connect(args.dsn, args.name)
+                standby.execute("select pgfence.requeue_expired()")
+            except psycopg.Error:
+                standby = None
+            stop.wait(args.poll)
+            continue
+        log(args.name, f"owns {args.resource} generation {owner.generation}")
+        handler = FencedWrite(owner, args.name, args.work, control)
+        worker = CampaignWorker(owner, args.queue, handler, visibility=args.visibility,
+                                idle_wait=args.idle_wait, stop=stop, control=control,
+                                name=args.name)
+        try:
+            worker.run()
+        except (LeaseLost, psycopg.Error) as e:
+            log(args.name, f"term ended: {type(e).__name__}: {str(e).splitlines()[0]}")
+        finally:
+            handler.close()
+            # Worker.run drains and releases, but not when the drain itself fails (the database
+            # is away): then its renewer thread would go on renewing a lease nobody works under.
+            with suppress(psycopg.Error):
+                owner.release()
+        log(args.name, f"gave up generation {owner.generation}: "
+                       f"{owner.lost or 'could not release'}")
+        if args.invocation:
+            return
+
+
+def run_advisory(args: argparse.Namespace, control: Control, stop: threading.Event) -> None:
+    """The negative control: ownership by a session advisory lock, through a transaction
+    pooler, so the "session" is whichever server connection the pooler hands out next."""
+    conn: psycopg.Connection[tuple[Any, ...]] | None = None
+    generation: int | None = None
+    table = sql.Identifier("campaign", f"writes_{args.resource}")
+    while not stop.is_set():
+        try:
+            conn = conn if conn and not conn.closed else connect(args.dsn, args.name)
+            if generation is None:
+                row = conn.execute("select pg_try_advisory_lock(hashtext(%s))",
+                                   (args.resource,)).fetchone()
+                if not (row and row[0]):
+                    stop.wait(args.poll)
+                    continue
+                row = conn.execute("insert into campaign.advisory_leases (resource, owner) "
+                                   "values (%s, %s) returning generation",
+                                   (args.resource, args.name)).fetchone()
+                assert row is not None
+                generation = int(row[0])
+                log(args.name, f"owns {args.resource} by advisory lock, generation {generation}")
+            with conn.transaction():
+                control.pause_at(*POINTS)   # its only point: inside its write
+                conn.execute(sql.SQL("insert into {} (generation, worker, fenced_not_before) "
+                                     "values (%s, %s, now())").format(table),
+                             (generation, args.name))
+            stop.wait(args.work * 2)
+        except psycopg.Error as e:
+            # Its session is gone, it believes, and its lock with it: it will lock again.
+            log(args.name, f"lost the connection: {type(e).__name__}")
+            if conn is not None:
+                conn.close()
+            conn, generation = None, None
+            stop.wait(args.poll)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--dsn", required=True)
+    p.add_argument("--resource", required=True)
+    p.add_argument("--queue", default="jobs")
+    p.add_argument("--name", required=True, help="owner name and application_name prefix")
+    p.add_argument("--mode", choices=("pgfence", "advisory"), default="pgfence")
+    p.add_argument("--invocation", type=uuid.UUID, help="acquire presenting this invocation")
+    p.add_argument("--ttl", type=float, default=1.5)
+    p.add_argument("--visibility", type=float, default=2.5)
+    p.add_argument("--work", type=float, default=0.08)
+    p.add_argument("--poll", type=float, default=1.0)
+    p.add_argument("--idle-wait", type=float, default=0.3)
+    args = p.parse_args()
+    die_with_parent()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # drain: finish the task, release
+    control = Control(stop)
+    log(args.name, f"started ({args.mode}{', invocation' if args.invocation else ''})")
+    if args.mode == "advisory":
+        run_advisory(args, control, stop)
+    else:
+        run_pgfence(args, control, stop)
+    log(args.name, "exit")
+
+
+if __name__ == "__main__":
+    main()
