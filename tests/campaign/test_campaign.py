@@ -40,7 +40,15 @@ def test_real_package_keeps_every_invariant(campaign: Campaign) -> None:
             "restart"} <= set(outcome.applied)
 
 
-@pytest.mark.parametrize("name", CONTROLS)
+# `now` is left out here: the campaign catches it only when a resumed fence lands within
+# milliseconds after the lease's expiry, which one short schedule on a loaded machine does not
+# always produce (seen in CI). Its deterministic negative control is
+# tests/test_ownership.py::test_negative_control_expiry_judged_on_now; `scripts/campaign
+# --variant controls` still runs it.
+CI_CONTROLS = tuple(name for name in CONTROLS if name != "now")
+
+
+@pytest.mark.parametrize("name", CI_CONTROLS)
 def test_negative_control_is_caught(campaign: Campaign, name: str) -> None:
     outcome = campaign.run(VARIANTS[name], SEED)
     assert outcome.by_invariant()[CAUGHT_BY[name]] > 0, (
