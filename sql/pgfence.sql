@@ -56,13 +56,15 @@ end
 $$;
 
 -- Resource and queue names: printable, no spaces, so they survive logs, shells and the CLI.
+-- check_name, check_interval and check_not_null run on every renew, fence and claim. They have
+-- no SET clause, which would cost a save, a restore and a recomputed search path on every
+-- call; instead every name in them is qualified (pgspot checks that).
 create function pgfence.check_name(arg text, value text)
 returns void
 language plpgsql
-set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if value is null or value !~ '^[A-Za-z0-9_][A-Za-z0-9_.:@/-]{0,127}$' then
+  if value is null or value operator(pg_catalog.!~) '^[A-Za-z0-9_][A-Za-z0-9_.:@/-]{0,127}$' then
     perform pgfence.invalid_argument(arg,
       'must be 1 to 128 characters from A-Z a-z 0-9 _ . : @ / - and not start with punctuation',
       value);
@@ -88,11 +90,11 @@ $$;
 create function pgfence.check_interval(arg text, value interval)
 returns void
 language plpgsql
-set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if value is null or value <= interval '0' or value > interval '1 day' then
-    perform pgfence.invalid_argument(arg, 'must be more than 0 and at most 1 day', value::text);
+  if value is null or value operator(pg_catalog.<=) '0'::pg_catalog.interval
+     or value operator(pg_catalog.>) '1 day'::pg_catalog.interval then
+    perform pgfence.invalid_argument(arg, 'must be more than 0 and at most 1 day', value::pg_catalog.text);
   end if;
 end
 $$;
@@ -100,7 +102,6 @@ $$;
 create function pgfence.check_not_null(arg text, value anyelement)
 returns void
 language plpgsql
-set search_path = pg_catalog, pg_temp
 as $$
 begin
   if value is null then
@@ -232,6 +233,7 @@ create table pgfence.leases (
   acquired_at   timestamptz not null,
   renewed_at    timestamptz,
   expires_at    timestamptz not null,
+  renewed_from  timestamptz,                   -- the expiry the latest renewal replaced (see renew)
   drained_at    timestamptz,                   -- when it stopped claiming (drain, deprecate, update window)
   ended_at      timestamptz,
   invocation_id uuid
@@ -254,7 +256,8 @@ create index invocations_pending on pgfence.invocations (resource) where acknowl
 
 -- Raises PF001 with the reason a lease authorizes nothing. Callers hold no lock they need
 -- after this: the exception rolls the statement back.
-create function pgfence.lease_not_current(lease_id uuid)
+-- expired_at: the expiry the caller found passed, when its own uncommitted write hides it.
+create function pgfence.lease_not_current(lease_id uuid, expired_at timestamptz default null)
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -262,7 +265,9 @@ as $$
 declare
   v_reason text;
 begin
-  select case when l.state in ('active', 'draining') and l.expires_at <= clock_timestamp()
+  select case when lease_not_current.expired_at is not null
+              then 'expired at ' || lease_not_current.expired_at
+              when l.state in ('active', 'draining') and l.expires_at <= clock_timestamp()
               then 'expired at ' || l.expires_at
               else l.state end
     into v_reason
@@ -372,26 +377,32 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_expires_at timestamptz;
+  v_replaced timestamptz;
+  v_updated_at timestamptz;
 begin
   perform pgfence.check_not_null('lease_id', renew.lease_id);
   perform pgfence.check_interval('ttl', renew.ttl);
-  -- FOR NO KEY UPDATE does not wait for the owner's fenced transactions (FOR KEY SHARE).
-  -- Lock first, judge after: a WHERE clause is evaluated before a lock wait, and not again
-  -- when the holder only locked the row. Expiry is final: an expired lease never comes back,
-  -- so a takeover that found it expired cannot be undone by a late renewal.
-  select l.state, l.expires_at into state, v_expires_at
-    from pgfence.leases l
-   where l.lease_id = renew.lease_id
-     for no key update;
-  if not found or renew.state not in ('active', 'draining') or v_expires_at <= clock_timestamp() then
-    perform pgfence.lease_not_current(renew.lease_id);
-  end if;
+  -- One HOT update. Its lock (FOR NO KEY UPDATE) does not wait for the owner's fenced
+  -- transactions (FOR KEY SHARE). Expiry is final: an expired lease never comes back, so a
+  -- takeover that found it expired cannot be undone by a late renewal. The WHERE clause is
+  -- evaluated before a lock wait, and again after it only if the row was updated meanwhile:
+  -- behind a transaction that only locked the row (a repeated drain, an acquire that found
+  -- the lease current) the update goes through unchecked, however long it waited. So the
+  -- expiry it replaced is kept in renewed_from and judged against the clock read in
+  -- RETURNING, which runs after the row is written, after any wait.
   update pgfence.leases l
-     set expires_at = clock_timestamp() + renew.ttl,
+     set renewed_from = l.expires_at,
+         expires_at = clock_timestamp() + renew.ttl,
          renewed_at = clock_timestamp()
-   where l.lease_id = renew.lease_id
-  returning l.expires_at into expires_at;
+   where l.lease_id = renew.lease_id and l.state in ('active', 'draining') and l.expires_at > clock_timestamp()
+  returning l.renewed_from, clock_timestamp(), l.expires_at, l.state
+       into v_replaced, v_updated_at, expires_at, state;
+  if not found then
+    perform pgfence.lease_not_current(renew.lease_id);
+  elsif v_replaced <= v_updated_at then
+    -- It expired while this renewal waited: the exception undoes the update.
+    perform pgfence.lease_not_current(renew.lease_id, v_replaced);
+  end if;
 end
 $$;
 comment on function pgfence.renew(uuid, interval) is
@@ -485,7 +496,7 @@ comment on function pgfence.deprecate(text) is
 
 revoke all on table pgfence.leases, pgfence.invocations from public;
 revoke all on sequence pgfence.generation from public;
-revoke all on function pgfence.lease_not_current(uuid) from public;
+revoke all on function pgfence.lease_not_current(uuid, timestamptz) from public;
 revoke all on function pgfence.resource_not_found(text) from public;
 revoke all on function pgfence.acquire(text, text, interval, uuid) from public;
 revoke all on function pgfence.renew(uuid, interval) from public;
@@ -521,28 +532,34 @@ insert into pgfence.signing_key (key)
 values (decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'));
 revoke all on table pgfence.signing_key from public;
 
--- A keyed hash (hex) of message: nobody without the key can compute or forge it.
-create function pgfence.sign(message text)
+-- A keyed hash (hex) of message: nobody without the key can compute or forge it. The caller
+-- reads the key (once, however many messages it signs). A LANGUAGE sql function with no SET,
+-- no table access and no SECURITY DEFINER is inlined into its caller's statement: an
+-- expression, not a function call that is parsed and planned again by every new executor.
+-- Without a pinned search_path, every name in it is qualified (pgspot checks that).
+create function pgfence.sign(message text, key bytea)
 returns text
 language sql
-stable
-set search_path = pg_catalog, pg_temp
+stable  -- convert_to is stable; a function declared more strictly than its body is not inlined
 as $$
-  select encode(sha256(k.key || convert_to(sign.message, 'UTF8')), 'hex') from pgfence.signing_key k;
+  select pg_catalog.encode(pg_catalog.sha256(pg_catalog.byteacat(sign.key, pg_catalog.convert_to(sign.message, 'UTF8'))),
+                           'hex');
 $$;
-revoke all on function pgfence.sign(text) from public;
+revoke all on function pgfence.sign(text, bytea) from public;
 
 -- The proof that this transaction fenced resource: a keyed hash of the transaction id and the
 -- resource name. It is worthless in any other transaction, and from a session-level SET.
-create function pgfence.fence_token(resource text)
+-- Inlined like sign: fence and the guard compute it on every fenced transaction and every
+-- protected write.
+create function pgfence.fence_token(resource text, key bytea)
 returns text
 language sql
 stable
-set search_path = pg_catalog, pg_temp
 as $$
-  select pgfence.sign('fence ' || pg_current_xact_id()::text || ' ' || fence_token.resource);
+  select pgfence.sign(pg_catalog.format('fence %s %s', pg_catalog.pg_current_xact_id(), fence_token.resource),
+                      fence_token.key);
 $$;
-revoke all on function pgfence.fence_token(text) from public;
+revoke all on function pgfence.fence_token(text, bytea) from public;
 
 create function pgfence.fence(lease_id uuid)
 returns bigint
@@ -551,30 +568,32 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_lease pgfence.leases;
-  v_marker text;
+  v_state text;
+  v_expires_at timestamptz;
+  v_generation bigint;
   v_token text;
+  v_marker text;
 begin
   perform pgfence.check_not_null('lease_id', fence.lease_id);
   -- FOR KEY SHARE, held to the end of the caller's transaction: a takeover, drain or release
   -- needs FOR UPDATE on this row and waits until then (I2). Concurrent fences of the same
   -- lease and renewals do not conflict with it.
-  select * into v_lease
-    from pgfence.leases l
+  select l.state, l.expires_at, l.generation, pgfence.fence_token(l.resource, k.key)
+    into v_state, v_expires_at, v_generation, v_token
+    from pgfence.leases l, pgfence.signing_key k
    where l.lease_id = fence.lease_id
-     for key share;
+     for key share of l;
   -- Judged after the lock wait, on the clock of this moment (I7).
-  if not found or v_lease.state <> 'active' or v_lease.expires_at <= clock_timestamp() then
+  if not found or v_state <> 'active' or v_expires_at <= clock_timestamp() then
     perform pgfence.lease_not_current(fence.lease_id);
   end if;
   -- A transaction-local marker for the guard of protected tables: it lives exactly as long
   -- as the row lock above (both end at commit, rollback or rollback to an earlier savepoint).
   v_marker := coalesce(nullif(current_setting('pgfence.fenced', true), ''), E'\n');
-  v_token := pgfence.fence_token(v_lease.resource);
   if strpos(v_marker, E'\n' || v_token || E'\n') = 0 then
     perform set_config('pgfence.fenced', v_marker || v_token || E'\n', true);
   end if;
-  return v_lease.generation;
+  return v_generation;
 end
 $$;
 comment on function pgfence.fence(uuid) is
@@ -619,8 +638,9 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if strpos(coalesce(current_setting('pgfence.fenced', true), ''),
-            E'\n' || pgfence.fence_token(tg_argv[0]) || E'\n') > 0 then
+  if exists (select from pgfence.signing_key k
+              where strpos(coalesce(current_setting('pgfence.fenced', true), ''),
+                           E'\n' || pgfence.fence_token(tg_argv[0], k.key) || E'\n') > 0) then
     return null;
   end if;
   if tg_argv[1] = 'observe' then
@@ -787,8 +807,9 @@ create table pgfence.tasks (
 );
 comment on table pgfence.tasks is 'The task queue. Not a public interface: use enqueue, claim, complete, fail, extend.';
 create index tasks_ready on pgfence.tasks (queue, ready_at) where state = 'queued';
+-- Also the list of claimed tasks the views and update_status count per lease: an index on
+-- lease_id would be one more entry to write per claimed task, on the hottest path.
 create index tasks_visibility on pgfence.tasks (visible_until) where state = 'claimed';
-create index tasks_held on pgfence.tasks (lease_id) where state = 'claimed';
 
 -- Results that arrived from an attempt that no longer holds its task (I5): kept for operators,
 -- never applied, never silently dropped.
@@ -808,15 +829,47 @@ comment on table pgfence.stale_results is 'Results refused as stale: the attempt
 -- so a result finds its task by primary key, and the current attempt's id is checked exactly.
 -- The lease is signed in because task ids and attempt numbers can be issued again after an
 -- asynchronous failover lost a claim; lease ids never are (I3).
-create function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid)
+-- An expression its callers inline (see pgfence.sign, also for why every name in it is
+-- qualified): claim signs every id it mints with one read of the key.
+create function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid, key bytea)
 returns uuid
 language sql
 stable
+as $$
+  select pg_catalog.format('%s8%s8%s',
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.task_id), 12, '0'),
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.attempt), 3, '0'),
+           pg_catalog.left(pgfence.sign(pg_catalog.format('attempt %s %s %s', attempt_uuid.task_id,
+                                                          attempt_uuid.attempt, attempt_uuid.lease_id),
+                                        attempt_uuid.key), 15))::pg_catalog.uuid;
+$$;
+
+-- The same, reading the key itself: for checking one id.
+create function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid)
+returns uuid
+language plpgsql
+stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select (lpad(to_hex(attempt_uuid.task_id), 12, '0') || '8' || lpad(to_hex(attempt_uuid.attempt), 3, '0')
-          || '8' || left(pgfence.sign('attempt ' || attempt_uuid.task_id || ' ' || attempt_uuid.attempt
-                                      || ' ' || attempt_uuid.lease_id), 15))::uuid;
+declare
+  v_attempt_id uuid;
+begin
+  select pgfence.attempt_uuid(attempt_uuid.task_id, attempt_uuid.attempt, attempt_uuid.lease_id, k.key)
+    into v_attempt_id
+    from pgfence.signing_key k;
+  return v_attempt_id;
+end
+$$;
+
+-- The task id an attempt_id names (NULL for NULL), unchecked: an expression its callers inline
+-- (see pgfence.sign) to find the task by primary key before they check the whole id.
+create function pgfence.attempt_task(attempt_id uuid)
+returns bigint
+language sql
+immutable
+as $$
+  select pg_catalog.textcat('x0000', pg_catalog.left(pg_catalog.replace(attempt_task.attempt_id::pg_catalog.text, '-', ''), 12))
+           ::pg_catalog.bit(64)::pg_catalog.int8;
 $$;
 
 -- The task and attempt number an attempt_id names; 22023 for NULL or an id of another shape.
@@ -879,10 +932,14 @@ returns table (task_id bigint, attempt_id uuid, attempt int, payload jsonb)
 language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
+-- The claim below has one good plan whatever the queue's size or qty (a primary-key lookup of
+-- the picked ids); costed with qty unknown, plpgsql would plan it again on every call.
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_state text;
   v_expires_at timestamptz;
+  v_key bytea;
 begin
   perform pgfence.check_not_null('lease_id', claim.lease_id);
   perform pgfence.check_name('queue', claim.queue);
@@ -900,24 +957,24 @@ begin
   if not found or v_state <> 'active' or v_expires_at <= clock_timestamp() then
     perform pgfence.lease_not_current(claim.lease_id);
   end if;
-  -- SKIP LOCKED: claimers never wait for each other's rows.
+  select k.key into v_key from pgfence.signing_key k;
+  -- SKIP LOCKED: claimers never wait for each other's rows. The ids are picked into an array
+  -- so that the update finds its rows by primary key.
   return query
-  with picked as (
-    select t.task_id
-      from pgfence.tasks t
-     where t.queue = claim.queue and t.state = 'queued' and t.ready_at <= clock_timestamp()
-     order by t.ready_at
-     limit claim.qty
-       for update skip locked)
   update pgfence.tasks t
      set state = 'claimed',
          attempt = t.attempt + 1,
          lease_id = claim.lease_id,
          reported = false,
          visible_until = clock_timestamp() + claim.visibility
-    from picked
-   where t.task_id = picked.task_id
-  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id), t.attempt, t.payload;
+   where t.task_id = any (array(
+           select p.task_id
+             from pgfence.tasks p
+            where p.queue = claim.queue and p.state = 'queued' and p.ready_at <= clock_timestamp()
+            order by p.ready_at
+            limit claim.qty
+              for update skip locked))
+  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id, v_key), t.attempt, t.payload;
 end
 $$;
 comment on function pgfence.claim(uuid, text, int, interval) is
@@ -976,11 +1033,27 @@ $$;
 
 create function pgfence.complete(attempt_id uuid, result jsonb default null)
 returns text
-language sql
+language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
-  select pgfence.report(complete.attempt_id, 'complete', complete.result);
+begin
+  -- The common case in one statement: the attempt that holds the task completes it, once (the
+  -- id is the current attempt's only if its signature matches the row's attempt and lease).
+  -- No clock in the condition, so a lock wait cannot make it wrong: a concurrent update of the
+  -- row is re-checked (EvalPlanQual), and a transaction that only locked it changed nothing.
+  update pgfence.tasks t
+     set state = 'completed', result = complete.result, reported = true,
+         visible_until = null, finished_at = clock_timestamp()
+    from pgfence.signing_key k
+   where t.task_id = pgfence.attempt_task(complete.attempt_id) and not t.reported
+     and pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id, k.key) = complete.attempt_id;
+  if found then
+    return 'accepted';
+  end if;
+  -- Everything else (a retry, a stale or unknown attempt, a bad id) by the rule of report.
+  return pgfence.report(complete.attempt_id, 'complete', complete.result);
+end
 $$;
 comment on function pgfence.complete(uuid, jsonb) is
   'Finishes a task with result: accepted from the attempt that holds it (also after its lease expired), '
@@ -988,11 +1061,13 @@ comment on function pgfence.complete(uuid, jsonb) is
 
 create function pgfence.fail(attempt_id uuid, error jsonb default null)
 returns text
-language sql
+language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
-  select pgfence.report(fail.attempt_id, 'fail', fail.error);
+begin
+  return pgfence.report(fail.attempt_id, 'fail', fail.error);
+end
 $$;
 comment on function pgfence.fail(uuid, jsonb) is
   'Reports a failed attempt: the task is retried with backoff, or fails for good after max_attempts. '
@@ -1071,7 +1146,9 @@ comment on function pgfence.requeue_expired(int) is
   'Safe to run from several sessions at once; never touches an attempt within its visibility.';
 
 revoke all on table pgfence.tasks, pgfence.stale_results from public;
-revoke all on function pgfence.attempt_uuid(bigint, int, uuid), pgfence.attempt_of(uuid), pgfence.unknown_attempt(uuid),
+revoke all on function pgfence.attempt_uuid(bigint, int, uuid, bytea), pgfence.attempt_uuid(bigint, int, uuid),
+                       pgfence.attempt_task(uuid),
+                       pgfence.attempt_of(uuid), pgfence.unknown_attempt(uuid),
                        pgfence.report(uuid, text, jsonb), pgfence.enqueue(text, jsonb, int),
                        pgfence.claim(uuid, text, int, interval), pgfence.complete(uuid, jsonb),
                        pgfence.fail(uuid, jsonb), pgfence.extend(uuid, interval), pgfence.requeue_expired(int)
@@ -1397,9 +1474,14 @@ select l.resource,
        l.drained_at,
        l.ended_at,
        greatest(l.expires_at - clock_timestamp(), interval '0') as time_left,
-       (select count(*) from pgfence.tasks t
-         where t.lease_id = l.lease_id and t.state = 'claimed') as tasks_held
-  from pgfence.leases l;
+       coalesce(h.tasks_held, 0) as tasks_held
+  from pgfence.leases l
+  -- Claimed tasks are few (they are in flight) and found by tasks_visibility: counted once,
+  -- not looked up per lease, since tasks have no index on lease_id (claims would maintain it).
+  left join (select t.lease_id, count(*) as tasks_held
+               from pgfence.tasks t
+              where t.state = 'claimed'
+              group by t.lease_id) h on h.lease_id = l.lease_id;
 comment on view pgfence.lease_status is
   'One row per lease: current, stale (active but expired: authorizes nothing), draining, released or superseded; '
   'tasks_held counts tasks its attempts still hold.';
@@ -1417,9 +1499,9 @@ select r.resource,
        (select count(*) from pgfence.invocations i
          where i.resource = r.resource and i.acknowledged_at is null
            and i.expires_at > clock_timestamp()) as pending_invocations,
-       (select count(*) from pgfence.leases l
-          join pgfence.tasks t on t.lease_id = l.lease_id and t.state = 'claimed'
-         where l.resource = r.resource) as claimed_tasks,
+       (select count(*) from pgfence.tasks t
+          join pgfence.leases l on l.lease_id = t.lease_id
+         where t.state = 'claimed' and l.resource = r.resource) as claimed_tasks,
        (select i.token from pgfence.update_items i
          where i.resource = r.resource and i.outcome is null) as open_update
   from pgfence.resources r

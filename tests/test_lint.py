@@ -19,8 +19,24 @@ BIN = Path(sys.executable).parent
 SQUAWK_CONFIG = ROOT / ".squawk.toml"
 
 
+# Functions on the hot paths that have no SET search_path, on purpose: a SET makes every call
+# save and restore the setting and recompute the search path, and keeps a LANGUAGE sql function
+# from being inlined. None is SECURITY DEFINER; each names everything with its schema, which
+# pgspot still checks (any unqualified name in them is reported).
+WITHOUT_SEARCH_PATH = (
+    "pgfence.check_name(arg text,value text)",
+    "pgfence.check_interval(arg text,value interval)",
+    "pgfence.check_not_null(arg text,value anyelement)",
+    "pgfence.sign(message text,key bytea)",
+    "pgfence.fence_token(resource text,key bytea)",
+    "pgfence.attempt_uuid(task_id bigint,attempt integer,lease_id uuid,key bytea)",
+    "pgfence.attempt_task(attempt_id uuid)",
+)
+
+
 def pgspot(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([BIN / "pgspot", str(path)], capture_output=True, text=True)
+    allowed = [arg for proc in WITHOUT_SEARCH_PATH for arg in ("--proc-without-search-path", proc)]
+    return subprocess.run([BIN / "pgspot", *allowed, str(path)], capture_output=True, text=True)
 
 
 def squawk(*paths: Path) -> subprocess.CompletedProcess[str]:
@@ -44,6 +60,18 @@ as $$ select format('%s', current_user) $$;
     out = pgspot(bundle)
     assert out.returncode != 0
     assert "PS003" in out.stdout, out.stdout
+
+
+def test_negative_control_pgspot_checks_names_where_no_search_path(tmp_path: Path) -> None:
+    # pgfence.sign with one built-in left unqualified: an object in the caller's search_path
+    # could stand in for it, and pgspot must say so although sign may go without a SET.
+    text = (ROOT / "sql/pgfence.sql").read_text()
+    assert text.count("pg_catalog.sha256(") == 1
+    bundle = tmp_path / "pgfence.sql"
+    bundle.write_text(text.replace("pg_catalog.sha256(", "sha256("))
+    out = pgspot(bundle)
+    assert out.returncode != 0
+    assert "PS016: Unqualified function call: sha256" in out.stdout, out.stdout
 
 
 def test_squawk_finds_nothing_in_the_migrations() -> None:

@@ -111,7 +111,7 @@ def test_takeover_waits_for_open_fenced_transaction(db: Database) -> None:
 
 
 def test_negative_control_fence_without_row_lock(db: Database) -> None:
-    db.replace_in_function(FENCE, "     for key share;", ";")
+    db.replace_in_function(FENCE, "     for key share of l;", ";")
     t = takeover_during_fenced_transaction(db)
     assert not t.blocked, "without the lock the successor is granted while A's transaction is open"
 
@@ -137,6 +137,44 @@ def test_renewal_does_not_wait_for_fenced_transaction(db: Database) -> None:
 def test_negative_control_fence_with_exclusive_lock_blocks_renewal(db: Database) -> None:
     db.replace_in_function(FENCE, "for key share", "for update")
     assert renewal_during_fenced_transaction(db) is True
+
+
+RENEW = "pgfence.renew(uuid, interval)"
+
+
+def renewal_waiting_across_expiry(db: Database) -> tuple[str | None, bool]:
+    """The owner renews while another transaction holds the lease row locked without changing
+    it (a repeated drain), and the lease expires before that transaction ends. Returns the
+    renewal's SQLSTATE (None if it succeeded) and whether the lease is current afterwards."""
+    db.sql("select pgfence.register('r')")
+    owner, other = db.session("owner"), db.session("other")
+    lease = acquired(owner.acquire("r"))
+    owner.drain(lease)
+    db.sql("update pgfence.leases set expires_at = clock_timestamp() + interval '2 seconds' "
+           "where lease_id = %s", (lease.lease_id,))
+    other.begin()
+    assert other.drain(lease) == "draining"  # FOR UPDATE on the lease row; changes nothing
+    step = owner.start("select * from pgfence.renew(%s, '30 seconds')", (lease.lease_id,))
+    assert step.settle(), "the renewal must wait for the row lock"
+    live = "select expires_at > clock_timestamp() from pgfence.leases where lease_id = %s"
+    assert db.one(live, (lease.lease_id,)), "the lease expired before the renewal was queued"
+    db.wait_until("select not (" + live + ")", (lease.lease_id,))
+    other.commit()
+    try:
+        step.result()
+        sqlstate = None
+    except psycopg.Error as e:
+        sqlstate = e.sqlstate
+    return sqlstate, db.one(live, (lease.lease_id,))
+
+
+def test_renewal_that_waited_across_expiry_is_refused(db: Database) -> None:
+    assert renewal_waiting_across_expiry(db) == ("PF001", False), "expiry is final"
+
+
+def test_negative_control_renewal_judged_before_its_lock_wait(db: Database) -> None:
+    db.replace_in_function(RENEW, "elsif v_replaced <= v_updated_at then", "elsif false then")
+    assert renewal_waiting_across_expiry(db) == (None, True), "the expired lease came back"
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,7 +248,7 @@ def test_resumed_owner_is_refused_everything(db: Database) -> None:
 
 def test_negative_control_fence_ignoring_lease_state(db: Database) -> None:
     db.replace_in_function(
-        FENCE, "v_lease.state <> 'active' or v_lease.expires_at <= clock_timestamp()", "false")
+        FENCE, "v_state <> 'active' or v_expires_at <= clock_timestamp()", "false")
     r = resumed_owner(db)
     assert r.fence is None and r.fenced_write is None, "the stale owner got through"
     assert not r.successor_intact
@@ -245,8 +283,7 @@ def test_expiry_judged_on_clock_timestamp(db: Database) -> None:
 
 
 def test_negative_control_expiry_judged_on_now(db: Database) -> None:
-    db.replace_in_function(FENCE, "v_lease.expires_at <= clock_timestamp()",
-                           "v_lease.expires_at <= now()")
+    db.replace_in_function(FENCE, "v_expires_at <= clock_timestamp()", "v_expires_at <= now()")
     assert fence_after_expiry_in_old_transaction(db) is None
 
 
@@ -362,6 +399,7 @@ def test_replayed_marker_is_refused(db: Database) -> None:
 
 
 def test_negative_control_marker_of_resource_names(db: Database) -> None:
-    db.replace_in_function(FENCE, "pgfence.fence_token(v_lease.resource)", "v_lease.resource")
-    db.replace_in_function("pgfence.guard()", "pgfence.fence_token(tg_argv[0])", "tg_argv[0]")
+    db.replace_in_function(FENCE, "pgfence.fence_token(l.resource, k.key)", "l.resource")
+    db.replace_in_function("pgfence.guard()",
+                           "pgfence.fence_token(tg_argv[0], k.key)", "tg_argv[0]")
     assert replayed_marker(db) is None

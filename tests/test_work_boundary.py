@@ -211,9 +211,8 @@ def test_lost_renewal_response_then_retry(any_db: Database) -> None:
 
 def test_negative_control_renewal_that_rotates_the_lease(db: Database) -> None:
     # A plausible but broken design: each renewal issues a new lease_id.
-    db.replace_in_function(RENEW, "set expires_at = clock_timestamp() + renew.ttl,",
-                           "set lease_id = gen_random_uuid(), "
-                           "expires_at = clock_timestamp() + renew.ttl,")
+    db.replace_in_function(RENEW, "set renewed_from = l.expires_at,",
+                           "set lease_id = gen_random_uuid(), renewed_from = l.expires_at,")
     retry, _ = renew_with_lost_response(db)
     assert retry == "PF001"
 

@@ -19,28 +19,34 @@ insert into pgfence.signing_key (key)
 values (decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'));
 revoke all on table pgfence.signing_key from public;
 
--- A keyed hash (hex) of message: nobody without the key can compute or forge it.
-create function pgfence.sign(message text)
+-- A keyed hash (hex) of message: nobody without the key can compute or forge it. The caller
+-- reads the key (once, however many messages it signs). A LANGUAGE sql function with no SET,
+-- no table access and no SECURITY DEFINER is inlined into its caller's statement: an
+-- expression, not a function call that is parsed and planned again by every new executor.
+-- Without a pinned search_path, every name in it is qualified (pgspot checks that).
+create function pgfence.sign(message text, key bytea)
 returns text
 language sql
-stable
-set search_path = pg_catalog, pg_temp
+stable  -- convert_to is stable; a function declared more strictly than its body is not inlined
 as $$
-  select encode(sha256(k.key || convert_to(sign.message, 'UTF8')), 'hex') from pgfence.signing_key k;
+  select pg_catalog.encode(pg_catalog.sha256(pg_catalog.byteacat(sign.key, pg_catalog.convert_to(sign.message, 'UTF8'))),
+                           'hex');
 $$;
-revoke all on function pgfence.sign(text) from public;
+revoke all on function pgfence.sign(text, bytea) from public;
 
 -- The proof that this transaction fenced resource: a keyed hash of the transaction id and the
 -- resource name. It is worthless in any other transaction, and from a session-level SET.
-create function pgfence.fence_token(resource text)
+-- Inlined like sign: fence and the guard compute it on every fenced transaction and every
+-- protected write.
+create function pgfence.fence_token(resource text, key bytea)
 returns text
 language sql
 stable
-set search_path = pg_catalog, pg_temp
 as $$
-  select pgfence.sign('fence ' || pg_current_xact_id()::text || ' ' || fence_token.resource);
+  select pgfence.sign(pg_catalog.format('fence %s %s', pg_catalog.pg_current_xact_id(), fence_token.resource),
+                      fence_token.key);
 $$;
-revoke all on function pgfence.fence_token(text) from public;
+revoke all on function pgfence.fence_token(text, bytea) from public;
 
 create function pgfence.fence(lease_id uuid)
 returns bigint
@@ -49,30 +55,32 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_lease pgfence.leases;
-  v_marker text;
+  v_state text;
+  v_expires_at timestamptz;
+  v_generation bigint;
   v_token text;
+  v_marker text;
 begin
   perform pgfence.check_not_null('lease_id', fence.lease_id);
   -- FOR KEY SHARE, held to the end of the caller's transaction: a takeover, drain or release
   -- needs FOR UPDATE on this row and waits until then (I2). Concurrent fences of the same
   -- lease and renewals do not conflict with it.
-  select * into v_lease
-    from pgfence.leases l
+  select l.state, l.expires_at, l.generation, pgfence.fence_token(l.resource, k.key)
+    into v_state, v_expires_at, v_generation, v_token
+    from pgfence.leases l, pgfence.signing_key k
    where l.lease_id = fence.lease_id
-     for key share;
+     for key share of l;
   -- Judged after the lock wait, on the clock of this moment (I7).
-  if not found or v_lease.state <> 'active' or v_lease.expires_at <= clock_timestamp() then
+  if not found or v_state <> 'active' or v_expires_at <= clock_timestamp() then
     perform pgfence.lease_not_current(fence.lease_id);
   end if;
   -- A transaction-local marker for the guard of protected tables: it lives exactly as long
   -- as the row lock above (both end at commit, rollback or rollback to an earlier savepoint).
   v_marker := coalesce(nullif(current_setting('pgfence.fenced', true), ''), E'\n');
-  v_token := pgfence.fence_token(v_lease.resource);
   if strpos(v_marker, E'\n' || v_token || E'\n') = 0 then
     perform set_config('pgfence.fenced', v_marker || v_token || E'\n', true);
   end if;
-  return v_lease.generation;
+  return v_generation;
 end
 $$;
 comment on function pgfence.fence(uuid) is

@@ -40,6 +40,7 @@ create table pgfence.leases (
   acquired_at   timestamptz not null,
   renewed_at    timestamptz,
   expires_at    timestamptz not null,
+  renewed_from  timestamptz,                   -- the expiry the latest renewal replaced (see renew)
   drained_at    timestamptz,                   -- when it stopped claiming (drain, deprecate, update window)
   ended_at      timestamptz,
   invocation_id uuid
@@ -62,7 +63,8 @@ create index invocations_pending on pgfence.invocations (resource) where acknowl
 
 -- Raises PF001 with the reason a lease authorizes nothing. Callers hold no lock they need
 -- after this: the exception rolls the statement back.
-create function pgfence.lease_not_current(lease_id uuid)
+-- expired_at: the expiry the caller found passed, when its own uncommitted write hides it.
+create function pgfence.lease_not_current(lease_id uuid, expired_at timestamptz default null)
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -70,7 +72,9 @@ as $$
 declare
   v_reason text;
 begin
-  select case when l.state in ('active', 'draining') and l.expires_at <= clock_timestamp()
+  select case when lease_not_current.expired_at is not null
+              then 'expired at ' || lease_not_current.expired_at
+              when l.state in ('active', 'draining') and l.expires_at <= clock_timestamp()
               then 'expired at ' || l.expires_at
               else l.state end
     into v_reason
@@ -180,26 +184,32 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_expires_at timestamptz;
+  v_replaced timestamptz;
+  v_updated_at timestamptz;
 begin
   perform pgfence.check_not_null('lease_id', renew.lease_id);
   perform pgfence.check_interval('ttl', renew.ttl);
-  -- FOR NO KEY UPDATE does not wait for the owner's fenced transactions (FOR KEY SHARE).
-  -- Lock first, judge after: a WHERE clause is evaluated before a lock wait, and not again
-  -- when the holder only locked the row. Expiry is final: an expired lease never comes back,
-  -- so a takeover that found it expired cannot be undone by a late renewal.
-  select l.state, l.expires_at into state, v_expires_at
-    from pgfence.leases l
-   where l.lease_id = renew.lease_id
-     for no key update;
-  if not found or renew.state not in ('active', 'draining') or v_expires_at <= clock_timestamp() then
-    perform pgfence.lease_not_current(renew.lease_id);
-  end if;
+  -- One HOT update. Its lock (FOR NO KEY UPDATE) does not wait for the owner's fenced
+  -- transactions (FOR KEY SHARE). Expiry is final: an expired lease never comes back, so a
+  -- takeover that found it expired cannot be undone by a late renewal. The WHERE clause is
+  -- evaluated before a lock wait, and again after it only if the row was updated meanwhile:
+  -- behind a transaction that only locked the row (a repeated drain, an acquire that found
+  -- the lease current) the update goes through unchecked, however long it waited. So the
+  -- expiry it replaced is kept in renewed_from and judged against the clock read in
+  -- RETURNING, which runs after the row is written, after any wait.
   update pgfence.leases l
-     set expires_at = clock_timestamp() + renew.ttl,
+     set renewed_from = l.expires_at,
+         expires_at = clock_timestamp() + renew.ttl,
          renewed_at = clock_timestamp()
-   where l.lease_id = renew.lease_id
-  returning l.expires_at into expires_at;
+   where l.lease_id = renew.lease_id and l.state in ('active', 'draining') and l.expires_at > clock_timestamp()
+  returning l.renewed_from, clock_timestamp(), l.expires_at, l.state
+       into v_replaced, v_updated_at, expires_at, state;
+  if not found then
+    perform pgfence.lease_not_current(renew.lease_id);
+  elsif v_replaced <= v_updated_at then
+    -- It expired while this renewal waited: the exception undoes the update.
+    perform pgfence.lease_not_current(renew.lease_id, v_replaced);
+  end if;
 end
 $$;
 comment on function pgfence.renew(uuid, interval) is
@@ -293,7 +303,7 @@ comment on function pgfence.deprecate(text) is
 
 revoke all on table pgfence.leases, pgfence.invocations from public;
 revoke all on sequence pgfence.generation from public;
-revoke all on function pgfence.lease_not_current(uuid) from public;
+revoke all on function pgfence.lease_not_current(uuid, timestamptz) from public;
 revoke all on function pgfence.resource_not_found(text) from public;
 revoke all on function pgfence.acquire(text, text, interval, uuid) from public;
 revoke all on function pgfence.renew(uuid, interval) from public;

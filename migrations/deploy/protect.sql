@@ -32,8 +32,9 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if strpos(coalesce(current_setting('pgfence.fenced', true), ''),
-            E'\n' || pgfence.fence_token(tg_argv[0]) || E'\n') > 0 then
+  if exists (select from pgfence.signing_key k
+              where strpos(coalesce(current_setting('pgfence.fenced', true), ''),
+                           E'\n' || pgfence.fence_token(tg_argv[0], k.key) || E'\n') > 0) then
     return null;
   end if;
   if tg_argv[1] = 'observe' then

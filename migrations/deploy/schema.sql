@@ -28,13 +28,15 @@ end
 $$;
 
 -- Resource and queue names: printable, no spaces, so they survive logs, shells and the CLI.
+-- check_name, check_interval and check_not_null run on every renew, fence and claim. They have
+-- no SET clause, which would cost a save, a restore and a recomputed search path on every
+-- call; instead every name in them is qualified (pgspot checks that).
 create function pgfence.check_name(arg text, value text)
 returns void
 language plpgsql
-set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if value is null or value !~ '^[A-Za-z0-9_][A-Za-z0-9_.:@/-]{0,127}$' then
+  if value is null or value operator(pg_catalog.!~) '^[A-Za-z0-9_][A-Za-z0-9_.:@/-]{0,127}$' then
     perform pgfence.invalid_argument(arg,
       'must be 1 to 128 characters from A-Z a-z 0-9 _ . : @ / - and not start with punctuation',
       value);
@@ -60,11 +62,11 @@ $$;
 create function pgfence.check_interval(arg text, value interval)
 returns void
 language plpgsql
-set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if value is null or value <= interval '0' or value > interval '1 day' then
-    perform pgfence.invalid_argument(arg, 'must be more than 0 and at most 1 day', value::text);
+  if value is null or value operator(pg_catalog.<=) '0'::pg_catalog.interval
+     or value operator(pg_catalog.>) '1 day'::pg_catalog.interval then
+    perform pgfence.invalid_argument(arg, 'must be more than 0 and at most 1 day', value::pg_catalog.text);
   end if;
 end
 $$;
@@ -72,7 +74,6 @@ $$;
 create function pgfence.check_not_null(arg text, value anyelement)
 returns void
 language plpgsql
-set search_path = pg_catalog, pg_temp
 as $$
 begin
   if value is null then

@@ -26,8 +26,9 @@ create table pgfence.tasks (
 );
 comment on table pgfence.tasks is 'The task queue. Not a public interface: use enqueue, claim, complete, fail, extend.';
 create index tasks_ready on pgfence.tasks (queue, ready_at) where state = 'queued';
+-- Also the list of claimed tasks the views and update_status count per lease: an index on
+-- lease_id would be one more entry to write per claimed task, on the hottest path.
 create index tasks_visibility on pgfence.tasks (visible_until) where state = 'claimed';
-create index tasks_held on pgfence.tasks (lease_id) where state = 'claimed';
 
 -- Results that arrived from an attempt that no longer holds its task (I5): kept for operators,
 -- never applied, never silently dropped.
@@ -47,15 +48,47 @@ comment on table pgfence.stale_results is 'Results refused as stale: the attempt
 -- so a result finds its task by primary key, and the current attempt's id is checked exactly.
 -- The lease is signed in because task ids and attempt numbers can be issued again after an
 -- asynchronous failover lost a claim; lease ids never are (I3).
-create function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid)
+-- An expression its callers inline (see pgfence.sign, also for why every name in it is
+-- qualified): claim signs every id it mints with one read of the key.
+create function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid, key bytea)
 returns uuid
 language sql
 stable
+as $$
+  select pg_catalog.format('%s8%s8%s',
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.task_id), 12, '0'),
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.attempt), 3, '0'),
+           pg_catalog.left(pgfence.sign(pg_catalog.format('attempt %s %s %s', attempt_uuid.task_id,
+                                                          attempt_uuid.attempt, attempt_uuid.lease_id),
+                                        attempt_uuid.key), 15))::pg_catalog.uuid;
+$$;
+
+-- The same, reading the key itself: for checking one id.
+create function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid)
+returns uuid
+language plpgsql
+stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select (lpad(to_hex(attempt_uuid.task_id), 12, '0') || '8' || lpad(to_hex(attempt_uuid.attempt), 3, '0')
-          || '8' || left(pgfence.sign('attempt ' || attempt_uuid.task_id || ' ' || attempt_uuid.attempt
-                                      || ' ' || attempt_uuid.lease_id), 15))::uuid;
+declare
+  v_attempt_id uuid;
+begin
+  select pgfence.attempt_uuid(attempt_uuid.task_id, attempt_uuid.attempt, attempt_uuid.lease_id, k.key)
+    into v_attempt_id
+    from pgfence.signing_key k;
+  return v_attempt_id;
+end
+$$;
+
+-- The task id an attempt_id names (NULL for NULL), unchecked: an expression its callers inline
+-- (see pgfence.sign) to find the task by primary key before they check the whole id.
+create function pgfence.attempt_task(attempt_id uuid)
+returns bigint
+language sql
+immutable
+as $$
+  select pg_catalog.textcat('x0000', pg_catalog.left(pg_catalog.replace(attempt_task.attempt_id::pg_catalog.text, '-', ''), 12))
+           ::pg_catalog.bit(64)::pg_catalog.int8;
 $$;
 
 -- The task and attempt number an attempt_id names; 22023 for NULL or an id of another shape.
@@ -118,10 +151,14 @@ returns table (task_id bigint, attempt_id uuid, attempt int, payload jsonb)
 language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
+-- The claim below has one good plan whatever the queue's size or qty (a primary-key lookup of
+-- the picked ids); costed with qty unknown, plpgsql would plan it again on every call.
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_state text;
   v_expires_at timestamptz;
+  v_key bytea;
 begin
   perform pgfence.check_not_null('lease_id', claim.lease_id);
   perform pgfence.check_name('queue', claim.queue);
@@ -139,24 +176,24 @@ begin
   if not found or v_state <> 'active' or v_expires_at <= clock_timestamp() then
     perform pgfence.lease_not_current(claim.lease_id);
   end if;
-  -- SKIP LOCKED: claimers never wait for each other's rows.
+  select k.key into v_key from pgfence.signing_key k;
+  -- SKIP LOCKED: claimers never wait for each other's rows. The ids are picked into an array
+  -- so that the update finds its rows by primary key.
   return query
-  with picked as (
-    select t.task_id
-      from pgfence.tasks t
-     where t.queue = claim.queue and t.state = 'queued' and t.ready_at <= clock_timestamp()
-     order by t.ready_at
-     limit claim.qty
-       for update skip locked)
   update pgfence.tasks t
      set state = 'claimed',
          attempt = t.attempt + 1,
          lease_id = claim.lease_id,
          reported = false,
          visible_until = clock_timestamp() + claim.visibility
-    from picked
-   where t.task_id = picked.task_id
-  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id), t.attempt, t.payload;
+   where t.task_id = any (array(
+           select p.task_id
+             from pgfence.tasks p
+            where p.queue = claim.queue and p.state = 'queued' and p.ready_at <= clock_timestamp()
+            order by p.ready_at
+            limit claim.qty
+              for update skip locked))
+  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id, v_key), t.attempt, t.payload;
 end
 $$;
 comment on function pgfence.claim(uuid, text, int, interval) is
@@ -215,11 +252,27 @@ $$;
 
 create function pgfence.complete(attempt_id uuid, result jsonb default null)
 returns text
-language sql
+language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
-  select pgfence.report(complete.attempt_id, 'complete', complete.result);
+begin
+  -- The common case in one statement: the attempt that holds the task completes it, once (the
+  -- id is the current attempt's only if its signature matches the row's attempt and lease).
+  -- No clock in the condition, so a lock wait cannot make it wrong: a concurrent update of the
+  -- row is re-checked (EvalPlanQual), and a transaction that only locked it changed nothing.
+  update pgfence.tasks t
+     set state = 'completed', result = complete.result, reported = true,
+         visible_until = null, finished_at = clock_timestamp()
+    from pgfence.signing_key k
+   where t.task_id = pgfence.attempt_task(complete.attempt_id) and not t.reported
+     and pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id, k.key) = complete.attempt_id;
+  if found then
+    return 'accepted';
+  end if;
+  -- Everything else (a retry, a stale or unknown attempt, a bad id) by the rule of report.
+  return pgfence.report(complete.attempt_id, 'complete', complete.result);
+end
 $$;
 comment on function pgfence.complete(uuid, jsonb) is
   'Finishes a task with result: accepted from the attempt that holds it (also after its lease expired), '
@@ -227,11 +280,13 @@ comment on function pgfence.complete(uuid, jsonb) is
 
 create function pgfence.fail(attempt_id uuid, error jsonb default null)
 returns text
-language sql
+language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
-  select pgfence.report(fail.attempt_id, 'fail', fail.error);
+begin
+  return pgfence.report(fail.attempt_id, 'fail', fail.error);
+end
 $$;
 comment on function pgfence.fail(uuid, jsonb) is
   'Reports a failed attempt: the task is retried with backoff, or fails for good after max_attempts. '
@@ -310,7 +365,9 @@ comment on function pgfence.requeue_expired(int) is
   'Safe to run from several sessions at once; never touches an attempt within its visibility.';
 
 revoke all on table pgfence.tasks, pgfence.stale_results from public;
-revoke all on function pgfence.attempt_uuid(bigint, int, uuid), pgfence.attempt_of(uuid), pgfence.unknown_attempt(uuid),
+revoke all on function pgfence.attempt_uuid(bigint, int, uuid, bytea), pgfence.attempt_uuid(bigint, int, uuid),
+                       pgfence.attempt_task(uuid),
+                       pgfence.attempt_of(uuid), pgfence.unknown_attempt(uuid),
                        pgfence.report(uuid, text, jsonb), pgfence.enqueue(text, jsonb, int),
                        pgfence.claim(uuid, text, int, interval), pgfence.complete(uuid, jsonb),
                        pgfence.fail(uuid, jsonb), pgfence.extend(uuid, interval), pgfence.requeue_expired(int)

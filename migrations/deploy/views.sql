@@ -25,9 +25,14 @@ select l.resource,
        l.drained_at,
        l.ended_at,
        greatest(l.expires_at - clock_timestamp(), interval '0') as time_left,
-       (select count(*) from pgfence.tasks t
-         where t.lease_id = l.lease_id and t.state = 'claimed') as tasks_held
-  from pgfence.leases l;
+       coalesce(h.tasks_held, 0) as tasks_held
+  from pgfence.leases l
+  -- Claimed tasks are few (they are in flight) and found by tasks_visibility: counted once,
+  -- not looked up per lease, since tasks have no index on lease_id (claims would maintain it).
+  left join (select t.lease_id, count(*) as tasks_held
+               from pgfence.tasks t
+              where t.state = 'claimed'
+              group by t.lease_id) h on h.lease_id = l.lease_id;
 comment on view pgfence.lease_status is
   'One row per lease: current, stale (active but expired: authorizes nothing), draining, released or superseded; '
   'tasks_held counts tasks its attempts still hold.';
@@ -45,9 +50,9 @@ select r.resource,
        (select count(*) from pgfence.invocations i
          where i.resource = r.resource and i.acknowledged_at is null
            and i.expires_at > clock_timestamp()) as pending_invocations,
-       (select count(*) from pgfence.leases l
-          join pgfence.tasks t on t.lease_id = l.lease_id and t.state = 'claimed'
-         where l.resource = r.resource) as claimed_tasks,
+       (select count(*) from pgfence.tasks t
+          join pgfence.leases l on l.lease_id = t.lease_id
+         where t.state = 'claimed' and l.resource = r.resource) as claimed_tasks,
        (select i.token from pgfence.update_items i
          where i.resource = r.resource and i.outcome is null) as open_update
   from pgfence.resources r

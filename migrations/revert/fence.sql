@@ -3,8 +3,8 @@
 begin;
 
 drop function pgfence.fence(uuid);
-drop function pgfence.fence_token(text);
-drop function pgfence.sign(text);
+drop function pgfence.fence_token(text, bytea);
+drop function pgfence.sign(text, bytea);
 drop table pgfence.signing_key;
 
 commit;

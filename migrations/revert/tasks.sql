@@ -11,7 +11,9 @@ drop function pgfence.claim(uuid, text, int, interval);
 drop function pgfence.enqueue(text, jsonb, int);
 drop function pgfence.unknown_attempt(uuid);
 drop function pgfence.attempt_of(uuid);
+drop function pgfence.attempt_task(uuid);
 drop function pgfence.attempt_uuid(bigint, int, uuid);
+drop function pgfence.attempt_uuid(bigint, int, uuid, bytea);
 drop table pgfence.stale_results;
 drop table pgfence.tasks;
 

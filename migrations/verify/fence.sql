@@ -1,5 +1,5 @@
 -- Verify pgfence:fence
 select 'pgfence.fence(uuid)'::regprocedure;
-select 'pgfence.fence_token(text)'::regprocedure;
+select 'pgfence.fence_token(text, bytea)'::regprocedure;
 select 1 / count(*)::int from pgfence.signing_key;
-select 'pgfence.sign(text)'::regprocedure;
+select 'pgfence.sign(text, bytea)'::regprocedure;

@@ -32,10 +32,10 @@ REPORT = "pgfence.report(uuid, text, jsonb)"
 VARIANTS = {v.name: v for v in (
     Variant("real", "pgfence as installed"),
     Variant("no-lock", "fence and claim without FOR KEY SHARE on the lease row", (
-        (FENCE, "for key share;", ";"),
+        (FENCE, "for key share of l;", ";"),
         (CLAIM, "for key share;", ";"))),
     Variant("now", "fence and claim judge expiry by now(), the transaction's start", (
-        (FENCE, "v_lease.expires_at <= clock_timestamp()", "v_lease.expires_at <= now()"),
+        (FENCE, "v_expires_at <= clock_timestamp()", "v_expires_at <= now()"),
         (CLAIM, "v_expires_at <= clock_timestamp()", "v_expires_at <= now()"))),
     Variant("no-attempt-check", "complete/fail accept a superseded attempt's result", (
         (REPORT, "if v_attempt < v_task.attempt then", "if false then"),)),
