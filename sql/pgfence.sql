@@ -630,7 +630,9 @@ comment on table pgfence.unfenced_writes is
   'the writers still to be moved onto pgfence before switching to enforce.';
 
 -- Statement-level: the check costs one marker comparison per statement, not a lookup per
--- row, and the lock that fence() holds keeps its answer true until commit.
+-- row, and the lock that fence() holds keeps its answer true until commit. It runs AFTER the
+-- statement, so that a statement may fence itself (insert ... select pgfence.fence($1), ...):
+-- a fenced write in one round trip. A refused statement is undone whole.
 create function pgfence.guard()
 returns trigger
 language plpgsql
@@ -686,7 +688,7 @@ begin
   end if;
   -- Runs as the caller: creating a trigger needs the caller's own TRIGGER privilege on tbl.
   perform pgfence.unprotect(protect.tbl);
-  execute format('create trigger pgfence_guard before insert or update or delete or truncate on %s '
+  execute format('create trigger pgfence_guard after insert or update or delete or truncate on %s '
                  'for each statement execute function pgfence.guard(%L, %L)',
                  protect.tbl, protect.resource, protect.mode);
 end

@@ -26,7 +26,9 @@ def run_psql(db: Database, script: str) -> None:
 
 def test_readme_example_runs_as_written(db: Database) -> None:
     run_psql(db, example("README.md", "README example", "sql"))
-    assert db.sql("select amount from invoices") == [(42,)]
+    # Both writes, each with the generation its fence returned.
+    assert db.sql("select i.amount, i.generation = l.generation from invoices i, pgfence.leases l "
+                  "order by i.id") == [(42, True), (7, True)]
     assert db.one("select status from pgfence.lease_status") == "released"
 
 

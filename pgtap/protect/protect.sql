@@ -1,7 +1,7 @@
 -- protect/unprotect: writes to a protected table need a fence of its resource in the same
 -- transaction (enforce), or are recorded in pgfence.unfenced_writes (observe).
 begin;
-select plan(42);
+select plan(48);
 select pgfence_test.reset();
 
 create table public.audit (id int primary key, note text);
@@ -47,6 +47,29 @@ select lives_ok($$ truncate public.audit $$, 'a fenced truncate works');
 select is((select count(*) from public.audit), 0::bigint, 'the table is empty after the fenced truncate');
 select is_empty($$ select id from pgfence.unfenced_writes where table_name = 'public.audit' $$,
                 'an enforced table records nothing in unfenced_writes');
+
+-- A statement may fence itself: the guard checks at the end of each statement.
+create table public.ledger (generation bigint, note text);
+create temp table held_l on commit drop as
+  select pgfence_test.lease('l', 'owner-l') as lease_id;
+select pgfence.protect('public.ledger', 'l');
+select throws_ok($$ insert into public.ledger values (0, 'unfenced') $$, 'PF007', null,
+                 'an unfenced insert into a table of another resource is refused');
+select lives_ok($$ insert into public.ledger select pgfence.fence(lease_id), 'fenced in the statement' from held_l $$,
+                'an insert that fences in the same statement works');
+select results_eq($$ select generation, note from public.ledger $$,
+                  $$ select l.generation, 'fenced in the statement'::text
+                       from pgfence.leases l join held_l h using (lease_id) $$,
+                  'its row carries the generation fence returned');
+create table public.ledger_stale (generation bigint, note text);
+create temp table stale_m on commit drop as
+  select pgfence_test.superseded_lease('m') as lease_id;
+select pgfence.protect('public.ledger_stale', 'm');
+select throws_ok($$ insert into public.ledger_stale select pgfence.fence(lease_id), 'stale' from stale_m $$,
+                 'PF001', null, 'an insert that fences a superseded lease in the same statement is refused');
+select is((select count(*) from public.ledger_stale), 0::bigint, 'and wrote nothing');
+select throws_ok($$ insert into public.ledger_stale select 1, 'fence of nothing' from stale_m where false $$,
+                 'PF007', null, 'a statement whose fence never ran is refused, even with no rows');
 
 -- Observe mode records unfenced writes instead of refusing them.
 select pgfence.register('o');
