@@ -135,6 +135,40 @@ def test_sigterm_drains_finishes_in_flight_and_releases(any_db: Database) -> Non
     assert any_db.one("select status from pgfence.lease_status") == "released"
 
 
+def worker_whose_drain_fails(db: Database, worker_cls: type[Worker]) -> Owner:
+    db.sql("select pgfence.register('w')")
+    db.replace_in_function("pgfence.drain(uuid)",
+                           "perform pgfence.check_not_null('lease_id', drain.lease_id);",
+                           "raise exception 'drain is broken' using errcode = 'XX000';")
+    owner = Owner(db.dsn, "w", ttl=30, renew_every=0.01)
+    assert owner.acquire()
+    with pytest.raises(psycopg.Error, match="drain is broken"):
+        worker_cls(owner, "q", lambda p: p).run(max_tasks=0)
+    return owner
+
+
+def test_worker_releases_even_when_drain_fails(db: Database) -> None:
+    owner = worker_whose_drain_fails(db, Worker)
+    assert db.one("select status from pgfence.lease_status") == "released"
+    assert owner._renewer is not None and not owner._renewer.is_alive()
+    assert not owner.valid
+
+
+class DrainThenRelease(Worker):
+    """Broken on purpose: a failing drain skips the release."""
+
+    def _leave(self) -> None:
+        self.owner.drain()
+        self.owner.release()
+
+
+def test_negative_control_failing_drain_leaves_the_lease_renewed(db: Database) -> None:
+    owner = worker_whose_drain_fails(db, DrainThenRelease)
+    assert db.one("select status from pgfence.lease_status") == "current"
+    assert owner._renewer is not None and owner._renewer.is_alive()
+    owner.release()
+
+
 def test_standby_leader_takes_over_when_the_leader_leaves(any_db: Database) -> None:
     any_db.sql("select pgfence.register('control-plane')")
     first = Leader(Owner(any_db.dsn, "control-plane", owner="replica-1", ttl=30), 0.05)

@@ -191,8 +191,15 @@ class Worker:
                     for attempt_id, payload in tasks:
                         self._handle(conn, attempt_id, payload)
             finally:
-                self.owner.drain()
-                self.owner.release()
+                self._leave()
+
+    def _leave(self) -> None:
+        # Release even when drain fails (the database away, a timeout): release first stops
+        # the renewer, which would otherwise keep a lease alive for a worker that has quit.
+        try:
+            self.owner.drain()
+        finally:
+            self.owner.release()
 
     def _claim(self, conn: psycopg.Connection[tuple[Any, ...]]) -> list[tuple[uuid.UUID, Any]]:
         try:
