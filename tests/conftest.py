@@ -22,7 +22,6 @@ import pytest
 from pgfence.harness import Database, connect
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = "pgfence_template"
 
 
 def psql(database: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -90,12 +89,16 @@ def install_test_helpers(database: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def template(cluster: None) -> str:
-    drop_database(TEMPLATE)
-    create_database(TEMPLATE)
-    install_bundle(TEMPLATE)
-    install_test_helpers(TEMPLATE)
-    return TEMPLATE
+def template(cluster: None) -> Iterator[str]:
+    # Named per run: two runs on one cluster (PGFENCE_CLUSTER) must not drop each other's.
+    name = f"pgfence_template_{uuid.uuid4().hex[:12]}"
+    create_database(name)
+    try:
+        install_bundle(name)
+        install_test_helpers(name)
+        yield name
+    finally:
+        drop_database(name)
 
 
 def free_port() -> int:
