@@ -194,8 +194,8 @@ class Worker:
                 self._leave()
 
     def _leave(self) -> None:
-        # Release even when drain fails (the database away, a timeout): release first stops
-        # the renewer, which would otherwise keep a lease alive for a worker that has quit.
+        # Release even when drain fails (the database away, a timeout): release is what stops
+        # the renewer, which would otherwise keep the lease alive for a worker that has quit.
         try:
             self.owner.drain()
         finally:
