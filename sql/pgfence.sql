@@ -41,6 +41,17 @@ comment on schema pgfence is 'pgfence: database-authorized ownership, fencing to
 revoke all on schema pgfence from public;
 grant usage on schema pgfence to pgfence_worker, pgfence_operator, pgfence_monitor;
 
+
+-- change: errors
+-- Deploy pgfence:errors
+-- requires: schema
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 -- Every function raises 22023 naming the argument it refuses, before it changes anything.
 create function pgfence.invalid_argument(arg text, problem text, got text)
 returns void
@@ -54,6 +65,83 @@ begin
           hint = 'see docs/contract.md for the accepted values';
 end
 $$;
+
+-- Raises PF001 with the reason a lease authorizes nothing. Callers hold no lock they need
+-- after this: the exception rolls the statement back.
+-- expired_at: the expiry the caller found passed, when its own uncommitted write hides it.
+create function pgfence.lease_not_current(lease_id uuid, expired_at timestamptz default null)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_reason text;
+begin
+  select case when lease_not_current.expired_at is not null
+              then 'expired at ' || lease_not_current.expired_at
+              when l.state in ('active', 'draining') and l.expires_at <= clock_timestamp()
+              then 'expired at ' || l.expires_at
+              else l.state end
+    into v_reason
+    from pgfence.leases l
+   where l.lease_id = lease_not_current.lease_id;
+  raise exception 'pgfence: lease % is not current (%)', lease_not_current.lease_id, coalesce(v_reason, 'unknown')
+    using errcode = 'PF001',
+          hint = 'stop working under this lease; acquire a new one before claiming or writing';
+end
+$$;
+
+create function pgfence.resource_not_found(resource text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  raise exception 'pgfence: resource % is not registered', resource
+    using errcode = 'PF002', hint = 'register it first with pgfence.register(resource)';
+end
+$$;
+
+create function pgfence.unknown_attempt(attempt_id uuid)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform pgfence.invalid_argument('attempt_id', 'no such attempt', attempt_id::text);
+end
+$$;
+
+create function pgfence.update_not_found(token uuid)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  raise exception 'pgfence: update % does not exist', token
+    using errcode = 'PF005', hint = 'check the token prepare_update returned; open windows are listed in pgfence.open_updates';
+end
+$$;
+
+revoke all on function pgfence.invalid_argument(text, text, text) from public;
+revoke all on function pgfence.lease_not_current(uuid, timestamptz) from public;
+revoke all on function pgfence.resource_not_found(text) from public;
+revoke all on function pgfence.unknown_attempt(uuid) from public;
+revoke all on function pgfence.update_not_found(uuid) from public;
+-- pgfence.protect runs as the operator and raises these for a bad argument or an unknown name.
+grant execute on function pgfence.invalid_argument(text, text, text), pgfence.resource_not_found(text)
+   to pgfence_operator;
+
+
+-- change: checks
+-- Deploy pgfence:checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 -- Resource and queue names: printable, no spaces, so they survive logs, shells and the CLI.
 -- check_name, check_interval and check_not_null run on every renew, fence and claim. They have
@@ -110,11 +198,50 @@ begin
 end
 $$;
 
-revoke all on function pgfence.invalid_argument(text, text, text) from public;
 revoke all on function pgfence.check_name(text, text) from public;
 revoke all on function pgfence.check_label(text, text) from public;
 revoke all on function pgfence.check_interval(text, interval) from public;
 revoke all on function pgfence.check_not_null(text, anyelement) from public;
+-- pgfence.protect runs as the operator and checks its arguments with these.
+grant execute on function pgfence.check_name(text, text), pgfence.check_not_null(text, anyelement)
+   to pgfence_operator;
+
+
+-- change: signing_key
+-- Deploy pgfence:signing_key
+-- requires: schema
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- pgfence's signing key, readable by pgfence's owner alone. It signs what pgfence hands out
+-- and must recognise later without storing it: the fence marker (a transaction proves to the
+-- guard of protected tables that fence() succeeded in it) and attempt ids.
+create table pgfence.signing_key (
+  only_row boolean primary key default true check (only_row),
+  key      bytea not null
+);
+insert into pgfence.signing_key (key)
+values (decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'));
+revoke all on table pgfence.signing_key from public;
+
+-- A keyed hash (hex) of message: nobody without the key can compute or forge it. The caller
+-- reads the key (once, however many messages it signs). A LANGUAGE sql function with no SET,
+-- no table access and no SECURITY DEFINER is inlined into its caller's statement: an
+-- expression, not a function call that is parsed and planned again by every new executor.
+-- Without a pinned search_path, every name in it is qualified (pgspot checks that).
+create function pgfence.sign(message text, key bytea)
+returns text
+language sql
+stable  -- convert_to is stable; a function declared more strictly than its body is not inlined
+as $$
+  select pg_catalog.encode(pg_catalog.sha256(pg_catalog.byteacat(sign.key, pg_catalog.convert_to(sign.message, 'UTF8'))),
+                           'hex');
+$$;
+revoke all on function pgfence.sign(text, bytea) from public;
 
 
 -- change: resources
@@ -137,6 +264,22 @@ create table pgfence.resources (
 );
 comment on table pgfence.resources is 'Registered resources. Not a public interface: use the functions and views.';
 
+revoke all on table pgfence.resources from public;
+-- pgfence.protect runs as the operator and looks up the registered names.
+grant select on table pgfence.resources to pgfence_operator;
+
+
+-- change: register
+-- Deploy pgfence:register
+-- requires: resources
+-- requires: checks
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 create function pgfence.register(resource text, enabled boolean default true)
 returns void
 language plpgsql
@@ -154,6 +297,22 @@ end
 $$;
 comment on function pgfence.register(text, boolean) is
   'Registers a resource; idempotent. Never changes an existing resource''s enabled. Raises 22023 on a bad name.';
+
+revoke all on function pgfence.register(text, boolean) from public;
+grant execute on function pgfence.register(text, boolean) to pgfence_worker, pgfence_operator;
+
+
+-- change: set_enabled
+-- Deploy pgfence:set_enabled
+-- requires: resources
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create function pgfence.set_enabled(resource text, enabled boolean)
 returns boolean
@@ -184,10 +343,7 @@ $$;
 comment on function pgfence.set_enabled(text, boolean) is
   'Operator: sets enabled and returns the previous value. Raises PF002 for an unknown resource.';
 
-revoke all on table pgfence.resources from public;
-revoke all on function pgfence.register(text, boolean) from public;
 revoke all on function pgfence.set_enabled(text, boolean) from public;
-grant execute on function pgfence.register(text, boolean) to pgfence_worker, pgfence_operator;
 grant execute on function pgfence.set_enabled(text, boolean) to pgfence_operator;
 
 
@@ -243,6 +399,20 @@ comment on table pgfence.leases is 'Every lease ever granted. Not a public inter
 create unique index leases_one_active on pgfence.leases (resource) where state = 'active';
 create index leases_draining on pgfence.leases (resource) where state = 'draining';
 
+revoke all on table pgfence.leases from public;
+revoke all on sequence pgfence.generation from public;
+
+
+-- change: invocations
+-- Deploy pgfence:invocations
+-- requires: resources
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 create table pgfence.invocations (
   invocation_id   uuid primary key,
   resource        text not null references pgfence.resources,
@@ -254,41 +424,21 @@ create table pgfence.invocations (
 comment on table pgfence.invocations is 'Startup requests (request_start) and their acknowledgement by acquire.';
 create index invocations_pending on pgfence.invocations (resource) where acknowledged_at is null;
 
--- Raises PF001 with the reason a lease authorizes nothing. Callers hold no lock they need
--- after this: the exception rolls the statement back.
--- expired_at: the expiry the caller found passed, when its own uncommitted write hides it.
-create function pgfence.lease_not_current(lease_id uuid, expired_at timestamptz default null)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_reason text;
-begin
-  select case when lease_not_current.expired_at is not null
-              then 'expired at ' || lease_not_current.expired_at
-              when l.state in ('active', 'draining') and l.expires_at <= clock_timestamp()
-              then 'expired at ' || l.expires_at
-              else l.state end
-    into v_reason
-    from pgfence.leases l
-   where l.lease_id = lease_not_current.lease_id;
-  raise exception 'pgfence: lease % is not current (%)', lease_not_current.lease_id, coalesce(v_reason, 'unknown')
-    using errcode = 'PF001',
-          hint = 'stop working under this lease; acquire a new one before claiming or writing';
-end
-$$;
+revoke all on table pgfence.invocations from public;
 
-create function pgfence.resource_not_found(resource text)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  raise exception 'pgfence: resource % is not registered', resource
-    using errcode = 'PF002', hint = 'register it first with pgfence.register(resource)';
-end
-$$;
+
+-- change: acquire
+-- Deploy pgfence:acquire
+-- requires: leases
+-- requires: invocations
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create function pgfence.acquire(resource text, owner text, ttl interval, invocation_id uuid default null)
 returns pgfence.lease
@@ -371,6 +521,22 @@ comment on function pgfence.acquire(text, text, interval, uuid) is
   'Grants the next generation of a resource when no active unexpired lease exists (a stale one is superseded); '
   'returns NULL while another lease is current. Raises PF002 (unknown), PF003 (disabled), 22023.';
 
+revoke all on function pgfence.acquire(text, text, interval, uuid) from public;
+grant execute on function pgfence.acquire(text, text, interval, uuid) to pgfence_worker;
+
+
+-- change: renew
+-- Deploy pgfence:renew
+-- requires: leases
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 create function pgfence.renew(lease_id uuid, ttl interval, out expires_at timestamptz, out state text)
 language plpgsql
 security definer
@@ -408,6 +574,22 @@ $$;
 comment on function pgfence.renew(uuid, interval) is
   'Extends an active or draining, unexpired lease to ttl from now; idempotent. Raises PF001 otherwise.';
 
+revoke all on function pgfence.renew(uuid, interval) from public;
+grant execute on function pgfence.renew(uuid, interval) to pgfence_worker;
+
+
+-- change: drain
+-- Deploy pgfence:drain
+-- requires: leases
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 create function pgfence.drain(lease_id uuid)
 returns text
 language plpgsql
@@ -436,6 +618,22 @@ end
 $$;
 comment on function pgfence.drain(uuid) is
   'The owner stops claiming; the resource is free for a successor at once. Idempotent. Raises PF001 for a lease that is not current.';
+
+revoke all on function pgfence.drain(uuid) from public;
+grant execute on function pgfence.drain(uuid) to pgfence_worker;
+
+
+-- change: release
+-- Deploy pgfence:release
+-- requires: leases
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create function pgfence.release(lease_id uuid)
 returns boolean
@@ -466,6 +664,22 @@ $$;
 comment on function pgfence.release(uuid) is
   'Ends this lease: true if this call ended it, false if it had already ended. Never touches another lease. Raises PF001 for an unknown lease.';
 
+revoke all on function pgfence.release(uuid) from public;
+grant execute on function pgfence.release(uuid) to pgfence_worker;
+
+
+-- change: deprecate
+-- Deploy pgfence:deprecate
+-- requires: leases
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 create function pgfence.deprecate(resource text)
 returns uuid
 language plpgsql
@@ -494,58 +708,20 @@ $$;
 comment on function pgfence.deprecate(text) is
   'Operator: the active lease becomes draining (it finishes what it holds, claims nothing); returns its lease_id or NULL. Raises PF002.';
 
-revoke all on table pgfence.leases, pgfence.invocations from public;
-revoke all on sequence pgfence.generation from public;
-revoke all on function pgfence.lease_not_current(uuid, timestamptz) from public;
-revoke all on function pgfence.resource_not_found(text) from public;
-revoke all on function pgfence.acquire(text, text, interval, uuid) from public;
-revoke all on function pgfence.renew(uuid, interval) from public;
-revoke all on function pgfence.drain(uuid) from public;
-revoke all on function pgfence.release(uuid) from public;
 revoke all on function pgfence.deprecate(text) from public;
-grant execute on function pgfence.acquire(text, text, interval, uuid),
-                          pgfence.renew(uuid, interval),
-                          pgfence.drain(uuid),
-                          pgfence.release(uuid)
-   to pgfence_worker;
 grant execute on function pgfence.deprecate(text) to pgfence_operator;
 
 
 -- change: fence
 -- Deploy pgfence:fence
 -- requires: leases
+-- requires: signing_key
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
 -- transactions fails the deploy instead of queueing every later locker behind it (squawk).
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
-
--- pgfence's signing key, readable by pgfence's owner alone. It signs what pgfence hands out
--- and must recognise later without storing it: the fence marker (a transaction proves to the
--- guard of protected tables that fence() succeeded in it) and attempt ids.
-create table pgfence.signing_key (
-  only_row boolean primary key default true check (only_row),
-  key      bytea not null
-);
-insert into pgfence.signing_key (key)
-values (decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'));
-revoke all on table pgfence.signing_key from public;
-
--- A keyed hash (hex) of message: nobody without the key can compute or forge it. The caller
--- reads the key (once, however many messages it signs). A LANGUAGE sql function with no SET,
--- no table access and no SECURITY DEFINER is inlined into its caller's statement: an
--- expression, not a function call that is parsed and planned again by every new executor.
--- Without a pinned search_path, every name in it is qualified (pgspot checks that).
-create function pgfence.sign(message text, key bytea)
-returns text
-language sql
-stable  -- convert_to is stable; a function declared more strictly than its body is not inlined
-as $$
-  select pg_catalog.encode(pg_catalog.sha256(pg_catalog.byteacat(sign.key, pg_catalog.convert_to(sign.message, 'UTF8'))),
-                           'hex');
-$$;
-revoke all on function pgfence.sign(text, bytea) from public;
 
 -- The proof that this transaction fenced resource: a keyed hash of the transaction id and the
 -- resource name. It is worthless in any other transaction, and from a session-level SET.
@@ -604,9 +780,9 @@ revoke all on function pgfence.fence(uuid) from public;
 grant execute on function pgfence.fence(uuid) to pgfence_worker;
 
 
--- change: protect
--- Deploy pgfence:protect
--- requires: fence
+-- change: unfenced_writes
+-- Deploy pgfence:unfenced_writes
+-- requires: schema
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -628,6 +804,22 @@ create table pgfence.unfenced_writes (
 comment on table pgfence.unfenced_writes is
   'Writes to tables protected in observe mode by transactions that did not fence their resource: '
   'the writers still to be moved onto pgfence before switching to enforce.';
+
+revoke all on table pgfence.unfenced_writes from public;
+grant select on table pgfence.unfenced_writes to pgfence_monitor, pgfence_operator;
+
+
+-- change: protect
+-- Deploy pgfence:protect
+-- requires: fence
+-- requires: unfenced_writes
+-- requires: resources
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 -- Statement-level: the check costs one marker comparison per statement, not a lookup per
 -- row, and the lock that fence() holds keeps its answer true until commit. It runs AFTER the
@@ -712,24 +904,19 @@ end
 $$;
 comment on function pgfence.unprotect(regclass) is 'Operator: removes the protection of tbl, if any.';
 
-revoke all on table pgfence.unfenced_writes from public;
-grant select on table pgfence.unfenced_writes to pgfence_monitor, pgfence_operator;
 revoke all on function pgfence.guard() from public;
 revoke all on function pgfence.protect(regclass, text, text) from public;
 revoke all on function pgfence.unprotect(regclass) from public;
 -- protect runs as the operator, who needs the guard (to create the trigger) and a look at
 -- the registered names; firing the trigger later needs no privilege of the writer.
 grant execute on function pgfence.guard() to pgfence_operator;
-grant select on table pgfence.resources to pgfence_operator;
-grant execute on function pgfence.check_name(text, text), pgfence.check_not_null(text, anyelement),
-                          pgfence.invalid_argument(text, text, text), pgfence.resource_not_found(text)
-   to pgfence_operator;
 grant execute on function pgfence.protect(regclass, text, text), pgfence.unprotect(regclass) to pgfence_operator;
 
 
 -- change: request_start
 -- Deploy pgfence:request_start
 -- requires: leases
+-- requires: invocations
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -783,7 +970,7 @@ grant execute on function pgfence.request_start(text, interval) to pgfence_worke
 
 -- change: tasks
 -- Deploy pgfence:tasks
--- requires: fence
+-- requires: schema
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -813,6 +1000,19 @@ create index tasks_ready on pgfence.tasks (queue, ready_at) where state = 'queue
 -- lease_id would be one more entry to write per claimed task, on the hottest path.
 create index tasks_visibility on pgfence.tasks (visible_until) where state = 'claimed';
 
+revoke all on table pgfence.tasks from public;
+
+
+-- change: stale_results
+-- Deploy pgfence:stale_results
+-- requires: schema
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 -- Results that arrived from an attempt that no longer holds its task (I5): kept for operators,
 -- never applied, never silently dropped.
 create table pgfence.stale_results (
@@ -824,6 +1024,21 @@ create table pgfence.stale_results (
   received_at timestamptz not null default clock_timestamp()
 );
 comment on table pgfence.stale_results is 'Results refused as stale: the attempt had been superseded by a newer claim.';
+
+revoke all on table pgfence.stale_results from public;
+grant select on table pgfence.stale_results to pgfence_monitor, pgfence_operator;
+
+
+-- change: attempt_id
+-- Deploy pgfence:attempt_id
+-- requires: signing_key
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 -- An attempt_id is a version-8 UUID (RFC 9562) that names its task and attempt and is signed
 -- over them and the lease that claimed it:
@@ -896,15 +1111,22 @@ begin
 end
 $$;
 
-create function pgfence.unknown_attempt(attempt_id uuid)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  perform pgfence.invalid_argument('attempt_id', 'no such attempt', attempt_id::text);
-end
-$$;
+revoke all on function pgfence.attempt_uuid(bigint, int, uuid, bytea), pgfence.attempt_uuid(bigint, int, uuid),
+                       pgfence.attempt_task(uuid), pgfence.attempt_of(uuid)
+  from public;
+
+
+-- change: enqueue
+-- Deploy pgfence:enqueue
+-- requires: tasks
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create function pgfence.enqueue(queue text, payload jsonb default '{}', max_attempts int default 3)
 returns bigint
@@ -928,6 +1150,25 @@ end
 $$;
 comment on function pgfence.enqueue(text, jsonb, int) is
   'Adds a task to queue; returns its task_id. Raises 22023 on a bad queue name, NULL payload or max_attempts outside 1..1000.';
+
+revoke all on function pgfence.enqueue(text, jsonb, int) from public;
+grant execute on function pgfence.enqueue(text, jsonb, int) to pgfence_worker, pgfence_operator;
+
+
+-- change: claim
+-- Deploy pgfence:claim
+-- requires: tasks
+-- requires: leases
+-- requires: signing_key
+-- requires: attempt_id
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create function pgfence.claim(lease_id uuid, queue text, qty int default 1, visibility interval default '30 seconds')
 returns table (task_id bigint, attempt_id uuid, attempt int, payload jsonb)
@@ -983,6 +1224,23 @@ comment on function pgfence.claim(uuid, text, int, interval) is
   'Claims up to qty ready tasks of queue under an active, unexpired lease, never waiting for rows other claimers hold; '
   'each claim mints an attempt_id. Raises PF001 when the lease is not current, 22023 on bad arguments.';
 
+revoke all on function pgfence.claim(uuid, text, int, interval) from public;
+grant execute on function pgfence.claim(uuid, text, int, interval) to pgfence_worker;
+
+
+-- change: report
+-- Deploy pgfence:report
+-- requires: tasks
+-- requires: stale_results
+-- requires: attempt_id
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 -- complete and fail share one rule (I5): the result of the attempt that holds the task is
 -- accepted, even after its lease expired or drained, as long as no newer attempt claimed it.
 create function pgfence.report(attempt_id uuid, kind text, body jsonb)
@@ -1033,6 +1291,19 @@ begin
 end
 $$;
 
+revoke all on function pgfence.report(uuid, text, jsonb) from public;
+
+
+-- change: complete
+-- Deploy pgfence:complete
+-- requires: report
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 create function pgfence.complete(attempt_id uuid, result jsonb default null)
 returns text
 language plpgsql
@@ -1061,6 +1332,20 @@ comment on function pgfence.complete(uuid, jsonb) is
   'Finishes a task with result: accepted from the attempt that holds it (also after its lease expired), '
   'duplicate for a retry of a reported attempt, stale (recorded in pgfence.stale_results) from a superseded attempt. Raises 22023 for an unknown attempt.';
 
+revoke all on function pgfence.complete(uuid, jsonb) from public;
+grant execute on function pgfence.complete(uuid, jsonb) to pgfence_worker;
+
+
+-- change: fail
+-- Deploy pgfence:fail
+-- requires: report
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 create function pgfence.fail(attempt_id uuid, error jsonb default null)
 returns text
 language plpgsql
@@ -1074,6 +1359,23 @@ $$;
 comment on function pgfence.fail(uuid, jsonb) is
   'Reports a failed attempt: the task is retried with backoff, or fails for good after max_attempts. '
   'Same acceptance rule and outcomes as complete.';
+
+revoke all on function pgfence.fail(uuid, jsonb) from public;
+grant execute on function pgfence.fail(uuid, jsonb) to pgfence_worker;
+
+
+-- change: extend
+-- Deploy pgfence:extend
+-- requires: tasks
+-- requires: attempt_id
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create function pgfence.extend(attempt_id uuid, visibility interval)
 returns timestamptz
@@ -1107,6 +1409,21 @@ end
 $$;
 comment on function pgfence.extend(uuid, interval) is
   'A long handler keeps its task: visibility from now. NULL when the attempt no longer holds the task. Raises 22023 for an unknown attempt.';
+
+revoke all on function pgfence.extend(uuid, interval) from public;
+grant execute on function pgfence.extend(uuid, interval) to pgfence_worker;
+
+
+-- change: requeue_expired
+-- Deploy pgfence:requeue_expired
+-- requires: tasks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create function pgfence.requeue_expired(max_tasks int default 1000)
 returns int
@@ -1147,26 +1464,13 @@ comment on function pgfence.requeue_expired(int) is
   'Tasks whose visibility ran out go back to their queue, or fail for good after max_attempts; returns how many. '
   'Safe to run from several sessions at once; never touches an attempt within its visibility.';
 
-revoke all on table pgfence.tasks, pgfence.stale_results from public;
-revoke all on function pgfence.attempt_uuid(bigint, int, uuid, bytea), pgfence.attempt_uuid(bigint, int, uuid),
-                       pgfence.attempt_task(uuid),
-                       pgfence.attempt_of(uuid), pgfence.unknown_attempt(uuid),
-                       pgfence.report(uuid, text, jsonb), pgfence.enqueue(text, jsonb, int),
-                       pgfence.claim(uuid, text, int, interval), pgfence.complete(uuid, jsonb),
-                       pgfence.fail(uuid, jsonb), pgfence.extend(uuid, interval), pgfence.requeue_expired(int)
-  from public;
-grant execute on function pgfence.enqueue(text, jsonb, int), pgfence.claim(uuid, text, int, interval),
-                          pgfence.complete(uuid, jsonb), pgfence.fail(uuid, jsonb),
-                          pgfence.extend(uuid, interval), pgfence.requeue_expired(int)
-   to pgfence_worker;
-grant execute on function pgfence.enqueue(text, jsonb, int), pgfence.requeue_expired(int) to pgfence_operator;
-grant select on table pgfence.stale_results to pgfence_monitor, pgfence_operator;
+revoke all on function pgfence.requeue_expired(int) from public;
+grant execute on function pgfence.requeue_expired(int) to pgfence_worker, pgfence_operator;
 
 
 -- change: updates
 -- Deploy pgfence:updates
--- requires: tasks
--- requires: request_start
+-- requires: resources
 --
 -- Operator windows for deploying new worker code: prepare_update -> update_status ->
 -- finish_update. The state lives here, not in a client: a window survives sessions, CLI
@@ -1203,6 +1507,23 @@ create table pgfence.update_items (
 );
 -- A resource belongs to at most one open window.
 create unique index update_items_one_open on pgfence.update_items (resource) where outcome is null;
+
+revoke all on table pgfence.updates, pgfence.update_items from public;
+
+
+-- change: prepare_update
+-- Deploy pgfence:prepare_update
+-- requires: updates
+-- requires: leases
+-- requires: invocations
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create function pgfence.prepare_update(resources text[], request_id uuid)
 returns uuid
@@ -1304,16 +1625,24 @@ comment on function pgfence.prepare_update(text[], uuid) is
   'returns the token. A retry with the same request_id and set returns the same token and changes nothing. '
   'Raises 22023 (bad set), PF002 (unknown names, listed), PF004 (overlap with an open window, or request_id reused for another set).';
 
-create function pgfence.update_not_found(token uuid)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  raise exception 'pgfence: update % does not exist', token
-    using errcode = 'PF005', hint = 'check the token prepare_update returned; open windows are listed in pgfence.open_updates';
-end
-$$;
+revoke all on function pgfence.prepare_update(text[], uuid) from public;
+grant execute on function pgfence.prepare_update(text[], uuid) to pgfence_operator;
+
+
+-- change: update_status
+-- Deploy pgfence:update_status
+-- requires: updates
+-- requires: leases
+-- requires: invocations
+-- requires: tasks
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 create function pgfence.update_status(token uuid)
 returns table (resource text, saved_enabled boolean, enabled boolean, active_owner text,
@@ -1375,6 +1704,22 @@ comment on function pgfence.update_status(uuid) is
   'Read-only view of an update window, one row per resource, with the verdict drained (observed quiet, not proof of '
   'termination), draining, unknown (a draining lease went silent holding tasks) or finished. Raises PF005.';
 
+revoke all on function pgfence.update_status(uuid) from public;
+grant execute on function pgfence.update_status(uuid) to pgfence_operator, pgfence_monitor;
+
+
+-- change: finish_update
+-- Deploy pgfence:finish_update
+-- requires: updates
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 create function pgfence.finish_update(token uuid)
 returns table (resource text, enabled boolean, outcome text)
 language plpgsql
@@ -1433,28 +1778,34 @@ comment on function pgfence.finish_update(uuid) is
   'Operator: closes an update window, restoring exactly the saved enabled values: restored, kept_disabled, conflict '
   '(enabled was changed inside the window: left as it is) or already_finished (idempotent). Raises PF005.';
 
+revoke all on function pgfence.finish_update(uuid) from public;
+grant execute on function pgfence.finish_update(uuid) to pgfence_operator;
+
+
+-- change: open_updates
+-- Deploy pgfence:open_updates
+-- requires: updates
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 create view pgfence.open_updates as
 select u.token, u.resources, u.prepared_at
   from pgfence.updates u
  where u.finished_at is null;
 comment on view pgfence.open_updates is 'Update windows not yet finished. They never expire or finish by themselves.';
 
-revoke all on table pgfence.updates, pgfence.update_items from public;
 revoke all on pgfence.open_updates from public;
-revoke all on function pgfence.prepare_update(text[], uuid), pgfence.update_not_found(uuid),
-                       pgfence.update_status(uuid), pgfence.finish_update(uuid)
-  from public;
-grant execute on function pgfence.prepare_update(text[], uuid), pgfence.finish_update(uuid) to pgfence_operator;
-grant execute on function pgfence.update_status(uuid) to pgfence_operator, pgfence_monitor;
 grant select on pgfence.open_updates to pgfence_operator, pgfence_monitor;
 
 
--- change: views
--- Deploy pgfence:views
--- requires: protect
--- requires: request_start
+-- change: lease_status
+-- Deploy pgfence:lease_status
+-- requires: leases
 -- requires: tasks
--- requires: updates
 -- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -1488,6 +1839,24 @@ comment on view pgfence.lease_status is
   'One row per lease: current, stale (active but expired: authorizes nothing), draining, released or superseded; '
   'tasks_held counts tasks its attempts still hold.';
 
+revoke all on pgfence.lease_status from public;
+grant select on pgfence.lease_status to pgfence_monitor, pgfence_operator;
+
+
+-- change: resource_status
+-- Deploy pgfence:resource_status
+-- requires: leases
+-- requires: invocations
+-- requires: tasks
+-- requires: updates
+-- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 create view pgfence.resource_status as
 select r.resource,
        r.enabled,
@@ -1512,6 +1881,22 @@ comment on view pgfence.resource_status is
   'One row per resource: enabled, the active lease''s owner and generation (stale when expired), draining leases, '
   'pending invocations, tasks claimed under any of its leases, the open update window it is in.';
 
+revoke all on pgfence.resource_status from public;
+grant select on pgfence.resource_status to pgfence_monitor, pgfence_operator;
+
+
+-- change: queue_status
+-- Deploy pgfence:queue_status
+-- requires: tasks
+-- requires: stale_results
+-- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
 -- Queued tasks belong to a queue, not a resource: several resources may serve one queue.
 create view pgfence.queue_status as
 select t.queue,
@@ -1529,14 +1914,34 @@ select t.queue,
 comment on view pgfence.queue_status is
   'One row per queue: tasks by state (ready = claimable now, overdue = visibility ran out, not yet requeued) and stale results.';
 
-revoke all on pgfence.lease_status, pgfence.resource_status, pgfence.queue_status from public;
-grant select on pgfence.lease_status, pgfence.resource_status, pgfence.queue_status
-   to pgfence_monitor, pgfence_operator;
+revoke all on pgfence.queue_status from public;
+grant select on pgfence.queue_status to pgfence_monitor, pgfence_operator;
 
 
 -- change: lockdown
 -- Deploy pgfence:lockdown
--- requires: views
+-- requires: register
+-- requires: set_enabled
+-- requires: acquire
+-- requires: renew
+-- requires: drain
+-- requires: release
+-- requires: deprecate
+-- requires: protect
+-- requires: request_start
+-- requires: enqueue
+-- requires: claim
+-- requires: complete
+-- requires: fail
+-- requires: extend
+-- requires: requeue_expired
+-- requires: prepare_update
+-- requires: update_status
+-- requires: finish_update
+-- requires: open_updates
+-- requires: lease_status
+-- requires: resource_status
+-- requires: queue_status
 --
 -- The last change, run again after any other: whatever default privileges the database
 -- carries (Supabase-style `alter default privileges ... grant execute on functions to anon`,
