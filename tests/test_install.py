@@ -23,10 +23,12 @@ def sqitch(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, env={**os.environ, **SQITCH_ENV})
 
 
-def schema_dump(database: str) -> str:
-    """pg_dump of everything but Sqitch's registry, without comments, blank lines and SETs."""
-    out = subprocess.run(["pg_dump", "--schema-only", "--no-owner", "--exclude-schema=sqitch",
-                          "-d", database], check=True, capture_output=True, text=True).stdout
+def schema_dump(database: str, exclude: tuple[str, ...] = ()) -> str:
+    """pg_dump of everything but Sqitch's registry (and `exclude`), without comments, blank
+    lines and SETs."""
+    skip = [f"--exclude-schema={s}" for s in ("sqitch", *exclude)]
+    out = subprocess.run(["pg_dump", "--schema-only", "--no-owner", *skip, "-d", database],
+                         check=True, capture_output=True, text=True).stdout
     lines = [line for line in out.splitlines()
              if line.strip() and not line.startswith(
                  ("--", "SET ", "SELECT pg_catalog.set_config", "\\restrict", "\\unrestrict"))]

@@ -17,6 +17,9 @@ from pgfence.harness import Database, Lease
 
 ACQUIRE = "pgfence.acquire(text, text, interval, uuid)"
 FENCE = "pgfence.fence(uuid)"
+# The lease-current check (lock and judgement) of fence and claim, and the judgement itself.
+HOLD = "pgfence.hold_current(uuid)"
+IS_CURRENT = "pgfence.is_current(text, timestamptz)"
 
 
 def sqlstate(exc: pytest.ExceptionInfo[psycopg.Error]) -> str | None:
@@ -111,7 +114,7 @@ def test_takeover_waits_for_open_fenced_transaction(db: Database) -> None:
 
 
 def test_negative_control_fence_without_row_lock(db: Database) -> None:
-    db.replace_in_function(FENCE, "     for key share of l;", ";")
+    db.replace_in_function(HOLD, "     for key share;", ";")
     t = takeover_during_fenced_transaction(db)
     assert not t.blocked, "without the lock the successor is granted while A's transaction is open"
 
@@ -135,7 +138,7 @@ def test_renewal_does_not_wait_for_fenced_transaction(db: Database) -> None:
 
 
 def test_negative_control_fence_with_exclusive_lock_blocks_renewal(db: Database) -> None:
-    db.replace_in_function(FENCE, "for key share", "for update")
+    db.replace_in_function(HOLD, "for key share", "for update")
     assert renewal_during_fenced_transaction(db) is True
 
 
@@ -248,7 +251,7 @@ def test_resumed_owner_is_refused_everything(db: Database) -> None:
 
 def test_negative_control_fence_ignoring_lease_state(db: Database) -> None:
     db.replace_in_function(
-        FENCE, "v_state <> 'active' or v_expires_at <= clock_timestamp()", "false")
+        HOLD, "not found or not pgfence.is_current(v_lease.state, v_lease.expires_at)", "false")
     r = resumed_owner(db)
     assert r.fence is None and r.fenced_write is None, "the stale owner got through"
     assert not r.successor_intact
@@ -283,7 +286,7 @@ def test_expiry_judged_on_clock_timestamp(db: Database) -> None:
 
 
 def test_negative_control_expiry_judged_on_now(db: Database) -> None:
-    db.replace_in_function(FENCE, "v_expires_at <= clock_timestamp()", "v_expires_at <= now()")
+    db.replace_in_function(IS_CURRENT, "pg_catalog.clock_timestamp()", "pg_catalog.now()")
     assert fence_after_expiry_in_old_transaction(db) is None
 
 
@@ -399,7 +402,8 @@ def test_replayed_marker_is_refused(db: Database) -> None:
 
 
 def test_negative_control_marker_of_resource_names(db: Database) -> None:
-    db.replace_in_function(FENCE, "pgfence.fence_token(l.resource, k.key)", "l.resource")
+    db.replace_in_function(FENCE, "pgfence.fence_token(v_lease.resource, k.key)",
+                           "v_lease.resource")
     db.replace_in_function("pgfence.guard()",
                            "pgfence.fence_token(tg_argv[0], k.key)", "tg_argv[0]")
     assert replayed_marker(db) is None

@@ -21,7 +21,8 @@ from psycopg.types.json import Jsonb
 
 from pgfence.harness import connect
 from tests.conftest import ROOT, create_database, drop_database, dsn, install_bundle, psql
-from tests.test_install import schema_dump, sqitch
+from tests.test_install import sqitch
+from tests.test_install import schema_dump as dump
 
 RELEASES = ROOT / "sql/releases"
 UPGRADES = ROOT / "sql/upgrades"
@@ -131,9 +132,11 @@ def make_live_state(database: str) -> Live:
         invocation = one(conn, "select pgfence.request_start('inv', '1 hour')")
         token = one(conn, "select pgfence.prepare_update(array['win', 'win_off'], %s)",
                     uuid.uuid4())
-        conn.execute("create table audit (id bigint generated always as identity, "
+        # The application's own table, in a schema the dump comparisons leave out.
+        conn.execute("create schema app")
+        conn.execute("create table app.audit (id bigint generated always as identity, "
                      "generation bigint)")
-        conn.execute("select pgfence.protect('audit', 'cur')")
+        conn.execute("select pgfence.protect('app.audit', 'cur')")
         max_generation = one(conn, "select max(generation) from pgfence.leases")
     assert len(attempts) == 2 and invocation is not None
     return Live(current, draining, stale, attempts, queued, invocation, token,  # type: ignore[arg-type]
@@ -146,9 +149,9 @@ def check_live_state(database: str, live: Live) -> None:
         assert one(conn, renew, live.current) == "active"
         with conn.transaction():
             generation = one(conn, "select pgfence.fence(%s)", live.current)
-            conn.execute("insert into audit (generation) values (%s)", (generation,))
+            conn.execute("insert into app.audit (generation) values (%s)", (generation,))
         with pytest.raises(psycopg.Error) as unfenced:
-            conn.execute("insert into audit (generation) values (0)")
+            conn.execute("insert into app.audit (generation) values (0)")
         assert unfenced.value.sqlstate == "PF007"
         assert one(conn, "select pgfence.complete(%s, '{}')", live.attempts[0]) == "accepted"
         assert one(conn, "select pgfence.complete(%s, '{}')", live.attempts[0]) == "duplicate"
@@ -163,7 +166,7 @@ def check_live_state(database: str, live: Live) -> None:
         # The pending invocation still holds off a second start, and acquire acknowledges it.
         assert one(conn, "select pgfence.request_start('inv')") is None
         assert one(conn, "select generation from pgfence.acquire('inv', 'e', '1 hour', %s)",
-                   (live.invocation,)) is not None
+                   live.invocation) is not None
         outcomes = dict(conn.execute("select resource, outcome from pgfence.finish_update(%s)",
                                      (live.token,)).fetchall())
         assert outcomes == {"win": "restored", "win_off": "kept_disabled"}
@@ -175,6 +178,11 @@ def check_live_state(database: str, live: Live) -> None:
         assert fresh_attempt not in live.attempts
         assert one(conn, "select pgfence.release(%s)", live.current) is True
         assert one(conn, "select pgfence.release(%s)", live.current) is False
+
+
+def schema_dump(database: str) -> str:
+    """pgfence's schema only: the live state's application table is not part of it."""
+    return dump(database, exclude=("app",))
 
 
 def fresh_head_dump(databases: list[str]) -> str:
@@ -263,8 +271,9 @@ def test_negative_control_an_upgrade_missing_a_change_is_caught(databases: list[
                                                                 tmp_path: Path) -> None:
     step = chain(start)[0]
     sections = re.split(r"(?m)^(?=-- change: )", step.read_text())
-    # Leave out one change that is neither the version nor the lockdown step.
-    victim = next(i for i, s in enumerate(sections)
+    # Leave out one change that is neither the version nor the lockdown step: the last, so that
+    # nothing after it needs it and the broken file still applies.
+    victim = max(i for i, s in enumerate(sections)
                   if s.startswith("-- change: ") and not s.startswith(("-- change: version\n",
                                                                        "-- change: lockdown\n")))
     broken = tmp_path / step.name

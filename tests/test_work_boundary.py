@@ -22,6 +22,7 @@ from pgfence.harness import Database, Lease, Session
 
 CLAIM = "pgfence.claim(uuid, text, integer, interval)"
 REPORT = "pgfence.report(uuid, text, jsonb)"
+HOLD = "pgfence.hold_current(uuid)"  # the lease-current check of claim (and fence)
 RENEW = "pgfence.renew(uuid, interval)"
 REQUEST_START = "pgfence.request_start(text, interval)"
 REQUEUE = "pgfence.requeue_expired(integer)"
@@ -129,8 +130,8 @@ def test_resumed_owner_cannot_claim_or_overwrite(any_db: Database) -> None:
 
 
 def test_negative_control_claim_without_lease_check(db: Database) -> None:
-    db.replace_in_function(CLAIM, "v_state <> 'active' or v_expires_at <= clock_timestamp()",
-                           "false")
+    db.replace_in_function(
+        HOLD, "not found or not pgfence.is_current(v_lease.state, v_lease.expires_at)", "false")
     assert resumed_owner_at_work(db).claim is None
 
 
@@ -298,7 +299,8 @@ def test_graceful_drain(any_db: Database) -> None:
 
 
 def test_negative_control_claim_while_draining(db: Database) -> None:
-    db.replace_in_function(CLAIM, "v_state <> 'active'", "v_state not in ('active', 'draining')")
+    db.replace_in_function(HOLD, "pgfence.is_current(v_lease.state",
+                           "pgfence.is_live(v_lease.state")
     assert graceful_drain(db)["a_claim"] is None
 
 
