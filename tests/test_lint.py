@@ -13,7 +13,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 BIN = Path(sys.executable).parent
 SQUAWK_CONFIG = ROOT / ".squawk.toml"
