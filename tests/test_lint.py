@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 BIN = Path(sys.executable).parent
 SQUAWK_CONFIG = ROOT / ".squawk.toml"
@@ -57,7 +57,10 @@ def test_pgspot_finds_nothing_in_the_bundle() -> None:
     assert out.returncode == 0 and "Errors: 0 Warnings: 0 Unknown: 0" in report, report
 
 
-@pytest.mark.parametrize("upgrade", sorted((ROOT / "sql/upgrades").glob("*.sql")), ids=lambda p: p.name)
+UPGRADES = sorted((ROOT / "sql/upgrades").glob("*.sql"))
+
+
+@pytest.mark.parametrize("upgrade", UPGRADES, ids=lambda p: p.name)
 def test_pgspot_finds_nothing_in_an_upgrade_over_its_release(upgrade: Path) -> None:
     # Read after the release it upgrades (-a): its `create or replace` then replaces pgfence's
     # own functions in pgfence's own schema, which is safe, and not someone else's.

@@ -11,24 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psycopg
-import pytest
 
-from pgfence.harness import Database, Lease
+from pgfence.harness import Database, Lease, sqlstate
+from tests.support import acquired
 
 ACQUIRE = "pgfence.acquire(text, text, interval, uuid)"
 FENCE = "pgfence.fence(uuid)"
 # The lease-current check (lock and judgement) of fence and claim, and the judgement itself.
 HOLD = "pgfence.hold_current(uuid)"
 IS_CURRENT = "pgfence.is_current(text, timestamptz)"
-
-
-def sqlstate(exc: pytest.ExceptionInfo[psycopg.Error]) -> str | None:
-    return exc.value.sqlstate
-
-
-def acquired(lease: Lease | None) -> Lease:
-    assert lease is not None, "expected a lease"
-    return lease
 
 
 def protected_table(db: Database, resource: str = "r") -> None:
@@ -163,12 +154,7 @@ def renewal_waiting_across_expiry(db: Database) -> tuple[str | None, bool]:
     assert db.one(live, (lease.lease_id,)), "the lease expired before the renewal was queued"
     db.wait_until("select not (" + live + ")", (lease.lease_id,))
     other.commit()
-    try:
-        step.result()
-        sqlstate = None
-    except psycopg.Error as e:
-        sqlstate = e.sqlstate
-    return sqlstate, db.one(live, (lease.lease_id,))
+    return sqlstate(step.result), db.one(live, (lease.lease_id,))
 
 
 def test_renewal_that_waited_across_expiry_is_refused(db: Database) -> None:
@@ -273,10 +259,7 @@ def fence_after_expiry_in_old_transaction(db: Database) -> str | None:
            "where lease_id = %s", (started, la.lease_id))
     db.wait_until("select clock_timestamp() > %s + interval '1 millisecond'", (started,))
     try:
-        a.fence(la)
-        return None
-    except psycopg.Error as e:
-        return e.sqlstate
+        return sqlstate(lambda: a.fence(la))
     finally:
         a.rollback()
 
@@ -337,9 +320,7 @@ def test_checks_compare_lease_id_not_generation(db: Database) -> None:
            (la.lease_id,))
     db.sql("update pgfence.leases set generation = %s where lease_id = %s",
            (la.generation, lb.lease_id))
-    with pytest.raises(psycopg.Error) as e:
-        a.fence(la)
-    assert sqlstate(e) == "PF001"
+    assert sqlstate(lambda: a.fence(la)) == "PF001"
     assert a.fence(lb) == la.generation
 
 
