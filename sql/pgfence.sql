@@ -160,80 +160,6 @@ grant execute on function pgfence.invalid_argument(text, text, text), pgfence.re
    to pgfence_operator;
 
 
--- change: checks
--- Deploy pgfence:checks
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- Resource and queue names: printable, no spaces, so they survive logs, shells and the CLI.
--- check_name, check_interval and check_not_null run on every renew, fence and claim. They have
--- no SET clause, which would cost a save, a restore and a recomputed search path on every
--- call; instead every name in them is qualified (pgspot checks that).
-create function pgfence.check_name(arg text, value text)
-returns void
-language plpgsql
-as $$
-begin
-  if value is null or value operator(pg_catalog.!~) '^[A-Za-z0-9_][A-Za-z0-9_.:@/-]{0,127}$' then
-    perform pgfence.invalid_argument(arg,
-      'must be 1 to 128 characters from A-Z a-z 0-9 _ . : @ / - and not start with punctuation',
-      value);
-  end if;
-end
-$$;
-
--- Owners are caller-chosen labels (an execution id, a hostname): free text, bounded.
-create function pgfence.check_label(arg text, value text)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  if value is null or length(value) not between 1 and 256 or value ~ '[[:cntrl:]]' then
-    perform pgfence.invalid_argument(arg, 'must be 1 to 256 characters without control characters', value);
-  end if;
-end
-$$;
-
--- Leases, visibility windows and invocations: more than zero, at most a day. A longer lease
--- is a lease nobody can take over in practice.
-create function pgfence.check_interval(arg text, value interval)
-returns void
-language plpgsql
-as $$
-begin
-  if value is null or value operator(pg_catalog.<=) '0'::pg_catalog.interval
-     or value operator(pg_catalog.>) '1 day'::pg_catalog.interval then
-    perform pgfence.invalid_argument(arg, 'must be more than 0 and at most 1 day', value::pg_catalog.text);
-  end if;
-end
-$$;
-
-create function pgfence.check_not_null(arg text, value anyelement)
-returns void
-language plpgsql
-as $$
-begin
-  if value is null then
-    perform pgfence.invalid_argument(arg, 'must not be NULL', null);
-  end if;
-end
-$$;
-
-revoke all on function pgfence.check_name(text, text) from public;
-revoke all on function pgfence.check_label(text, text) from public;
-revoke all on function pgfence.check_interval(text, interval) from public;
-revoke all on function pgfence.check_not_null(text, anyelement) from public;
--- pgfence.protect runs as the operator and checks its arguments with these.
-grant execute on function pgfence.check_name(text, text), pgfence.check_not_null(text, anyelement)
-   to pgfence_operator;
-
-
 -- change: signing_key
 -- Deploy pgfence:signing_key
 -- requires: schema
@@ -1391,6 +1317,95 @@ revoke all on pgfence.queue_status from public;
 grant select on pgfence.queue_status to pgfence_monitor, pgfence_operator;
 
 
+-- change: checks
+-- Deploy pgfence:checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Resource and queue names: printable, no spaces, so they survive logs, shells and the CLI.
+-- check_name, check_interval and check_not_null run on every renew, fence and claim. They have
+-- no SET clause, which would cost a save, a restore and a recomputed search path on every
+-- call; instead every name in them is qualified (pgspot checks that).
+create or replace function pgfence.check_name(arg text, value text)
+returns void
+language plpgsql
+as $$
+begin
+  if value is null or value operator(pg_catalog.!~) '^[A-Za-z0-9_][A-Za-z0-9_.:@/-]{0,127}$' then
+    perform pgfence.invalid_argument(arg,
+      'must be 1 to 128 characters from A-Z a-z 0-9 _ . : @ / - and not start with punctuation',
+      value);
+  end if;
+end
+$$;
+
+-- Owners are caller-chosen labels (an execution id, a hostname): free text, bounded, and shown
+-- to operators as it is. So no control characters, no line or paragraph separators (Zl, Zp),
+-- no format characters (Cf: bidi overrides and isolates, zero-width spaces and joiners, the
+-- byte order mark, tags), which would make one label look like another or reorder a line,
+-- and not blank.
+create or replace function pgfence.check_label(arg text, value text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if value is null or length(value) not between 1 and 256 or value ~ '[[:cntrl:]]'
+     or value ~ '[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]'
+     or value ~ '^[[:space:]\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]*$' then
+    perform pgfence.invalid_argument(arg,
+      '1 to 256 characters, not blank, without control, format (Cf) or separator (Zl, Zp) characters',
+      value);
+  end if;
+end
+$$;
+
+-- Leases, visibility windows and invocations: more than zero, at most a day. A longer lease
+-- is a lease nobody can take over in practice. What is bounded is the deadline the caller
+-- stores, now() + value: intervals compare a month as 30 days, but adding one follows the
+-- calendar, so '3000000 mon -89999999 days' compares as 1 day and reaches 3,590 years ahead.
+-- An interval without months adds exactly what it compares as (days and time; a day across a
+-- daylight-saving change is 23 or 25 hours), so months and years are refused outright.
+create or replace function pgfence.check_interval(arg text, value interval)
+returns void
+language plpgsql
+as $$
+begin
+  if value is null
+     or pg_catalog.date_part('month', value) operator(pg_catalog.<>) 0
+     or pg_catalog.date_part('year', value) operator(pg_catalog.<>) 0
+     or value operator(pg_catalog.<=) '0'::pg_catalog.interval
+     or value operator(pg_catalog.>) '1 day'::pg_catalog.interval then
+    perform pgfence.invalid_argument(arg, 'must be more than 0 and at most 1 day, without months or years', value::pg_catalog.text);
+  end if;
+end
+$$;
+
+create or replace function pgfence.check_not_null(arg text, value anyelement)
+returns void
+language plpgsql
+as $$
+begin
+  if value is null then
+    perform pgfence.invalid_argument(arg, 'must not be NULL', null);
+  end if;
+end
+$$;
+
+revoke all on function pgfence.check_name(text, text) from public;
+revoke all on function pgfence.check_label(text, text) from public;
+revoke all on function pgfence.check_interval(text, interval) from public;
+revoke all on function pgfence.check_not_null(text, anyelement) from public;
+-- pgfence.protect runs as the operator and checks its arguments with these.
+grant execute on function pgfence.check_name(text, text), pgfence.check_not_null(text, anyelement)
+   to pgfence_operator;
+
+
 -- change: lease_judgement
 -- Deploy pgfence:lease_judgement
 -- requires: leases
@@ -2010,6 +2025,55 @@ comment on view pgfence.resource_status is
 
 revoke all on pgfence.resource_status from public;
 grant select on pgfence.resource_status to pgfence_monitor, pgfence_operator;
+
+
+-- change: cancel_invocations
+-- Deploy pgfence:cancel_invocations
+-- requires: invocations
+-- requires: resources
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- A pending invocation holds off every other start of its resource until it expires or an
+-- acquire presents it. When the start it asked for is known to have failed (the supervisor's
+-- request never reached a runtime), an operator need not wait: this ends the pending ones
+-- now. It grants and revokes nothing else; a late acquire presenting one is still accepted.
+create function pgfence.cancel_invocations(resource text)
+returns integer
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_count integer;
+begin
+  perform pgfence.check_name('resource', cancel_invocations.resource);
+  -- The resource row, as request_start takes it: a concurrent request_start either sees the
+  -- invocations still pending or runs after this and may start anew.
+  perform from pgfence.resources r where r.resource = cancel_invocations.resource for no key update;
+  if not found then
+    perform pgfence.resource_not_found(cancel_invocations.resource);
+  end if;
+  update pgfence.invocations i
+     set expires_at = clock_timestamp()
+   where i.resource = cancel_invocations.resource and i.acknowledged_at is null
+     and i.expires_at > clock_timestamp();
+  get diagnostics v_count = row_count;
+  return v_count;
+end
+$$;
+comment on function pgfence.cancel_invocations(text) is
+  'Operator: the resource''s pending startup invocations expire now, so request_start may start it again; '
+  'returns how many. Raises PF002, 22023.';
+
+revoke all on function pgfence.cancel_invocations(text) from public;
+grant execute on function pgfence.cancel_invocations(text) to pgfence_operator;
 
 
 -- change: version

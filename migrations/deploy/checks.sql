@@ -12,7 +12,7 @@ set local lock_timeout = '5s';
 -- check_name, check_interval and check_not_null run on every renew, fence and claim. They have
 -- no SET clause, which would cost a save, a restore and a recomputed search path on every
 -- call; instead every name in them is qualified (pgspot checks that).
-create function pgfence.check_name(arg text, value text)
+create or replace function pgfence.check_name(arg text, value text)
 returns void
 language plpgsql
 as $$
@@ -25,34 +25,49 @@ begin
 end
 $$;
 
--- Owners are caller-chosen labels (an execution id, a hostname): free text, bounded.
-create function pgfence.check_label(arg text, value text)
+-- Owners are caller-chosen labels (an execution id, a hostname): free text, bounded, and shown
+-- to operators as it is. So no control characters, no line or paragraph separators (Zl, Zp),
+-- no format characters (Cf: bidi overrides and isolates, zero-width spaces and joiners, the
+-- byte order mark, tags), which would make one label look like another or reorder a line,
+-- and not blank.
+create or replace function pgfence.check_label(arg text, value text)
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if value is null or length(value) not between 1 and 256 or value ~ '[[:cntrl:]]' then
-    perform pgfence.invalid_argument(arg, 'must be 1 to 256 characters without control characters', value);
+  if value is null or length(value) not between 1 and 256 or value ~ '[[:cntrl:]]'
+     or value ~ '[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]'
+     or value ~ '^[[:space:]\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]*$' then
+    perform pgfence.invalid_argument(arg,
+      '1 to 256 characters, not blank, without control, format (Cf) or separator (Zl, Zp) characters',
+      value);
   end if;
 end
 $$;
 
 -- Leases, visibility windows and invocations: more than zero, at most a day. A longer lease
--- is a lease nobody can take over in practice.
-create function pgfence.check_interval(arg text, value interval)
+-- is a lease nobody can take over in practice. What is bounded is the deadline the caller
+-- stores, now() + value: intervals compare a month as 30 days, but adding one follows the
+-- calendar, so '3000000 mon -89999999 days' compares as 1 day and reaches 3,590 years ahead.
+-- An interval without months adds exactly what it compares as (days and time; a day across a
+-- daylight-saving change is 23 or 25 hours), so months and years are refused outright.
+create or replace function pgfence.check_interval(arg text, value interval)
 returns void
 language plpgsql
 as $$
 begin
-  if value is null or value operator(pg_catalog.<=) '0'::pg_catalog.interval
+  if value is null
+     or pg_catalog.date_part('month', value) operator(pg_catalog.<>) 0
+     or pg_catalog.date_part('year', value) operator(pg_catalog.<>) 0
+     or value operator(pg_catalog.<=) '0'::pg_catalog.interval
      or value operator(pg_catalog.>) '1 day'::pg_catalog.interval then
-    perform pgfence.invalid_argument(arg, 'must be more than 0 and at most 1 day', value::pg_catalog.text);
+    perform pgfence.invalid_argument(arg, 'must be more than 0 and at most 1 day, without months or years', value::pg_catalog.text);
   end if;
 end
 $$;
 
-create function pgfence.check_not_null(arg text, value anyelement)
+create or replace function pgfence.check_not_null(arg text, value anyelement)
 returns void
 language plpgsql
 as $$

@@ -1,0 +1,2 @@
+-- Verify pgfence:cancel_invocations
+select 'pgfence.cancel_invocations(text)'::regprocedure;

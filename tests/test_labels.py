@@ -1,0 +1,90 @@
+"""Owner labels: every format (Cf), line-separator (Zl) and paragraph-separator (Zp) code point
+that Python's Unicode database knows is refused by pgfence.check_label, and letters, marks,
+digits, symbols and spaces inside a label are accepted. The SQL names the refused characters
+one range at a time; this test is what keeps that list complete.
+"""
+
+from __future__ import annotations
+
+import sys
+import unicodedata
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from pgfence.cluster import Cluster, connect
+
+REFUSED = ("Cf", "Zl", "Zp")
+
+
+@pytest.fixture(scope="module")
+def conn(cluster: Cluster, template: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    name = f"t_labels_{uuid.uuid4().hex[:8]}"
+    cluster.create_database(name, template)
+    try:
+        with connect(cluster.dsn(name), "labels") as c:
+            c.execute("""
+                create function pg_temp.refused(v text, f text) returns boolean
+                language plpgsql as $$
+                begin
+                  execute format('select %s(%L, %L)', f, 'owner', v);
+                  return false;
+                exception when invalid_parameter_value then
+                  return true;
+                end $$""")
+            yield c
+    finally:
+        cluster.drop_database(name)
+
+
+def verdicts(conn: psycopg.Connection[tuple[object, ...]], labels: list[str],
+             function: str = "pgfence.check_label") -> list[bool]:
+    rows = conn.execute("select pg_temp.refused(v, %s) "
+                        "from unnest(%s::text[]) with ordinality u(v, i) order by i",
+                        (function, labels)).fetchall()
+    return [bool(r[0]) for r in rows]
+
+
+def code_points(categories: tuple[str, ...]) -> list[str]:
+    return [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) in categories]
+
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+def let_through(conn: Conn, chars: list[str], function: str = "pgfence.check_label") -> list[str]:
+    labels = [f"worker{c}1" for c in chars]
+    refused = verdicts(conn, labels, function)
+    return [f"U+{ord(c):04X} {unicodedata.name(c, '?')}"
+            for c, r in zip(chars, refused, strict=True) if not r]
+
+
+def test_every_format_and_separator_character_is_refused(conn: Conn) -> None:
+    chars = code_points(REFUSED)
+    assert len(chars) > 150  # Unicode 14 has 163 of them
+    passed = let_through(conn, chars)
+    assert passed == [], passed
+
+
+def test_negative_control_without_the_format_class_they_pass(conn: Conn) -> None:
+    row = conn.execute("select pg_get_functiondef('pgfence.check_label(text, text)'::regprocedure)"
+                       ).fetchone()
+    assert row is not None
+    src = str(row[0])
+    start = src.index("or value ~ '[\\u00ad")
+    end = src.index("\n", start)
+    broken = src[:start] + src[end:]
+    conn.execute(broken.replace("pgfence.check_label(", "pg_temp.check_label("))
+    passed = let_through(conn, code_points(REFUSED), "pg_temp.check_label")
+    assert "U+202E RIGHT-TO-LEFT OVERRIDE" in passed and len(passed) > 150
+
+
+def test_ordinary_characters_are_accepted(conn: Conn) -> None:
+    # A sample of every other category but controls (Cc), unassigned (Cn), private use (Co)
+    # and surrogates (Cs): every 37th such code point, inside a label.
+    chars = code_points(("Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc",
+                         "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs"))[::37]
+    refused = set(chars) - {chr(int(u.split()[0][2:], 16)) for u in let_through(conn, chars)}
+    assert refused == set(), sorted(f"U+{ord(c):04X}" for c in refused)
