@@ -1,0 +1,106 @@
+"""The SQL inside the wheel: `pip wheel` of this repository carries sql/ (through the symlink
+src/pgfence/schema), and a fresh venv with nothing but that wheel and its dependencies installs
+pgfence into a fresh database with `pgfence --db-url URL install`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgfence.releases import Files
+
+ROOT = Path(__file__).resolve().parent.parent
+PIP = Path(sys.executable).parent / "pip"
+
+
+def build_wheel(source: Path, out: Path) -> Path:
+    subprocess.run([str(PIP), "wheel", "-q", "--no-deps", "-w", str(out), str(source)],
+                   check=True, capture_output=True, text=True, timeout=120)
+    (wheel,) = out.glob("pgfence-*.whl")
+    return wheel
+
+
+def repository_sql() -> dict[str, bytes]:
+    return {f"pgfence/schema/{p.relative_to(ROOT / 'sql')}": p.read_bytes()
+            for p in sorted((ROOT / "sql").rglob("*.sql"))}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(ROOT, tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture
+def fresh_database(cluster: None) -> Iterator[str]:
+    name = f"wheel_{uuid.uuid4().hex[:10]}"
+    admin = f"host={os.environ['PGHOST']} port={os.environ['PGPORT']} user=postgres dbname=postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'create database "{name}"')
+    yield name
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'drop database if exists "{name}" with (force)')
+
+
+def test_the_wheel_carries_every_sql_file(wheel: Path) -> None:
+    expected = repository_sql()
+    assert "pgfence/schema/pgfence.sql" in expected
+    with zipfile.ZipFile(wheel) as z:
+        inside = {n: z.read(n) for n in z.namelist() if n.startswith("pgfence/schema/")}
+    assert inside == expected          # the same files, byte for byte, and nothing else
+
+
+def test_negative_control_without_the_package_data_the_wheel_has_no_sql(tmp_path: Path) -> None:
+    copy = tmp_path / "repo"
+    copy.mkdir()
+    shutil.copy(ROOT / "README.md", copy)
+    shutil.copytree(ROOT / "src", copy / "src", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(ROOT / "sql", copy / "sql")
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    globs = '"schema/*.sql", "schema/releases/*.sql", "schema/upgrades/*.sql"'
+    assert globs in pyproject
+    (copy / "pyproject.toml").write_text(pyproject.replace(", " + globs, ""))
+    with zipfile.ZipFile(build_wheel(copy, tmp_path / "out")) as z:
+        assert not [n for n in z.namelist() if n.endswith(".sql")]
+
+
+def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_database: str,
+                                                         tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=60)
+    subprocess.run([str(venv / "bin/pip"), "install", "-q", str(wheel)], check=True,
+                   capture_output=True, text=True, timeout=120)
+    # Run outside the repository, with nothing of it on the path: only the installed wheel.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    show = "import pgfence, pathlib; print(pathlib.Path(pgfence.__file__).parent)"
+    where = subprocess.run([str(venv / "bin/python"), "-c", show], cwd=tmp_path, env=env,
+                           check=True, capture_output=True, text=True).stdout.strip()
+    package = Path(where)
+    assert package.is_relative_to(venv)
+    schema = package / "schema"
+    assert schema.is_dir() and not schema.is_symlink()
+    assert (schema / "pgfence.sql").read_bytes() == (ROOT / "sql/pgfence.sql").read_bytes()
+
+    port = os.environ["PGPORT"]
+    url = f"postgresql://postgres@127.0.0.1:{port}/{fresh_database}"
+    out = subprocess.run([str(venv / "bin/pgfence"), "--db-url", url, "install", "--confirm",
+                          f"127.0.0.1:{port}/{fresh_database}"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    newest = Files().newest()
+    assert f"pgfence {newest} is installed" in out.stdout
+    dsn = f"host={os.environ['PGHOST']} port={port} user=postgres dbname={fresh_database}"
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("select pgfence.version()").fetchone() == (newest,)
+    version = subprocess.run([str(venv / "bin/pgfence"), "--db-url", url, "version"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and "up to date" in version.stdout, version.stderr
