@@ -13,6 +13,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 BIN = Path(sys.executable).parent
@@ -44,8 +46,12 @@ def squawk(*paths: Path) -> subprocess.CompletedProcess[str]:
                            *map(str, paths)], capture_output=True, text=True, cwd=ROOT)
 
 
-def test_pgspot_finds_nothing_in_the_bundle() -> None:
-    out = pgspot(ROOT / "sql/pgfence.sql")
+GENERATED = [ROOT / "sql/pgfence.sql", *sorted((ROOT / "sql").glob("upgrades/*.sql"))]
+
+
+@pytest.mark.parametrize("path", GENERATED, ids=lambda p: p.name)
+def test_pgspot_finds_nothing_in_the_install_and_upgrade_files(path: Path) -> None:
+    out = pgspot(path)
     report = out.stdout + out.stderr
     # A statement pgspot cannot parse ends its analysis there, so it must not happen either.
     assert out.returncode == 0 and "Errors: 0 Warnings: 0 Unknown: 0" in report, report

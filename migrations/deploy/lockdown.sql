@@ -1,5 +1,26 @@
 -- Deploy pgfence:lockdown
--- requires: views
+-- requires: register
+-- requires: set_enabled
+-- requires: acquire
+-- requires: renew
+-- requires: drain
+-- requires: release
+-- requires: deprecate
+-- requires: protect
+-- requires: request_start
+-- requires: enqueue
+-- requires: claim
+-- requires: complete
+-- requires: fail
+-- requires: extend
+-- requires: requeue_expired
+-- requires: prepare_update
+-- requires: update_status
+-- requires: finish_update
+-- requires: open_updates
+-- requires: lease_status
+-- requires: resource_status
+-- requires: queue_status
 --
 -- The last change, run again after any other: whatever default privileges the database
 -- carries (Supabase-style `alter default privileges ... grant execute on functions to anon`,

@@ -1,5 +1,7 @@
 -- Deploy pgfence:protect
 -- requires: fence
+-- requires: unfenced_writes
+-- requires: resources
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -7,21 +9,6 @@ begin;
 -- transactions fails the deploy instead of queueing every later locker behind it (squawk).
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
-
-create table pgfence.unfenced_writes (
-  id               bigint generated always as identity primary key,
-  table_name       text not null,
-  resource         text not null,
-  operation        text not null,
-  mode             text not null,
-  transaction_id   xid8 not null,
-  role_name        name not null,
-  application_name text,
-  at               timestamptz not null default clock_timestamp()
-);
-comment on table pgfence.unfenced_writes is
-  'Writes to tables protected in observe mode by transactions that did not fence their resource: '
-  'the writers still to be moved onto pgfence before switching to enforce.';
 
 -- Statement-level: the check costs one marker comparison per statement, not a lookup per
 -- row, and the lock that fence() holds keeps its answer true until commit. It runs AFTER the
@@ -106,18 +93,12 @@ end
 $$;
 comment on function pgfence.unprotect(regclass) is 'Operator: removes the protection of tbl, if any.';
 
-revoke all on table pgfence.unfenced_writes from public;
-grant select on table pgfence.unfenced_writes to pgfence_monitor, pgfence_operator;
 revoke all on function pgfence.guard() from public;
 revoke all on function pgfence.protect(regclass, text, text) from public;
 revoke all on function pgfence.unprotect(regclass) from public;
 -- protect runs as the operator, who needs the guard (to create the trigger) and a look at
 -- the registered names; firing the trigger later needs no privilege of the writer.
 grant execute on function pgfence.guard() to pgfence_operator;
-grant select on table pgfence.resources to pgfence_operator;
-grant execute on function pgfence.check_name(text, text), pgfence.check_not_null(text, anyelement),
-                          pgfence.invalid_argument(text, text, text), pgfence.resource_not_found(text)
-   to pgfence_operator;
 grant execute on function pgfence.protect(regclass, text, text), pgfence.unprotect(regclass) to pgfence_operator;
 
 commit;

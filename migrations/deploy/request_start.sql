@@ -1,5 +1,6 @@
 -- Deploy pgfence:request_start
 -- requires: leases
+-- requires: invocations
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the

@@ -2,8 +2,6 @@
 
 begin;
 
-drop function pgfence.set_enabled(text, boolean);
-drop function pgfence.register(text, boolean);
 drop table pgfence.resources;
 
 commit;

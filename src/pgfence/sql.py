@@ -11,7 +11,7 @@ import re
 import uuid
 from collections.abc import Iterable
 
-# The same rule as pgfence.check_name in migrations/deploy/schema.sql.
+# The same rule as pgfence.check_name in migrations/deploy/checks.sql.
 RESOURCE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@/-]{0,127}")
 
 

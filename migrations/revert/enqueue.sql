@@ -1,0 +1,7 @@
+-- Revert pgfence:enqueue
+
+begin;
+
+drop function pgfence.enqueue(text, jsonb, int);
+
+commit;

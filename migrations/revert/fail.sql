@@ -1,0 +1,7 @@
+-- Revert pgfence:fail
+
+begin;
+
+drop function pgfence.fail(uuid, jsonb);
+
+commit;

@@ -1,0 +1,7 @@
+-- Revert pgfence:invocations
+
+begin;
+
+drop table pgfence.invocations;
+
+commit;

@@ -1,0 +1,7 @@
+-- Revert pgfence:unfenced_writes
+
+begin;
+
+drop table pgfence.unfenced_writes;
+
+commit;

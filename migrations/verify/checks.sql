@@ -1,0 +1,3 @@
+-- Verify pgfence:checks
+select 'pgfence.check_name(text, text)'::regprocedure, 'pgfence.check_label(text, text)'::regprocedure,
+       'pgfence.check_interval(text, interval)'::regprocedure, 'pgfence.check_not_null(text, anyelement)'::regprocedure;

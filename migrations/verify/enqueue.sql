@@ -1,0 +1,2 @@
+-- Verify pgfence:enqueue
+select 'pgfence.enqueue(text, jsonb, int)'::regprocedure;

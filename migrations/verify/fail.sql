@@ -1,0 +1,2 @@
+-- Verify pgfence:fail
+select 'pgfence.fail(uuid, jsonb)'::regprocedure;

@@ -1,0 +1,386 @@
+"""Upgrades: every release in sql/releases/ is carried to the head, by the one-file upgrades
+and by Sqitch, with live state in it; the result is the schema of a fresh install, the pgTAP
+suite passes on it, and what was live before still works. Also: the refusals (wrong version,
+a schema changed by hand, no transaction block), Sqitch up/down/up across a release, and the
+rule that a released deploy script is never edited.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from pgfence.harness import connect
+from tests.conftest import ROOT, create_database, drop_database, dsn, install_bundle, psql
+from tests.test_install import schema_dump, sqitch
+
+RELEASES = ROOT / "sql/releases"
+UPGRADES = ROOT / "sql/upgrades"
+HEAD = re.match(r"-- pgfence (\S+):", (ROOT / "sql/pgfence.sql").read_text()).group(1)  # type: ignore[union-attr]
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def released() -> list[str]:
+    found = [p.name.removeprefix("pgfence--").removesuffix(".sql")
+             for p in RELEASES.glob("pgfence--*.sql")]
+    return sorted(found, key=version_key)
+
+
+def chain(start: str) -> list[Path]:
+    """The upgrade files from release `start` to the head, in order."""
+    steps: dict[str, Path] = {}
+    for p in UPGRADES.glob("pgfence--*--*.sql"):
+        steps[p.name.removeprefix("pgfence--").split("--")[0]] = p
+    files, at = [], start
+    while at != HEAD:
+        assert at in steps, f"no upgrade from {at} towards {HEAD}"
+        files.append(steps[at])
+        at = steps[at].name.removesuffix(".sql").split("--")[2]
+    return files
+
+
+OLDER = [v for v in released() if v != HEAD]
+
+
+@pytest.fixture
+def databases(cluster: None) -> Iterator[list[str]]:
+    made: list[str] = []
+    yield made
+    for name in made:
+        drop_database(name)
+
+
+def fresh(databases: list[str], tag: str) -> str:
+    name = f"u_{tag}_{uuid.uuid4().hex[:8]}"
+    create_database(name)
+    databases.append(name)
+    return name
+
+
+def install_release(database: str, version: str) -> None:
+    psql(database, "--single-transaction", "-f", str(RELEASES / f"pgfence--{version}.sql"))
+
+
+def upgrade_by_file(database: str, start: str) -> None:
+    for step in chain(start):
+        psql(database, "--single-transaction", "-f", str(step))
+
+
+def fingerprint(database: str) -> str:
+    return psql(database, "-At", "-f", str(ROOT / "migrations/fingerprint.sql")).stdout.strip()
+
+
+def version(database: str) -> str:
+    return psql(database, "-At", "-c", "select pgfence.version()").stdout.strip()
+
+
+def recorded_fingerprints() -> dict[str, str]:
+    lines = (RELEASES / "fingerprints").read_text().splitlines()
+    return dict(line.split() for line in lines if line.strip() and not line.startswith("#"))
+
+
+# --- live state: made on the old release, used after the upgrade --------------------------------
+
+@dataclass
+class Live:
+    current: uuid.UUID          # an active lease with an hour to go
+    draining: uuid.UUID         # drained, still renewing
+    stale: uuid.UUID            # active but expired: authorizes nothing
+    attempts: list[uuid.UUID]   # claimed tasks' attempt ids under `current`
+    queued: int                 # a task nobody claimed yet
+    invocation: uuid.UUID       # a pending startup request
+    token: uuid.UUID            # an open update window over win (enabled) and win_off (disabled)
+    max_generation: int
+
+
+def one(conn: psycopg.Connection[tuple[object, ...]], query: str, *params: object) -> object:
+    row = conn.execute(query, params or None).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def make_live_state(database: str) -> Live:
+    with connect(dsn(database), "live") as conn:
+        for r in ("cur", "drn", "stl", "inv", "win"):
+            conn.execute("select pgfence.register(%s)", (r,))
+        conn.execute("select pgfence.register('win_off', false)")
+        current = one(conn, "select lease_id from pgfence.acquire('cur', 'a', '1 hour')")
+        draining = one(conn, "select lease_id from pgfence.acquire('drn', 'b', '1 hour')")
+        conn.execute("select pgfence.drain(%s)", (draining,))
+        stale = one(conn, "select lease_id from pgfence.acquire('stl', 'c', '1 hour')")
+        # Time passes for c: the test moves its expiry, as pgfence_test.expire does.
+        conn.execute("update pgfence.leases set expires_at = clock_timestamp() - interval '1 ms' "
+                     "where lease_id = %s", (stale,))
+        for n in range(3):
+            conn.execute("select pgfence.enqueue('q', %s)", (Jsonb({"n": n}),))
+        attempts = [row[0] for row in conn.execute(
+            "select attempt_id from pgfence.claim(%s, 'q', 2, '1 hour')", (current,))]
+        queued = one(conn, "select task_id from pgfence.tasks where state = 'queued'")
+        invocation = one(conn, "select pgfence.request_start('inv', '1 hour')")
+        token = one(conn, "select pgfence.prepare_update(array['win', 'win_off'], %s)",
+                    uuid.uuid4())
+        conn.execute("create table audit (id bigint generated always as identity, "
+                     "generation bigint)")
+        conn.execute("select pgfence.protect('audit', 'cur')")
+        max_generation = one(conn, "select max(generation) from pgfence.leases")
+    assert len(attempts) == 2 and invocation is not None
+    return Live(current, draining, stale, attempts, queued, invocation, token,  # type: ignore[arg-type]
+                max_generation)  # type: ignore[arg-type]
+
+
+def check_live_state(database: str, live: Live) -> None:
+    with connect(dsn(database), "after") as conn:
+        renew = "select state from pgfence.renew(%s, '1 hour')"
+        assert one(conn, renew, live.current) == "active"
+        with conn.transaction():
+            generation = one(conn, "select pgfence.fence(%s)", live.current)
+            conn.execute("insert into audit (generation) values (%s)", (generation,))
+        with pytest.raises(psycopg.Error) as unfenced:
+            conn.execute("insert into audit (generation) values (0)")
+        assert unfenced.value.sqlstate == "PF007"
+        assert one(conn, "select pgfence.complete(%s, '{}')", live.attempts[0]) == "accepted"
+        assert one(conn, "select pgfence.complete(%s, '{}')", live.attempts[0]) == "duplicate"
+        assert one(conn, "select pgfence.fail(%s, '{}')", live.attempts[1]) == "accepted"
+        assert one(conn, renew, live.draining) == "draining"
+        with pytest.raises(psycopg.Error) as stale:
+            conn.execute("select pgfence.fence(%s)", (live.stale,))
+        assert stale.value.sqlstate == "PF001"
+        taken = conn.execute("select lease_id, generation "
+                             "from pgfence.acquire('stl', 'd', '1 hour')").fetchone()
+        assert taken is not None and taken[1] > live.max_generation, "a generation was reissued"
+        # The pending invocation still holds off a second start, and acquire acknowledges it.
+        assert one(conn, "select pgfence.request_start('inv')") is None
+        assert one(conn, "select generation from pgfence.acquire('inv', 'e', '1 hour', %s)",
+                   (live.invocation,)) is not None
+        outcomes = dict(conn.execute("select resource, outcome from pgfence.finish_update(%s)",
+                                     (live.token,)).fetchall())
+        assert outcomes == {"win": "restored", "win_off": "kept_disabled"}
+        enabled = conn.execute("select resource, enabled from pgfence.resources "
+                               "where resource like 'win%%'").fetchall()
+        assert dict(enabled) == {"win": True, "win_off": False}
+        fresh_attempt = one(conn, "select attempt_id from pgfence.claim(%s, 'q', 1, '1 hour')",
+                            live.current)
+        assert fresh_attempt not in live.attempts
+        assert one(conn, "select pgfence.release(%s)", live.current) is True
+        assert one(conn, "select pgfence.release(%s)", live.current) is False
+
+
+def fresh_head_dump(databases: list[str]) -> str:
+    head = fresh(databases, "head")
+    install_bundle(head)
+    return schema_dump(head)
+
+
+# --- the upgrade paths --------------------------------------------------------------------------
+
+def test_every_release_has_its_fingerprint_recorded(databases: list[str]) -> None:
+    recorded = recorded_fingerprints()
+    for release in released():
+        name = fresh(databases, "print")
+        install_release(name, release)
+        assert version(name) == release
+        assert recorded.get(release) == fingerprint(name), (
+            f"record `{release} {fingerprint(name)}` in sql/releases/fingerprints")
+
+
+def test_head_is_the_newest_release_or_newer() -> None:
+    assert released(), "no release in sql/releases"
+    assert version_key(HEAD) >= version_key(released()[-1])
+    assert OLDER or released()[-1] == HEAD
+
+
+@pytest.mark.parametrize("start", OLDER)
+def test_one_file_upgrade_keeps_live_state(databases: list[str], start: str) -> None:
+    name = fresh(databases, "file")
+    install_release(name, start)
+    live = make_live_state(name)
+    upgrade_by_file(name, start)
+    assert version(name) == HEAD
+    assert schema_dump(name) == fresh_head_dump(databases)
+    check_live_state(name, live)
+
+
+@pytest.mark.parametrize("start", OLDER)
+def test_sqitch_upgrade_of_a_one_file_install_keeps_live_state(databases: list[str],
+                                                               start: str) -> None:
+    # Installed from the one file, then moved onto Sqitch: --log-only records the release's
+    # changes as deployed without running them (docs/upgrading.md).
+    name = fresh(databases, "sqitch")
+    install_release(name, start)
+    live = make_live_state(name)
+    sqitch("deploy", "--log-only", "--to", f"@v{start}", f"db:pg:{name}")
+    sqitch("deploy", f"db:pg:{name}")
+    assert version(name) == HEAD
+    assert schema_dump(name) == fresh_head_dump(databases)
+    check_live_state(name, live)
+
+
+@pytest.mark.parametrize("start", OLDER)
+def test_pgtap_suite_passes_on_an_upgraded_database(databases: list[str], start: str) -> None:
+    name = fresh(databases, "pgtap")
+    install_release(name, start)
+    make_live_state(name)
+    upgrade_by_file(name, start)
+    psql(name, "-c", "create extension pgtap", "-f", str(ROOT / "pgtap/helpers/pgfence_test.sql"))
+    files = sorted(str(p) for p in (ROOT / "pgtap").rglob("*.sql") if "helpers" not in p.parts)
+    prove = subprocess.run(["pg_prove", "-d", name, *files], capture_output=True, text=True)
+    assert prove.returncode == 0, prove.stdout[-3000:] + prove.stderr[-2000:]
+    assert "Result: PASS" in prove.stdout
+
+
+@pytest.mark.parametrize("start", OLDER)
+def test_sqitch_up_down_up_across_a_release(databases: list[str], start: str) -> None:
+    name = fresh(databases, "updown")
+    release_dump = fresh(databases, "release")
+    install_release(release_dump, start)
+    sqitch("deploy", "--to", f"@v{start}", f"db:pg:{name}")
+    live = make_live_state(name)
+    sqitch("deploy", f"db:pg:{name}")
+    head = schema_dump(name)
+    assert head == fresh_head_dump(databases)
+    sqitch("revert", "-y", "--to", f"@v{start}", f"db:pg:{name}")
+    assert version(name) == start
+    assert schema_dump(name) == schema_dump(release_dump)
+    sqitch("deploy", f"db:pg:{name}")
+    assert schema_dump(name) == head
+    check_live_state(name, live)
+
+
+@pytest.mark.parametrize("start", OLDER)
+def test_negative_control_an_upgrade_missing_a_change_is_caught(databases: list[str], start: str,
+                                                                tmp_path: Path) -> None:
+    step = chain(start)[0]
+    sections = re.split(r"(?m)^(?=-- change: )", step.read_text())
+    # Leave out one change that is neither the version nor the lockdown step.
+    victim = next(i for i, s in enumerate(sections)
+                  if s.startswith("-- change: ") and not s.startswith(("-- change: version\n",
+                                                                       "-- change: lockdown\n")))
+    broken = tmp_path / step.name
+    broken.write_text("".join(s for i, s in enumerate(sections) if i != victim))
+    name = fresh(databases, "broken")
+    install_release(name, start)
+    psql(name, "--single-transaction", "-f", str(broken))
+    for later in chain(start)[1:]:
+        psql(name, "--single-transaction", "-f", str(later))
+    assert schema_dump(name) != fresh_head_dump(databases)
+
+
+# --- refusals: nothing changes ------------------------------------------------------------------
+
+def refused(database: str, path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", *flags, "-d", database,
+                           "-f", str(path)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("start", OLDER)
+def test_upgrade_refuses_another_version(databases: list[str], start: str) -> None:
+    name = fresh(databases, "wrongver")
+    install_bundle(name)  # already the head
+    before = schema_dump(name)
+    out = refused(name, chain(start)[0], "--single-transaction")
+    assert out.returncode != 0 and f"but the database has pgfence {HEAD}" in out.stderr, out.stderr
+    assert schema_dump(name) == before
+
+
+@pytest.mark.parametrize("start", OLDER)
+def test_upgrade_refuses_a_schema_changed_by_hand(databases: list[str], start: str) -> None:
+    name = fresh(databases, "handmade")
+    install_release(name, start)
+    psql(name, "-c", "create or replace function pgfence.check_name(arg text, value text) "
+                     "returns void language plpgsql as $$ begin end $$")
+    before = schema_dump(name)
+    out = refused(name, chain(start)[0], "--single-transaction")
+    assert out.returncode != 0 and "differs from release" in out.stderr, out.stderr
+    assert schema_dump(name) == before
+    assert version(name) == start
+
+
+def test_upgrade_refuses_a_database_without_pgfence(databases: list[str]) -> None:
+    if not OLDER:
+        pytest.skip("no upgrade file yet")
+    name = fresh(databases, "empty")
+    out = refused(name, chain(OLDER[0])[0], "--single-transaction")
+    assert out.returncode != 0 and "no pgfence" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("on_error_stop", [True, False])
+def test_install_outside_a_transaction_changes_nothing(databases: list[str],
+                                                       on_error_stop: bool) -> None:
+    name = fresh(databases, "notx")
+    flags = ["-v", f"ON_ERROR_STOP={int(on_error_stop)}"]
+    out = subprocess.run(["psql", "-X", "-q", *flags, "-d", name,
+                          "-f", str(ROOT / "sql/pgfence.sql")], capture_output=True, text=True)
+    assert "must run inside one transaction" in out.stderr, out.stderr
+    if on_error_stop:
+        assert out.returncode != 0
+    # Without ON_ERROR_STOP psql goes on, but the session is read-only: nothing is created.
+    left = psql(name, "-At", "-c", "select count(*) from pg_namespace where nspname = 'pgfence'")
+    assert left.stdout.strip() == "0"
+
+
+def test_negative_control_without_the_guard_psql_installs_unhardened(databases: list[str],
+                                                                    tmp_path: Path) -> None:
+    text = (ROOT / "sql/pgfence.sql").read_text()
+    unguarded = tmp_path / "unguarded.sql"
+    # The guard's test made always false: the script runs statement by statement, unhardened.
+    unguarded.write_text(text.replace("operator(pg_catalog.<>) 'on' then", "is null then"))
+    name = fresh(databases, "unguarded")
+    out = refused(name, unguarded)
+    assert out.returncode == 0, out.stderr
+    assert "SET LOCAL can only be used in transaction blocks" in out.stderr
+
+
+# --- released history is read-only --------------------------------------------------------------
+
+def copy_repo(tmp_path: Path) -> Path:
+    copy = tmp_path / "repo"
+    for item in ["scripts/bundle", "migrations", "sql", "sqitch.plan"]:
+        src, dst = ROOT / item, copy / item
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+    return copy
+
+
+def released_script(change: str) -> bool:
+    """Whether deploy/<change>.sql is the file a release was built from (not reworked since)."""
+    plan = (ROOT / "sqitch.plan").read_text()
+    names = re.findall(r"^([a-z_]+) ", plan, flags=re.M)
+    last_tag = max(i for i, line in enumerate(plan.splitlines()) if line.startswith("@"))
+    after = re.findall(r"^([a-z_]+) ", "\n".join(plan.splitlines()[last_tag:]), flags=re.M)
+    return change in names and change not in after
+
+
+def test_editing_a_released_deploy_script_is_refused(tmp_path: Path) -> None:
+    assert released_script("register")
+    copy = copy_repo(tmp_path)
+    script = copy / "migrations/deploy/register.sql"
+    script.write_text(script.read_text().replace("-- An existing", "-- Edited: an existing"))
+    out = subprocess.run([copy / "scripts/bundle", "--check"], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert f"sql/releases/pgfence--{released()[-1]}.sql is out of date" in out.stderr, out.stderr
+
+
+def test_negative_control_a_reworked_script_changes_only_the_head(tmp_path: Path) -> None:
+    plan = (ROOT / "sqitch.plan").read_text()
+    reworked = [n for n in re.findall(r"^([a-z_]+) \[\1@", plan, flags=re.M) if n != "lockdown"]
+    if not reworked:
+        pytest.skip("nothing reworked since the last release")
+    copy = copy_repo(tmp_path)
+    script = copy / f"migrations/deploy/{reworked[0]}.sql"
+    script.write_text(script.read_text() + "\n-- edited\n")
+    out = subprocess.run([copy / "scripts/bundle", "--check"], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "sql/pgfence.sql is out of date" in out.stderr
+    assert "sql/releases/" not in out.stderr, out.stderr
