@@ -22,6 +22,19 @@ ROOT = Path(__file__).resolve().parent.parent
 PIP = Path(sys.executable).parent / "pip"
 
 
+def source_tree(dest: Path) -> Path:
+    """What `pip wheel .` reads from the repository, copied (symlinks as symlinks): an in-tree
+    build reuses build/lib, so a stale file there would land in the wheel."""
+    dest.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, dest)
+    shutil.copytree(ROOT / "src", dest / "src", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(ROOT / "sql", dest / "sql")
+    assert (dest / "src/pgfence/schema").is_symlink()
+    return dest
+
+
 def build_wheel(source: Path, out: Path) -> Path:
     subprocess.run([str(PIP), "wheel", "-q", "--no-deps", "-w", str(out), str(source)],
                    check=True, capture_output=True, text=True, timeout=120)
@@ -36,7 +49,8 @@ def repository_sql() -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_wheel(ROOT, tmp_path_factory.mktemp("wheel"))
+    work = tmp_path_factory.mktemp("wheel")
+    return build_wheel(source_tree(work / "repo"), work / "out")
 
 
 @pytest.fixture
@@ -59,12 +73,7 @@ def test_the_wheel_carries_every_sql_file(wheel: Path) -> None:
 
 
 def test_negative_control_without_the_package_data_the_wheel_has_no_sql(tmp_path: Path) -> None:
-    copy = tmp_path / "repo"
-    copy.mkdir()
-    shutil.copy(ROOT / "README.md", copy)
-    shutil.copytree(ROOT / "src", copy / "src", symlinks=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copytree(ROOT / "sql", copy / "sql")
+    copy = source_tree(tmp_path / "repo")
     pyproject = (ROOT / "pyproject.toml").read_text()
     globs = '"schema/*.sql", "schema/releases/*.sql", "schema/upgrades/*.sql"'
     assert globs in pyproject
