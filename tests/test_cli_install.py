@@ -26,7 +26,7 @@ import pytest
 from pgfence import cli
 from pgfence.harness import Database
 from pgfence.releases import Files
-from pgfence.transport import Supabase
+from pgfence.transport import Refused, Supabase
 
 ROOT = Path(__file__).resolve().parent.parent
 SUPABASE = ROOT / ".tools/node_modules/.bin/supabase"
@@ -587,7 +587,7 @@ def test_supabase_run_script_is_one_statement_in_one_transaction(
     sb.run_script(["create table seen (block boolean);\n"
                    "insert into seen select now() < statement_timestamp();"])
     assert db.one("select block from seen") is True
-    with pytest.raises(Exception, match="division by zero"):
+    with pytest.raises(Refused, match="division by zero"):
         sb.run_script(["create table gone (x int);", "insert into seen values (null);",
                        "select 1 / 0;"])
     assert db.one("select to_regclass('gone') is null and count(*) = 1 from seen") is True
