@@ -56,7 +56,7 @@ create table bench.queue (
 create index queue_ready on bench.queue (queue, ready_at) where state = 'queued';
 
 -- The claim without its ownership check: pgfence.claim's own definition with the lease
--- lookup (FOR KEY SHARE) and its judgement removed, derived from the installed function so
+-- check (pgfence.hold_current: the FOR KEY SHARE lookup and its judgement) removed, derived from the installed function so
 -- that it stays the same claim when claim changes. It keeps the name claim (in schema bench)
 -- because its body names its parameters claim.qty, claim.queue, ...
 do $$
@@ -65,10 +65,7 @@ declare
   v_new text;
 begin
   v_new := regexp_replace(v_def,
-    '\n\s*select l\.state, l\.expires_at into v_state, v_expires_at\s+from pgfence\.leases l\s+'
-    'where l\.lease_id = claim\.lease_id\s+for key share;\s*'
-    'if not found or v_state <> ''active'' or v_expires_at <= clock_timestamp\(\) then\s*'
-    'perform pgfence\.lease_not_current\(claim\.lease_id\);\s*end if;', E'\n');
+    '\n\s*perform pgfence\.hold_current\(claim\.lease_id\);', E'\n');
   if v_new = v_def then
     raise exception 'bench: the ownership check of pgfence.claim was not found; update bench/setup.sql';
   end if;

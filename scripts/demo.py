@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 
 from pgfence.client import LeaseLost, Owner, Worker
+from pgfence.cluster import connect
 
 TTL, VISIBILITY = 2.0, 3.0
 # One origin for every process's timeline (wall clock: this only narrates, it decides nothing).
@@ -46,7 +47,7 @@ def worker(dsn: str, name: str, invocation: str) -> None:
         log(name, "acquire: another owner is current; exiting")
         return
     log(name, f"acquired the lease: generation {owner.generation}")
-    conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
+    conn = connect(dsn, name)
 
     def send(payload: dict[str, Any]) -> dict[str, Any]:
         log(name, f"claimed email {payload['n']}; rendering it")
@@ -76,7 +77,7 @@ def worker(dsn: str, name: str, invocation: str) -> None:
 
 
 def supervisor(dsn: str) -> None:
-    db = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
+    db = connect(dsn, "supervisor")
     db.execute("select pgfence.register('mailer')")
     db.execute("create table sent_emails (n int, sent_by text, generation bigint)")
     db.execute("select pgfence.protect('sent_emails', 'mailer')")

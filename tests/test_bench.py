@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 
 def test_bench_quick_runs_every_pair() -> None:

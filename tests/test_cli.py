@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from pgfence import sql
 from pgfence.harness import Database
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 SUPABASE = ROOT / ".tools/node_modules/.bin/supabase"
 FAKE = ROOT / "tests/bin/fake-supabase"

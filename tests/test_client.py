@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from pgfence.client import Leader, LeaseLost, Owner, Worker
+from pgfence.cluster import connect
 from pgfence.harness import Database
 
 
@@ -54,7 +55,7 @@ def deadline_after_slow_renewal(db: Database, owner_cls: type[Owner]) -> tuple[f
     owner = owner_cls(db.dsn, "r", ttl=10, renew_every=3600, clock=clock)
     assert owner.acquire()
     clock.now = 105.0                        # renewal sent at 105, answered at 113
-    with psycopg.connect(db.dsn, autocommit=True, prepare_threshold=None) as conn:
+    with connect(db.dsn, "renewal") as conn:
         owner.renew_once(SlowRenewal(conn, clock, 8.0))  # type: ignore[arg-type]
     clock.now = 115.5                        # after sent + ttl, before answered + ttl
     valid = owner.valid
@@ -88,7 +89,7 @@ def test_refused_renewal_stops_claiming(any_db: Database) -> None:
     assert owner.lease_id is not None
     any_db.expire(owner.lease_id)                     # the owner was paused ...
     any_db.sql("select pgfence.acquire('r', 'successor', '30 s')")
-    with (psycopg.connect(any_db.dsn, autocommit=True, prepare_threshold=None) as conn,
+    with (connect(any_db.dsn, "renewal") as conn,
           pytest.raises(psycopg.Error)):
         owner.renew_once(conn)
     assert not owner.valid and owner.lost and "refused" in owner.lost
@@ -104,7 +105,7 @@ def test_fenced_write_after_takeover_raises_lease_lost(any_db: Database) -> None
     any_db.sql("select pgfence.protect('ledger', 'r')")
     owner = Owner(any_db.dsn, "r", ttl=30, renew_every=3600)
     assert owner.acquire() and owner.lease_id is not None
-    with psycopg.connect(any_db.dsn, prepare_threshold=None) as conn:
+    with connect(any_db.dsn, "fenced", autocommit=False) as conn:
         with owner.fenced(conn) as tx:
             tx.execute("insert into ledger values ('mine')")
         any_db.expire(owner.lease_id)

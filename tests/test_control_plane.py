@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
+from pgfence.cluster import free_port
 from pgfence.harness import Database
-from tests.conftest import ROOT, free_port
+from tests.support import ROOT
 
 SERVER = ROOT / "examples/control_plane/server.py"
 TTL = "1"

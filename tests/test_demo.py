@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from pgfence.harness import Database
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 
 def test_live_demo(db: Database) -> None:

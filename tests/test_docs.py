@@ -7,7 +7,7 @@ import subprocess
 from typing import Any
 
 from pgfence.harness import Database
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 
 def example(doc: str, marker: str, lang: str) -> str:

@@ -11,42 +11,31 @@ ids derived from (resource, generation), i.e. generations compared: the old owne
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from pgfence.harness import Database, Lease
-from tests.conftest import free_port
+from pgfence.cluster import Cluster, as_postgres, free_port, stop_server
+from pgfence.harness import Database, Lease, sqlstate
 
 ACQUIRE = "pgfence.acquire(text, text, interval, uuid)"
 
 
-def as_postgres(*command: str) -> None:
-    subprocess.run(["runuser", "-u", "postgres", "--", *command], check=True,
-                   capture_output=True, text=True)
-
-
-def pgbin(tool: str) -> str:
-    return str(Path(os.environ.get("PGFENCE_PGBIN", "/usr/lib/postgresql/15/bin")) / tool)
-
-
 class Replica:
     """A hot standby of the test cluster, streaming asynchronously, in the cluster's dir (so
-    that `scripts/pg down` stops it too if the run is killed), on a port of its own."""
+    that removing the cluster stops it too if the run is killed), on a port of its own."""
 
-    def __init__(self, primary: Database, database: str) -> None:
+    def __init__(self, cluster: Cluster, primary: Database, database: str) -> None:
+        self.cluster = cluster
         self.primary = primary
         self.database = database
         self.name = f"replica_{uuid.uuid4().hex[:8]}"
-        self.data = Path(os.environ["PGFENCE_CLUSTER"]) / self.name
+        self.data = cluster.dir / self.name
         self.port = free_port()
         self._db: Database | None = None
 
@@ -58,18 +47,19 @@ class Replica:
 
     def start(self) -> None:
         self.primary.sql("create table failover_marker (marker uuid)")  # in the base backup
-        as_postgres(pgbin("pg_basebackup"), "-D", str(self.data), "-h", os.environ["PGHOST"],
-                    "-p", os.environ["PGPORT"], "-U", "postgres", "-X", "stream",
+        as_postgres(self.cluster.tool("pg_basebackup"), "-D", self.data,
+                    "-d", self.cluster.dsn("postgres"), "-X", "stream",
                     "--checkpoint=fast", "--no-sync", "--write-recovery-conf")
         with (self.data / "postgresql.conf").open("a") as conf:
             # cluster_name is the walreceiver's application_name in pg_stat_replication.
             conf.write(f"port = {self.port}\ncluster_name = '{self.name}'\n")
-        as_postgres(pgbin("pg_ctl"), "-D", str(self.data), "-l", str(self.data / "startup.log"),
+        as_postgres(self.cluster.tool("pg_ctl"), "-D", self.data, "-l", self.data / "startup.log",
                     "-w", "-t", "60", "start")
         self._db = Database(self.dsn())
 
     def dsn(self) -> str:
-        return f"host={os.environ['PGHOST']} port={self.port} user=postgres dbname={self.database}"
+        # Its socket is in the cluster's dir: the base backup copied unix_socket_directories.
+        return f"host={self.cluster.dir} port={self.port} user=postgres dbname={self.database}"
 
     def catch_up(self) -> None:
         """Waits until the replica has replayed everything the primary committed so far: a
@@ -95,27 +85,18 @@ class Replica:
     def remove(self) -> None:
         if self._db is not None:
             self._db.close()
-        subprocess.run(["runuser", "-u", "postgres", "--", pgbin("pg_ctl"), "-D", str(self.data),
-                        "-m", "immediate", "-w", "stop"], check=False, capture_output=True)
+        stop_server(self.cluster.pgbin, self.data)
         shutil.rmtree(self.data, ignore_errors=True)
 
 
 @pytest.fixture
-def replica(db: Database) -> Iterator[Replica]:
-    r = Replica(db, db.one("select current_database()"))
+def replica(cluster: Cluster, db: Database) -> Iterator[Replica]:
+    r = Replica(cluster, db, db.one("select current_database()"))
     try:
         r.start()
         yield r
     finally:
         r.remove()
-
-
-def sqlstate_of(run: Any) -> str | None:
-    try:
-        run()
-    except psycopg.Error as e:
-        return e.sqlstate
-    return None
 
 
 @dataclass
@@ -169,8 +150,8 @@ def failover(db: Database, replica: Replica) -> Failover:
             if a2.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 a2.rollback()
 
-    old_fence = sqlstate_of(fenced_write)
-    old_unfenced_write = sqlstate_of(
+    old_fence = sqlstate(fenced_write)
+    old_unfenced_write = sqlstate(
         lambda: a2.run("insert into audit values (%s, 'a')", (old.generation,)))
 
     b.begin()

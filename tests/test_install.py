@@ -8,12 +8,13 @@ import re
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, create_database, drop_database, install_bundle, psql
+from pgfence.cluster import Cluster
+from tests.support import ROOT, install_bundle
 
 SQITCH_ENV = {"SQITCH_FULLNAME": "pgfence tests", "SQITCH_EMAIL": "tests@pgfence.invalid"}
 
@@ -23,10 +24,12 @@ def sqitch(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, env={**os.environ, **SQITCH_ENV})
 
 
-def schema_dump(database: str) -> str:
-    """pg_dump of everything but Sqitch's registry, without comments, blank lines and SETs."""
-    out = subprocess.run(["pg_dump", "--schema-only", "--no-owner", "--exclude-schema=sqitch",
-                          "-d", database], check=True, capture_output=True, text=True).stdout
+def schema_dump(database: str, exclude: tuple[str, ...] = ()) -> str:
+    """pg_dump of everything but Sqitch's registry (and `exclude`), without comments, blank
+    lines and SETs."""
+    skip = [f"--exclude-schema={s}" for s in ("sqitch", *exclude)]
+    out = subprocess.run(["pg_dump", "--schema-only", "--no-owner", *skip, "-d", database],
+                         check=True, capture_output=True, text=True).stdout
     lines = [line for line in out.splitlines()
              if line.strip() and not line.startswith(
                  ("--", "SET ", "SELECT pg_catalog.set_config", "\\restrict", "\\unrestrict"))]
@@ -34,18 +37,19 @@ def schema_dump(database: str) -> str:
 
 
 @pytest.fixture
-def databases(cluster: None) -> Iterator[list[str]]:
+def fresh(cluster: Cluster) -> Iterator[Callable[[str], str]]:
+    """Makes empty databases (named after a tag) and drops them after the test."""
     made: list[str] = []
-    yield made
+
+    def make(tag: str) -> str:
+        name = f"i_{tag}_{uuid.uuid4().hex[:8]}"
+        cluster.create_database(name)
+        made.append(name)
+        return name
+
+    yield make
     for name in made:
-        drop_database(name)
-
-
-def fresh(databases: list[str], tag: str) -> str:
-    name = f"i_{tag}_{uuid.uuid4().hex[:8]}"
-    create_database(name)
-    databases.append(name)
-    return name
+        cluster.drop_database(name)
 
 
 def test_bundle_is_in_sync_with_the_plan() -> None:
@@ -63,40 +67,44 @@ def test_negative_control_stale_bundle_is_detected(tmp_path: Path) -> None:
                           capture_output=True).returncode == 1
 
 
-def test_bundle_and_sqitch_give_the_same_schema(databases: list[str]) -> None:
-    by_sqitch, by_bundle = fresh(databases, "sqitch"), fresh(databases, "bundle")
+def test_bundle_and_sqitch_give_the_same_schema(cluster: Cluster,
+                                                fresh: Callable[[str], str]) -> None:
+    by_sqitch, by_bundle = fresh("sqitch"), fresh("bundle")
     sqitch("deploy", f"db:pg:{by_sqitch}")
-    install_bundle(by_bundle)
+    install_bundle(cluster, by_bundle)
     assert schema_dump(by_sqitch) == schema_dump(by_bundle)
 
 
-def test_negative_control_schema_comparison_sees_a_missing_change(databases: list[str]) -> None:
-    full, partial = fresh(databases, "full"), fresh(databases, "partial")
-    install_bundle(full)
+def test_negative_control_schema_comparison_sees_a_missing_change(
+        cluster: Cluster, fresh: Callable[[str], str]) -> None:
+    full, partial = fresh("full"), fresh("partial")
+    install_bundle(cluster, full)
     sqitch("deploy", "--to-change", "protect", f"db:pg:{partial}")
     assert schema_dump(full) != schema_dump(partial)
 
 
-def test_revert_to_nothing_and_deploy_again(databases: list[str]) -> None:
-    name = fresh(databases, "roundtrip")
+def test_revert_to_nothing_and_deploy_again(cluster: Cluster,
+                                           fresh: Callable[[str], str]) -> None:
+    name = fresh("roundtrip")
     sqitch("deploy", f"db:pg:{name}")
     first = schema_dump(name)
     sqitch("revert", "-y", f"db:pg:{name}")
-    left = psql(name, "-At", "-c", "select count(*) from pg_namespace where nspname = 'pgfence'")
-    assert left.stdout.strip() == "0"
+    left = cluster.psql(name, "-At", "-c",
+                        "select count(*) from pg_namespace where nspname = 'pgfence'")
+    assert left.strip() == "0"
     sqitch("deploy", f"db:pg:{name}")
     assert schema_dump(name) == first
 
 
-def test_plpgsql_check_finds_nothing(databases: list[str]) -> None:
-    name = fresh(databases, "lint")
-    available = psql(name, "-At", "-c",
-                     "select count(*) from pg_available_extensions where name = 'plpgsql_check'")
-    if available.stdout.strip() == "0":
+def test_plpgsql_check_finds_nothing(cluster: Cluster, fresh: Callable[[str], str]) -> None:
+    name = fresh("lint")
+    available = cluster.psql(name, "-At", "-c", "select count(*) from pg_available_extensions "
+                             "where name = 'plpgsql_check'")
+    if available.strip() == "0":
         pytest.skip("plpgsql_check is not installed for this PostgreSQL version "
                     "(only Debian's PostgreSQL 15 has it)")
-    install_bundle(name)
-    out = psql(name, "-At", "-c", "create extension plpgsql_check", "-c", r"""
+    install_bundle(cluster, name)
+    out = cluster.psql(name, "-At", "-c", "create extension plpgsql_check", "-c", r"""
         select p.oid::regprocedure || ': ' || c.level || ': ' || c.message
           from pg_proc p
           cross join lateral plpgsql_check_function_tb(
@@ -107,7 +115,7 @@ def test_plpgsql_check_finds_nothing(databases: list[str]) -> None:
          where p.pronamespace = 'pgfence'::regnamespace
            and p.prolang = (select oid from pg_language where lanname = 'plpgsql')
            and (p.prorettype <> 'trigger'::regtype
-                or exists (select from pg_trigger t where t.tgfoid = p.oid))""").stdout
+                or exists (select from pg_trigger t where t.tgfoid = p.oid))""")
     assert out.strip() == "", out
 
 

@@ -11,21 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psycopg
-import pytest
 
-from pgfence.harness import Database, Lease
+from pgfence.harness import Database, Lease, sqlstate
+from tests.support import acquired
 
 ACQUIRE = "pgfence.acquire(text, text, interval, uuid)"
 FENCE = "pgfence.fence(uuid)"
-
-
-def sqlstate(exc: pytest.ExceptionInfo[psycopg.Error]) -> str | None:
-    return exc.value.sqlstate
-
-
-def acquired(lease: Lease | None) -> Lease:
-    assert lease is not None, "expected a lease"
-    return lease
+# The lease-current check (lock and judgement) of fence and claim, and the judgement itself.
+HOLD = "pgfence.hold_current(uuid)"
+IS_CURRENT = "pgfence.is_current(text, timestamptz)"
 
 
 def protected_table(db: Database, resource: str = "r") -> None:
@@ -111,7 +105,7 @@ def test_takeover_waits_for_open_fenced_transaction(db: Database) -> None:
 
 
 def test_negative_control_fence_without_row_lock(db: Database) -> None:
-    db.replace_in_function(FENCE, "     for key share of l;", ";")
+    db.replace_in_function(HOLD, "     for key share;", ";")
     t = takeover_during_fenced_transaction(db)
     assert not t.blocked, "without the lock the successor is granted while A's transaction is open"
 
@@ -135,7 +129,7 @@ def test_renewal_does_not_wait_for_fenced_transaction(db: Database) -> None:
 
 
 def test_negative_control_fence_with_exclusive_lock_blocks_renewal(db: Database) -> None:
-    db.replace_in_function(FENCE, "for key share", "for update")
+    db.replace_in_function(HOLD, "for key share", "for update")
     assert renewal_during_fenced_transaction(db) is True
 
 
@@ -160,12 +154,7 @@ def renewal_waiting_across_expiry(db: Database) -> tuple[str | None, bool]:
     assert db.one(live, (lease.lease_id,)), "the lease expired before the renewal was queued"
     db.wait_until("select not (" + live + ")", (lease.lease_id,))
     other.commit()
-    try:
-        step.result()
-        sqlstate = None
-    except psycopg.Error as e:
-        sqlstate = e.sqlstate
-    return sqlstate, db.one(live, (lease.lease_id,))
+    return sqlstate(step.result), db.one(live, (lease.lease_id,))
 
 
 def test_renewal_that_waited_across_expiry_is_refused(db: Database) -> None:
@@ -248,7 +237,7 @@ def test_resumed_owner_is_refused_everything(db: Database) -> None:
 
 def test_negative_control_fence_ignoring_lease_state(db: Database) -> None:
     db.replace_in_function(
-        FENCE, "v_state <> 'active' or v_expires_at <= clock_timestamp()", "false")
+        HOLD, "not found or not pgfence.is_current(v_lease.state, v_lease.expires_at)", "false")
     r = resumed_owner(db)
     assert r.fence is None and r.fenced_write is None, "the stale owner got through"
     assert not r.successor_intact
@@ -270,10 +259,7 @@ def fence_after_expiry_in_old_transaction(db: Database) -> str | None:
            "where lease_id = %s", (started, la.lease_id))
     db.wait_until("select clock_timestamp() > %s + interval '1 millisecond'", (started,))
     try:
-        a.fence(la)
-        return None
-    except psycopg.Error as e:
-        return e.sqlstate
+        return sqlstate(lambda: a.fence(la))
     finally:
         a.rollback()
 
@@ -283,7 +269,7 @@ def test_expiry_judged_on_clock_timestamp(db: Database) -> None:
 
 
 def test_negative_control_expiry_judged_on_now(db: Database) -> None:
-    db.replace_in_function(FENCE, "v_expires_at <= clock_timestamp()", "v_expires_at <= now()")
+    db.replace_in_function(IS_CURRENT, "pg_catalog.clock_timestamp()", "pg_catalog.now()")
     assert fence_after_expiry_in_old_transaction(db) is None
 
 
@@ -334,9 +320,7 @@ def test_checks_compare_lease_id_not_generation(db: Database) -> None:
            (la.lease_id,))
     db.sql("update pgfence.leases set generation = %s where lease_id = %s",
            (la.generation, lb.lease_id))
-    with pytest.raises(psycopg.Error) as e:
-        a.fence(la)
-    assert sqlstate(e) == "PF001"
+    assert sqlstate(lambda: a.fence(la)) == "PF001"
     assert a.fence(lb) == la.generation
 
 
@@ -399,7 +383,8 @@ def test_replayed_marker_is_refused(db: Database) -> None:
 
 
 def test_negative_control_marker_of_resource_names(db: Database) -> None:
-    db.replace_in_function(FENCE, "pgfence.fence_token(l.resource, k.key)", "l.resource")
+    db.replace_in_function(FENCE, "pgfence.fence_token(v_lease.resource, k.key)",
+                           "v_lease.resource")
     db.replace_in_function("pgfence.guard()",
                            "pgfence.fence_token(tg_argv[0], k.key)", "tg_argv[0]")
     assert replayed_marker(db) is None

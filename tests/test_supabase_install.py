@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, drop_database, psql
+from pgfence.cluster import Cluster
+from tests.support import ROOT, install_test_helpers
 
 SUPABASE = ROOT / ".tools/node_modules/.bin/supabase"
 OWNER = "supabase_owner_test"
@@ -66,46 +67,47 @@ def push(database: str, migration: str, workdir: Path) -> subprocess.CompletedPr
 
 
 @pytest.fixture
-def supabase_db(cluster: None) -> Iterator[str]:
+def supabase_db(cluster: Cluster) -> Iterator[str]:
     name = f"sb_{uuid.uuid4().hex[:10]}"
-    psql("postgres", "-c", SUPABASE_ROLES, "-c", f"create database {name} owner {OWNER}")
-    psql(name, "-c", HOSTILE_DEFAULTS)
+    cluster.psql("postgres", "-c", SUPABASE_ROLES, "-c", f"create database {name} owner {OWNER}")
+    cluster.psql(name, "-c", HOSTILE_DEFAULTS)
     yield name
-    drop_database(name)
+    cluster.drop_database(name)
 
 
-def test_supabase_db_push_installs_pgfence_out_of_reach_of_anon(supabase_db: str,
+def test_supabase_db_push_installs_pgfence_out_of_reach_of_anon(cluster: Cluster, supabase_db: str,
                                                                 tmp_path: Path) -> None:
     out = push(supabase_db, (ROOT / "sql/pgfence.sql").read_text(), tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert psql(supabase_db, "-At", "-c", FOREIGN_GRANTS).stdout.strip() == "0"
+    assert cluster.psql(supabase_db, "-At", "-c", FOREIGN_GRANTS).strip() == "0"
     # As anon, as a request through PostgREST would run: nothing.
     denied = subprocess.run(["psql", "-X", "-d", supabase_db, "-c", "set role anon",
                              "-c", "select pgfence.acquire('r', 'x', '30 s')"],
                             capture_output=True, text=True)
     assert "permission denied" in denied.stderr
     # The documented grant: the server side (service_role) works as a worker.
-    psql(supabase_db, "-c", "grant pgfence_worker to service_role",
-         "-c", "select pgfence.register('edge-fn')")
-    granted = psql(supabase_db, "-At", "-c", "set role service_role",
-                   "-c", "select generation > 0 from pgfence.acquire('edge-fn', 'isolate', '30 s')")
-    assert granted.stdout.strip().splitlines()[-1] == "t"
+    cluster.psql(supabase_db, "-c", "grant pgfence_worker to service_role",
+                 "-c", "select pgfence.register('edge-fn')")
+    granted = cluster.psql(supabase_db, "-At", "-c", "set role service_role", "-c", "select "
+                           "generation > 0 from pgfence.acquire('edge-fn', 'isolate', '30 s')")
+    assert granted.strip().splitlines()[-1] == "t"
 
 
-def test_negative_control_without_lockdown_anon_gets_in(supabase_db: str,
+def test_negative_control_without_lockdown_anon_gets_in(cluster: Cluster, supabase_db: str,
                                                         tmp_path: Path) -> None:
     bundle = (ROOT / "sql/pgfence.sql").read_text()
     without_lockdown = bundle[:bundle.index("-- change: lockdown")]
     out = push(supabase_db, without_lockdown, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert int(psql(supabase_db, "-At", "-c", FOREIGN_GRANTS).stdout.strip()) > 0
+    assert int(cluster.psql(supabase_db, "-At", "-c", FOREIGN_GRANTS).strip()) > 0
 
 
-def test_pgtap_suite_passes_on_the_supabase_install(supabase_db: str, tmp_path: Path) -> None:
+def test_pgtap_suite_passes_on_the_supabase_install(cluster: Cluster, supabase_db: str,
+                                                     tmp_path: Path) -> None:
     out = push(supabase_db, (ROOT / "sql/pgfence.sql").read_text(), tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
-    psql(supabase_db, "-c", "create extension pgtap",
-         "-f", str(ROOT / "pgtap/helpers/pgfence_test.sql"))
+    cluster.psql(supabase_db, "-c", "create extension pgtap")
+    install_test_helpers(cluster, supabase_db)
     files = sorted(str(p) for p in (ROOT / "pgtap").rglob("*.sql") if "helpers" not in p.parts)
     prove = subprocess.run(["pg_prove", "-d", supabase_db, *files], capture_output=True,
                            text=True, timeout=300)

@@ -10,27 +10,16 @@ from typing import Any
 
 import psycopg
 
-from pgfence.harness import Database, Lease, connect
+from pgfence.cluster import connect
+from pgfence.harness import Database, sqlstate
+from tests.support import acquired
 
 PREPARE = "pgfence.prepare_update(text[], uuid)"
 FINISH = "pgfence.finish_update(uuid)"
 
 
-def acquired(lease: Lease | None) -> Lease:
-    assert lease is not None, "expected a lease"
-    return lease
-
-
 def enabled_states(db: Database) -> dict[str, bool]:
     return dict(db.sql("select resource, enabled from pgfence.resources"))
-
-
-def sqlstate(fn: Any) -> str | None:
-    try:
-        fn()
-        return None
-    except psycopg.Error as e:
-        return e.sqlstate
 
 
 # --------------------------------------------------------------------------------------------
@@ -99,7 +88,7 @@ def prepare_with_lost_response(db: Database) -> tuple[dict[str, bool], dict[str,
     db.sql("select pgfence.register('a'), pgfence.register('b', false)")
     before = enabled_states(db)
     request_id = uuid.uuid4()
-    lost = psycopg.connect(db.server_dsn, autocommit=True, prepare_threshold=None)
+    lost = connect(db.server_dsn, "lost")
     lost.pgconn.send_query(
         f"select pgfence.prepare_update(array['a', 'b'], '{request_id}')".encode())
     lost.pgconn.flush()
@@ -167,14 +156,7 @@ def opposite_order_prepares(db: Database) -> list[str | None]:
     second = two.start("select pgfence.prepare_update(array['y', 'a'], %s)", (uuid.uuid4(),))
     assert second.settle()
     holder.commit()
-    codes: list[str | None] = []
-    for step in (first, second):
-        try:
-            step.result()
-            codes.append(None)
-        except psycopg.Error as e:
-            codes.append(e.sqlstate)
-    return codes
+    return [sqlstate(step.result) for step in (first, second)]
 
 
 def test_overlapping_prepares_wait_then_conflict_never_deadlock(any_db: Database) -> None:

@@ -19,9 +19,10 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from pgfence.harness import connect
-from tests.conftest import ROOT, create_database, drop_database, dsn, install_bundle, psql
-from tests.test_install import schema_dump, sqitch
+from pgfence.cluster import Cluster, connect
+from tests.support import ROOT, install_bundle
+from tests.test_install import schema_dump as dump
+from tests.test_install import sqitch
 
 RELEASES = ROOT / "sql/releases"
 UPGRADES = ROOT / "sql/upgrades"
@@ -54,36 +55,51 @@ def chain(start: str) -> list[Path]:
 OLDER = [v for v in released() if v != HEAD]
 
 
+class Databases:
+    """Empty databases of the test's cluster, named after a tag, dropped after the test."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.made: list[str] = []
+
+    def fresh(self, tag: str) -> str:
+        name = f"u_{tag}_{uuid.uuid4().hex[:8]}"
+        self.cluster.create_database(name)
+        self.made.append(name)
+        return name
+
+    def psql(self, database: str, *args: str | Path) -> str:
+        return self.cluster.psql(database, *args)
+
+    def dsn(self, database: str) -> str:
+        return self.cluster.dsn(database)
+
+    def install_release(self, database: str, version: str) -> None:
+        self.psql(database, "--single-transaction", "-f", RELEASES / f"pgfence--{version}.sql")
+
+    def upgrade_by_file(self, database: str, start: str) -> None:
+        for step in chain(start):
+            self.psql(database, "--single-transaction", "-f", step)
+
+    def fingerprint(self, database: str) -> str:
+        return self.psql(database, "-At", "-f", ROOT / "migrations/fingerprint.sql").strip()
+
+    def version(self, database: str) -> str:
+        return self.psql(database, "-At", "-c", "select pgfence.version()").strip()
+
+    def head_dump(self) -> str:
+        """The schema of a fresh install of the head."""
+        head = self.fresh("head")
+        install_bundle(self.cluster, head)
+        return schema_dump(head)
+
+
 @pytest.fixture
-def databases(cluster: None) -> Iterator[list[str]]:
-    made: list[str] = []
+def dbs(cluster: Cluster) -> Iterator[Databases]:
+    made = Databases(cluster)
     yield made
-    for name in made:
-        drop_database(name)
-
-
-def fresh(databases: list[str], tag: str) -> str:
-    name = f"u_{tag}_{uuid.uuid4().hex[:8]}"
-    create_database(name)
-    databases.append(name)
-    return name
-
-
-def install_release(database: str, version: str) -> None:
-    psql(database, "--single-transaction", "-f", str(RELEASES / f"pgfence--{version}.sql"))
-
-
-def upgrade_by_file(database: str, start: str) -> None:
-    for step in chain(start):
-        psql(database, "--single-transaction", "-f", str(step))
-
-
-def fingerprint(database: str) -> str:
-    return psql(database, "-At", "-f", str(ROOT / "migrations/fingerprint.sql")).stdout.strip()
-
-
-def version(database: str) -> str:
-    return psql(database, "-At", "-c", "select pgfence.version()").stdout.strip()
+    for name in made.made:
+        cluster.drop_database(name)
 
 
 def recorded_fingerprints() -> dict[str, str]:
@@ -111,8 +127,8 @@ def one(conn: psycopg.Connection[tuple[object, ...]], query: str, *params: objec
     return row[0]
 
 
-def make_live_state(database: str) -> Live:
-    with connect(dsn(database), "live") as conn:
+def make_live_state(dbs: Databases, database: str) -> Live:
+    with connect(dbs.dsn(database), "live") as conn:
         for r in ("cur", "drn", "stl", "inv", "win"):
             conn.execute("select pgfence.register(%s)", (r,))
         conn.execute("select pgfence.register('win_off', false)")
@@ -131,24 +147,26 @@ def make_live_state(database: str) -> Live:
         invocation = one(conn, "select pgfence.request_start('inv', '1 hour')")
         token = one(conn, "select pgfence.prepare_update(array['win', 'win_off'], %s)",
                     uuid.uuid4())
-        conn.execute("create table audit (id bigint generated always as identity, "
+        # The application's own table, in a schema the dump comparisons leave out.
+        conn.execute("create schema app")
+        conn.execute("create table app.audit (id bigint generated always as identity, "
                      "generation bigint)")
-        conn.execute("select pgfence.protect('audit', 'cur')")
+        conn.execute("select pgfence.protect('app.audit', 'cur')")
         max_generation = one(conn, "select max(generation) from pgfence.leases")
     assert len(attempts) == 2 and invocation is not None
     return Live(current, draining, stale, attempts, queued, invocation, token,  # type: ignore[arg-type]
                 max_generation)  # type: ignore[arg-type]
 
 
-def check_live_state(database: str, live: Live) -> None:
-    with connect(dsn(database), "after") as conn:
+def check_live_state(dbs: Databases, database: str, live: Live) -> None:
+    with connect(dbs.dsn(database), "after") as conn:
         renew = "select state from pgfence.renew(%s, '1 hour')"
         assert one(conn, renew, live.current) == "active"
         with conn.transaction():
             generation = one(conn, "select pgfence.fence(%s)", live.current)
-            conn.execute("insert into audit (generation) values (%s)", (generation,))
+            conn.execute("insert into app.audit (generation) values (%s)", (generation,))
         with pytest.raises(psycopg.Error) as unfenced:
-            conn.execute("insert into audit (generation) values (0)")
+            conn.execute("insert into app.audit (generation) values (0)")
         assert unfenced.value.sqlstate == "PF007"
         assert one(conn, "select pgfence.complete(%s, '{}')", live.attempts[0]) == "accepted"
         assert one(conn, "select pgfence.complete(%s, '{}')", live.attempts[0]) == "duplicate"
@@ -163,9 +181,10 @@ def check_live_state(database: str, live: Live) -> None:
         # The pending invocation still holds off a second start, and acquire acknowledges it.
         assert one(conn, "select pgfence.request_start('inv')") is None
         assert one(conn, "select generation from pgfence.acquire('inv', 'e', '1 hour', %s)",
-                   (live.invocation,)) is not None
-        outcomes = dict(conn.execute("select resource, outcome from pgfence.finish_update(%s)",
-                                     (live.token,)).fetchall())
+                   live.invocation) is not None
+        finished = conn.execute("select resource, outcome from pgfence.finish_update(%s)",
+                                (live.token,)).fetchall()
+        outcomes: dict[object, object] = dict(finished)
         assert outcomes == {"win": "restored", "win_off": "kept_disabled"}
         enabled = conn.execute("select resource, enabled from pgfence.resources "
                                "where resource like 'win%%'").fetchall()
@@ -177,22 +196,21 @@ def check_live_state(database: str, live: Live) -> None:
         assert one(conn, "select pgfence.release(%s)", live.current) is False
 
 
-def fresh_head_dump(databases: list[str]) -> str:
-    head = fresh(databases, "head")
-    install_bundle(head)
-    return schema_dump(head)
+def schema_dump(database: str) -> str:
+    """pgfence's schema only: the live state's application table is not part of it."""
+    return dump(database, exclude=("app",))
 
 
 # --- the upgrade paths --------------------------------------------------------------------------
 
-def test_every_release_has_its_fingerprint_recorded(databases: list[str]) -> None:
+def test_every_release_has_its_fingerprint_recorded(dbs: Databases) -> None:
     recorded = recorded_fingerprints()
     for release in released():
-        name = fresh(databases, "print")
-        install_release(name, release)
-        assert version(name) == release
-        assert recorded.get(release) == fingerprint(name), (
-            f"record `{release} {fingerprint(name)}` in sql/releases/fingerprints")
+        name = dbs.fresh("print")
+        dbs.install_release(name, release)
+        assert dbs.version(name) == release
+        assert recorded.get(release) == dbs.fingerprint(name), (
+            f"record `{release} {dbs.fingerprint(name)}` in sql/releases/fingerprints")
 
 
 def test_head_is_the_newest_release_or_newer() -> None:
@@ -202,38 +220,38 @@ def test_head_is_the_newest_release_or_newer() -> None:
 
 
 @pytest.mark.parametrize("start", OLDER)
-def test_one_file_upgrade_keeps_live_state(databases: list[str], start: str) -> None:
-    name = fresh(databases, "file")
-    install_release(name, start)
-    live = make_live_state(name)
-    upgrade_by_file(name, start)
-    assert version(name) == HEAD
-    assert schema_dump(name) == fresh_head_dump(databases)
-    check_live_state(name, live)
+def test_one_file_upgrade_keeps_live_state(dbs: Databases, start: str) -> None:
+    name = dbs.fresh("file")
+    dbs.install_release(name, start)
+    live = make_live_state(dbs, name)
+    dbs.upgrade_by_file(name, start)
+    assert dbs.version(name) == HEAD
+    assert schema_dump(name) == dbs.head_dump()
+    check_live_state(dbs, name, live)
 
 
 @pytest.mark.parametrize("start", OLDER)
-def test_sqitch_upgrade_of_a_one_file_install_keeps_live_state(databases: list[str],
+def test_sqitch_upgrade_of_a_one_file_install_keeps_live_state(dbs: Databases,
                                                                start: str) -> None:
     # Installed from the one file, then moved onto Sqitch: --log-only records the release's
     # changes as deployed without running them (docs/upgrading.md).
-    name = fresh(databases, "sqitch")
-    install_release(name, start)
-    live = make_live_state(name)
+    name = dbs.fresh("sqitch")
+    dbs.install_release(name, start)
+    live = make_live_state(dbs, name)
     sqitch("deploy", "--log-only", "--to", f"@v{start}", f"db:pg:{name}")
     sqitch("deploy", f"db:pg:{name}")
-    assert version(name) == HEAD
-    assert schema_dump(name) == fresh_head_dump(databases)
-    check_live_state(name, live)
+    assert dbs.version(name) == HEAD
+    assert schema_dump(name) == dbs.head_dump()
+    check_live_state(dbs, name, live)
 
 
 @pytest.mark.parametrize("start", OLDER)
-def test_pgtap_suite_passes_on_an_upgraded_database(databases: list[str], start: str) -> None:
-    name = fresh(databases, "pgtap")
-    install_release(name, start)
-    make_live_state(name)
-    upgrade_by_file(name, start)
-    psql(name, "-c", "create extension pgtap", "-f", str(ROOT / "pgtap/helpers/pgfence_test.sql"))
+def test_pgtap_suite_passes_on_an_upgraded_database(dbs: Databases, start: str) -> None:
+    name = dbs.fresh("pgtap")
+    dbs.install_release(name, start)
+    make_live_state(dbs, name)
+    dbs.upgrade_by_file(name, start)
+    dbs.psql(name, "-c", "create extension pgtap", "-f", ROOT / "pgtap/helpers/pgfence_test.sql")
     files = sorted(str(p) for p in (ROOT / "pgtap").rglob("*.sql") if "helpers" not in p.parts)
     prove = subprocess.run(["pg_prove", "-d", name, *files], capture_output=True, text=True)
     assert prove.returncode == 0, prove.stdout[-3000:] + prove.stderr[-2000:]
@@ -241,40 +259,41 @@ def test_pgtap_suite_passes_on_an_upgraded_database(databases: list[str], start:
 
 
 @pytest.mark.parametrize("start", OLDER)
-def test_sqitch_up_down_up_across_a_release(databases: list[str], start: str) -> None:
-    name = fresh(databases, "updown")
-    release_dump = fresh(databases, "release")
-    install_release(release_dump, start)
+def test_sqitch_up_down_up_across_a_release(dbs: Databases, start: str) -> None:
+    name = dbs.fresh("updown")
+    release_dump = dbs.fresh("release")
+    dbs.install_release(release_dump, start)
     sqitch("deploy", "--to", f"@v{start}", f"db:pg:{name}")
-    live = make_live_state(name)
+    live = make_live_state(dbs, name)
     sqitch("deploy", f"db:pg:{name}")
     head = schema_dump(name)
-    assert head == fresh_head_dump(databases)
+    assert head == dbs.head_dump()
     sqitch("revert", "-y", "--to", f"@v{start}", f"db:pg:{name}")
-    assert version(name) == start
+    assert dbs.version(name) == start
     assert schema_dump(name) == schema_dump(release_dump)
     sqitch("deploy", f"db:pg:{name}")
     assert schema_dump(name) == head
-    check_live_state(name, live)
+    check_live_state(dbs, name, live)
 
 
 @pytest.mark.parametrize("start", OLDER)
-def test_negative_control_an_upgrade_missing_a_change_is_caught(databases: list[str], start: str,
+def test_negative_control_an_upgrade_missing_a_change_is_caught(dbs: Databases, start: str,
                                                                 tmp_path: Path) -> None:
     step = chain(start)[0]
     sections = re.split(r"(?m)^(?=-- change: )", step.read_text())
-    # Leave out one change that is neither the version nor the lockdown step.
-    victim = next(i for i, s in enumerate(sections)
+    # Leave out one change that is neither the version nor the lockdown step: the last, so that
+    # nothing after it needs it and the broken file still applies.
+    victim = max(i for i, s in enumerate(sections)
                   if s.startswith("-- change: ") and not s.startswith(("-- change: version\n",
                                                                        "-- change: lockdown\n")))
     broken = tmp_path / step.name
     broken.write_text("".join(s for i, s in enumerate(sections) if i != victim))
-    name = fresh(databases, "broken")
-    install_release(name, start)
-    psql(name, "--single-transaction", "-f", str(broken))
+    name = dbs.fresh("broken")
+    dbs.install_release(name, start)
+    dbs.psql(name, "--single-transaction", "-f", str(broken))
     for later in chain(start)[1:]:
-        psql(name, "--single-transaction", "-f", str(later))
-    assert schema_dump(name) != fresh_head_dump(databases)
+        dbs.psql(name, "--single-transaction", "-f", str(later))
+    assert schema_dump(name) != dbs.head_dump()
 
 
 # --- refusals: nothing changes ------------------------------------------------------------------
@@ -285,9 +304,9 @@ def refused(database: str, path: Path, *flags: str) -> subprocess.CompletedProce
 
 
 @pytest.mark.parametrize("start", OLDER)
-def test_upgrade_refuses_another_version(databases: list[str], start: str) -> None:
-    name = fresh(databases, "wrongver")
-    install_bundle(name)  # already the head
+def test_upgrade_refuses_another_version(dbs: Databases, start: str) -> None:
+    name = dbs.fresh("wrongver")
+    install_bundle(dbs.cluster, name)  # already the head
     before = schema_dump(name)
     out = refused(name, chain(start)[0], "--single-transaction")
     assert out.returncode != 0 and f"but the database has pgfence {HEAD}" in out.stderr, out.stderr
@@ -295,30 +314,30 @@ def test_upgrade_refuses_another_version(databases: list[str], start: str) -> No
 
 
 @pytest.mark.parametrize("start", OLDER)
-def test_upgrade_refuses_a_schema_changed_by_hand(databases: list[str], start: str) -> None:
-    name = fresh(databases, "handmade")
-    install_release(name, start)
-    psql(name, "-c", "create or replace function pgfence.check_name(arg text, value text) "
+def test_upgrade_refuses_a_schema_changed_by_hand(dbs: Databases, start: str) -> None:
+    name = dbs.fresh("handmade")
+    dbs.install_release(name, start)
+    dbs.psql(name, "-c", "create or replace function pgfence.check_name(arg text, value text) "
                      "returns void language plpgsql as $$ begin end $$")
     before = schema_dump(name)
     out = refused(name, chain(start)[0], "--single-transaction")
     assert out.returncode != 0 and "differs from release" in out.stderr, out.stderr
     assert schema_dump(name) == before
-    assert version(name) == start
+    assert dbs.version(name) == start
 
 
-def test_upgrade_refuses_a_database_without_pgfence(databases: list[str]) -> None:
+def test_upgrade_refuses_a_database_without_pgfence(dbs: Databases) -> None:
     if not OLDER:
         pytest.skip("no upgrade file yet")
-    name = fresh(databases, "empty")
+    name = dbs.fresh("empty")
     out = refused(name, chain(OLDER[0])[0], "--single-transaction")
     assert out.returncode != 0 and "no pgfence" in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("on_error_stop", [True, False])
-def test_install_outside_a_transaction_changes_nothing(databases: list[str],
+def test_install_outside_a_transaction_changes_nothing(dbs: Databases,
                                                        on_error_stop: bool) -> None:
-    name = fresh(databases, "notx")
+    name = dbs.fresh("notx")
     flags = ["-v", f"ON_ERROR_STOP={int(on_error_stop)}"]
     out = subprocess.run(["psql", "-X", "-q", *flags, "-d", name,
                           "-f", str(ROOT / "sql/pgfence.sql")], capture_output=True, text=True)
@@ -326,17 +345,18 @@ def test_install_outside_a_transaction_changes_nothing(databases: list[str],
     if on_error_stop:
         assert out.returncode != 0
     # Without ON_ERROR_STOP psql goes on, but the session is read-only: nothing is created.
-    left = psql(name, "-At", "-c", "select count(*) from pg_namespace where nspname = 'pgfence'")
-    assert left.stdout.strip() == "0"
+    left = dbs.psql(name, "-At", "-c",
+                    "select count(*) from pg_namespace where nspname = 'pgfence'")
+    assert left.strip() == "0"
 
 
-def test_negative_control_without_the_guard_psql_installs_unhardened(databases: list[str],
+def test_negative_control_without_the_guard_psql_installs_unhardened(dbs: Databases,
                                                                     tmp_path: Path) -> None:
     text = (ROOT / "sql/pgfence.sql").read_text()
     unguarded = tmp_path / "unguarded.sql"
     # The guard's test made always false: the script runs statement by statement, unhardened.
     unguarded.write_text(text.replace("operator(pg_catalog.<>) 'on' then", "is null then"))
-    name = fresh(databases, "unguarded")
+    name = dbs.fresh("unguarded")
     out = refused(name, unguarded)
     assert out.returncode == 0, out.stderr
     assert "SET LOCAL can only be used in transaction blocks" in out.stderr

@@ -18,18 +18,16 @@ from urllib.request import Request, urlopen
 
 import psycopg
 
-from pgfence.harness import Database, Lease, Session
+from pgfence.cluster import PgBouncer, connect
+from pgfence.harness import Database, Lease, Session, sqlstate
+from tests.support import acquired
 
 CLAIM = "pgfence.claim(uuid, text, integer, interval)"
 REPORT = "pgfence.report(uuid, text, jsonb)"
+HOLD = "pgfence.hold_current(uuid)"  # the lease-current check of claim (and fence)
 RENEW = "pgfence.renew(uuid, interval)"
 REQUEST_START = "pgfence.request_start(text, interval)"
 REQUEUE = "pgfence.requeue_expired(integer)"
-
-
-def acquired(lease: Lease | None) -> Lease:
-    assert lease is not None, "expected a lease"
-    return lease
 
 
 def claim(s: Session, lease: Lease, queue: str = "q", qty: int = 1) -> list[tuple[int, uuid.UUID]]:
@@ -41,14 +39,6 @@ def claim(s: Session, lease: Lease, queue: str = "q", qty: int = 1) -> list[tupl
 def complete(s: Session, attempt_id: uuid.UUID, result: dict[str, Any] | None = None) -> str:
     return str(s.one("select pgfence.complete(%s, %s)",
                      (attempt_id, json.dumps(result or {"by": s.name}))))
-
-
-def sqlstate_of(s: Session, query: str, params: tuple[Any, ...] = ()) -> str | None:
-    try:
-        s.run(query, params)
-        return None
-    except psycopg.Error as e:
-        return e.sqlstate
 
 
 def enqueue(db: Database, n: int, queue: str = "q") -> list[int]:
@@ -94,7 +84,7 @@ def resumed_owner_at_work(db: Database) -> Resumed:
     assert t2 in b_claims
     # A resumes, unaware.
     out = Resumed(
-        claim=sqlstate_of(a, "select pgfence.claim(%s, 'q')", (la.lease_id,)),
+        claim=sqlstate(lambda: a.run("select pgfence.claim(%s, 'q')", (la.lease_id,))),
         stale_complete=complete(a, held[t2]),
         stale_recorded=db.one("select count(*) from pgfence.stale_results where attempt_id = %s",
                               (held[t2],)) == 1,
@@ -102,15 +92,15 @@ def resumed_owner_at_work(db: Database) -> Resumed:
                               "and state = 'claimed' from pgfence.tasks where task_id = %s",
                               (b_claims[t2], t2)),
         late_complete=complete(a, held[t1]),     # nobody re-claimed t1: a valid late result
-        renew=sqlstate_of(a, "select pgfence.renew(%s, '30 s')", (la.lease_id,)),
-        drain=sqlstate_of(a, "select pgfence.drain(%s)", (la.lease_id,)),
+        renew=sqlstate(lambda: a.run("select pgfence.renew(%s, '30 s')", (la.lease_id,))),
+        drain=sqlstate(lambda: a.run("select pgfence.drain(%s)", (la.lease_id,))),
         release=a.release(la),
         protected_write=None,
         b_complete="",
         b_current=False,
     )
     a.begin()
-    out.protected_write = sqlstate_of(a, "select pgfence.fence(%s)", (la.lease_id,))
+    out.protected_write = sqlstate(lambda: a.run("select pgfence.fence(%s)", (la.lease_id,)))
     a.rollback()
     out.b_complete = complete(b, b_claims[t2])
     out.b_current = db.one("select status from pgfence.lease_status where generation = %s",
@@ -129,8 +119,8 @@ def test_resumed_owner_cannot_claim_or_overwrite(any_db: Database) -> None:
 
 
 def test_negative_control_claim_without_lease_check(db: Database) -> None:
-    db.replace_in_function(CLAIM, "v_state <> 'active' or v_expires_at <= clock_timestamp()",
-                           "false")
+    db.replace_in_function(
+        HOLD, "not found or not pgfence.is_current(v_lease.state, v_lease.expires_at)", "false")
     assert resumed_owner_at_work(db).claim is None
 
 
@@ -192,14 +182,13 @@ def renew_with_lost_response(db: Database) -> tuple[str | None, int]:
     # Send the renewal and hang up without reading the answer: the server runs and commits
     # it, and its reply goes nowhere. (Straight to the server: a pooler would drop a query
     # whose client is gone, and the point is a commit the client never heard of.)
-    lost = psycopg.connect(db.server_dsn, autocommit=True, prepare_threshold=None,
-                           application_name="lost")
+    lost = connect(db.server_dsn, "lost")
     lost.pgconn.send_query(f"select pgfence.renew('{lease.lease_id}', '30 seconds')".encode())
     lost.pgconn.flush()
     lost.close()
     db.wait_until("select renewed_at is not null from pgfence.leases where generation = %s",
                   (lease.generation,))
-    retry = sqlstate_of(owner, "select pgfence.renew(%s, '30 seconds')", (lease.lease_id,))
+    retry = sqlstate(lambda: owner.run("select pgfence.renew(%s, '30 seconds')", (lease.lease_id,)))
     current = db.one("select count(*) from pgfence.lease_status "
                      "where status = 'current' and generation = %s", (lease.generation,))
     return retry, current
@@ -276,7 +265,7 @@ def graceful_drain(db: Database) -> dict[str, Any]:
     drained = a.drain(la)
     out: dict[str, Any] = {
         "drained": drained,
-        "a_claim": sqlstate_of(a, "select pgfence.claim(%s, 'q')", (la.lease_id,)),
+        "a_claim": sqlstate(lambda: a.run("select pgfence.claim(%s, 'q')", (la.lease_id,))),
         "a_renew_state": a.renew(la)[1],
     }
     lb = b.acquire("r")                          # at once: no waiting for A's expiry
@@ -298,7 +287,8 @@ def test_graceful_drain(any_db: Database) -> None:
 
 
 def test_negative_control_claim_while_draining(db: Database) -> None:
-    db.replace_in_function(CLAIM, "v_state <> 'active'", "v_state not in ('active', 'draining')")
+    db.replace_in_function(HOLD, "pgfence.is_current(v_lease.state",
+                           "pgfence.is_live(v_lease.state")
     assert graceful_drain(db)["a_claim"] is None
 
 
@@ -311,7 +301,7 @@ def test_operator_deprecation(any_db: Database) -> None:
     assert any_db.one("select pgfence.deprecate('r')") == la.lease_id
     # A learns it at its next heartbeat and stops claiming; it still finishes its task.
     assert a.renew(la)[1] == "draining"
-    assert sqlstate_of(a, "select pgfence.claim(%s, 'q')", (la.lease_id,)) == "PF001"
+    assert sqlstate(lambda: a.run("select pgfence.claim(%s, 'q')", (la.lease_id,))) == "PF001"
     assert complete(a, a1) == "accepted"
     lb = acquired(b.acquire("r"))
     assert len(claim(b, lb)) == 1
@@ -322,9 +312,9 @@ def test_disabled_registration_starts_nothing_until_enabled(any_db: Database) ->
     any_db.sql("select pgfence.register('r', false)")
     w = any_db.session("w")
     assert any_db.one("select pgfence.request_start('r')") is None
-    assert sqlstate_of(w, "select pgfence.acquire('r', 'w', '30 s')") == "PF003"
+    assert sqlstate(lambda: w.run("select pgfence.acquire('r', 'w', '30 s')")) == "PF003"
     any_db.sql("select pgfence.register('r')")            # registering again enables nothing
-    assert sqlstate_of(w, "select pgfence.acquire('r', 'w', '30 s')") == "PF003"
+    assert sqlstate(lambda: w.run("select pgfence.acquire('r', 'w', '30 s')")) == "PF003"
     assert any_db.one("select pgfence.set_enabled('r', true)") is False
     invocation = any_db.one("select pgfence.request_start('r')")
     assert invocation is not None
@@ -374,7 +364,7 @@ class WorkerEndpoint(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
+        with connect(self.dsn, "worker-endpoint") as conn:
             try:
                 row = conn.execute("select (pgfence.acquire(%s, %s, '30 s', %s)).generation",
                                    (body["resource"], body["owner"], body["invocation_id"])
@@ -447,7 +437,7 @@ def test_mixed_version_rollout_observe_then_enforce(any_db: Database) -> None:
                       "from pgfence.unfenced_writes") == [("r", "INSERT", "legacy-writer")]
     # Enforce, once the old binaries are gone: the legacy writer is refused.
     any_db.sql("select pgfence.protect('ledger', 'r', 'enforce')")
-    assert sqlstate_of(legacy, "insert into ledger values ('legacy 2')") == "PF007"
+    assert sqlstate(lambda: legacy.run("insert into ledger values ('legacy 2')")) == "PF007"
     fenced_write("modern 2")
     assert [r[0] for r in any_db.sql("select note from ledger order by note")] == [
         "legacy 1", "modern 1", "modern 2"]
@@ -458,10 +448,9 @@ def test_mixed_version_rollout_observe_then_enforce(any_db: Database) -> None:
 
 
 def test_pooled_clients_share_a_backend_so_session_locks_are_not_ownership(
-        pgbouncer: int) -> None:
-    dsn = f"host=127.0.0.1 port={pgbouncer} user=postgres dbname=single"
-    with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as a, \
-         psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as b:
+        bouncer: PgBouncer) -> None:
+    dsn = bouncer.dsn("single")
+    with connect(dsn, "a") as a, connect(dsn, "b") as b:
         got_a = a.execute("select pg_try_advisory_lock(42)").fetchone()
         got_b = b.execute("select pg_try_advisory_lock(42)").fetchone()
         # Both "own" the lock: it lives on the one shared server session.

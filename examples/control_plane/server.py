@@ -40,6 +40,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgfence.client import Leader, LeaseLost, Owner
+from pgfence.cluster import connect
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 Reply = tuple[int, dict[str, Any]]
@@ -62,12 +63,6 @@ create table if not exists job_events (                -- append-only history of
   at         timestamptz not null default clock_timestamp()
 );
 """
-
-
-def connect(dsn: str, name: str) -> Conn:
-    # No session state: works through PgBouncer/Supavisor in transaction pooling mode.
-    return psycopg.connect(dsn, autocommit=True, prepare_threshold=None,
-                           application_name=name[:63], connect_timeout=5)
 
 
 def init(dsn: str, resource: str, mode: str) -> None:

@@ -1,4 +1,5 @@
 -- Deploy pgfence:acquire
+-- requires: lease_judgement
 -- requires: leases
 -- requires: invocations
 -- requires: checks
@@ -11,7 +12,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.acquire(resource text, owner text, ttl interval, invocation_id uuid default null)
+create or replace function pgfence.acquire(resource text, owner text, ttl interval, invocation_id uuid default null)
 returns pgfence.lease
 language plpgsql
 security definer
@@ -55,8 +56,7 @@ begin
   -- Fast path without the lease row lock: a standby polling a held resource must not queue
   -- behind the owner's fenced transactions. Returning NULL is always safe.
   if exists (select from pgfence.leases l
-              where l.resource = acquire.resource and l.state = 'active'
-                and l.expires_at > clock_timestamp()) then
+              where l.resource = acquire.resource and pgfence.is_current(l.state, l.expires_at)) then
     return null;
   end if;
 
@@ -67,7 +67,7 @@ begin
   -- Judged after the lock wait on the clock of this moment, never now(): the wait may have
   -- been long and the owner may have renewed meanwhile (I7).
   if found then
-    if v_current.expires_at > clock_timestamp() then
+    if pgfence.is_current(v_current.state, v_current.expires_at) then
       return null;
     end if;
     update pgfence.leases l

@@ -1,4 +1,5 @@
 -- Deploy pgfence:claim
+-- requires: lease_judgement
 -- requires: tasks
 -- requires: leases
 -- requires: signing_key
@@ -13,7 +14,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.claim(lease_id uuid, queue text, qty int default 1, visibility interval default '30 seconds')
+create or replace function pgfence.claim(lease_id uuid, queue text, qty int default 1, visibility interval default '30 seconds')
 returns table (task_id bigint, attempt_id uuid, attempt int, payload jsonb)
 language plpgsql
 security definer
@@ -23,8 +24,6 @@ set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_generic_plan
 as $$
 declare
-  v_state text;
-  v_expires_at timestamptz;
   v_key bytea;
 begin
   perform pgfence.check_not_null('lease_id', claim.lease_id);
@@ -33,16 +32,10 @@ begin
     perform pgfence.invalid_argument('qty', 'must be 1 to 1000', claim.qty::text);
   end if;
   perform pgfence.check_interval('visibility', claim.visibility);
-  -- The ownership check of fence(), in the same transaction as the claim: FOR KEY SHARE keeps
-  -- the lease current until this transaction ends, so no successor can be granted between
-  -- the check and the claim (I2 at the work boundary).
-  select l.state, l.expires_at into v_state, v_expires_at
-    from pgfence.leases l
-   where l.lease_id = claim.lease_id
-     for key share;
-  if not found or v_state <> 'active' or v_expires_at <= clock_timestamp() then
-    perform pgfence.lease_not_current(claim.lease_id);
-  end if;
+  -- The ownership check of fence(), in the same transaction as the claim: the lease row stays
+  -- locked until this transaction ends, so no successor can be granted between the check and
+  -- the claim (I2 at the work boundary).
+  perform pgfence.hold_current(claim.lease_id);
   select k.key into v_key from pgfence.signing_key k;
   -- SKIP LOCKED: claimers never wait for each other's rows. The ids are picked into an array
   -- so that the update finds its rows by primary key.

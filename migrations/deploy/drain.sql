@@ -1,4 +1,5 @@
 -- Deploy pgfence:drain
+-- requires: lease_judgement
 -- requires: leases
 -- requires: checks
 -- requires: errors
@@ -10,7 +11,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.drain(lease_id uuid)
+create or replace function pgfence.drain(lease_id uuid)
 returns text
 language plpgsql
 security definer
@@ -26,7 +27,7 @@ begin
     from pgfence.leases l
    where l.lease_id = drain.lease_id
      for update;
-  if not found or v_state not in ('active', 'draining') or v_expires_at <= clock_timestamp() then
+  if not found or not pgfence.is_live(v_state, v_expires_at) then
     perform pgfence.lease_not_current(drain.lease_id);
   end if;
   if v_state = 'active' then

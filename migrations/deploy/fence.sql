@@ -1,4 +1,5 @@
 -- Deploy pgfence:fence
+-- requires: lease_judgement
 -- requires: leases
 -- requires: signing_key
 
@@ -13,7 +14,7 @@ set local lock_timeout = '5s';
 -- resource name. It is worthless in any other transaction, and from a session-level SET.
 -- Inlined like sign: fence and the guard compute it on every fenced transaction and every
 -- protected write.
-create function pgfence.fence_token(resource text, key bytea)
+create or replace function pgfence.fence_token(resource text, key bytea)
 returns text
 language sql
 stable
@@ -23,39 +24,28 @@ as $$
 $$;
 revoke all on function pgfence.fence_token(text, bytea) from public;
 
-create function pgfence.fence(lease_id uuid)
+create or replace function pgfence.fence(lease_id uuid)
 returns bigint
 language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_state text;
-  v_expires_at timestamptz;
-  v_generation bigint;
+  v_lease pgfence.leases;
   v_token text;
   v_marker text;
 begin
   perform pgfence.check_not_null('lease_id', fence.lease_id);
-  -- FOR KEY SHARE, held to the end of the caller's transaction: a takeover, drain or release
-  -- needs FOR UPDATE on this row and waits until then (I2). Concurrent fences of the same
-  -- lease and renewals do not conflict with it.
-  select l.state, l.expires_at, l.generation, pgfence.fence_token(l.resource, k.key)
-    into v_state, v_expires_at, v_generation, v_token
-    from pgfence.leases l, pgfence.signing_key k
-   where l.lease_id = fence.lease_id
-     for key share of l;
-  -- Judged after the lock wait, on the clock of this moment (I7).
-  if not found or v_state <> 'active' or v_expires_at <= clock_timestamp() then
-    perform pgfence.lease_not_current(fence.lease_id);
-  end if;
+  -- The lease row stays locked until the caller's transaction ends (I2).
+  v_lease := pgfence.hold_current(fence.lease_id);
+  select pgfence.fence_token(v_lease.resource, k.key) into v_token from pgfence.signing_key k;
   -- A transaction-local marker for the guard of protected tables: it lives exactly as long
   -- as the row lock above (both end at commit, rollback or rollback to an earlier savepoint).
   v_marker := coalesce(nullif(current_setting('pgfence.fenced', true), ''), E'\n');
   if strpos(v_marker, E'\n' || v_token || E'\n') = 0 then
     perform set_config('pgfence.fenced', v_marker || v_token || E'\n', true);
   end if;
-  return v_generation;
+  return v_lease.generation;
 end
 $$;
 comment on function pgfence.fence(uuid) is

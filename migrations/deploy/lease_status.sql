@@ -1,4 +1,5 @@
 -- Deploy pgfence:lease_status
+-- requires: lease_judgement
 -- requires: leases
 -- requires: tasks
 -- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
@@ -10,11 +11,11 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create view pgfence.lease_status as
+create or replace view pgfence.lease_status as
 select l.resource,
        l.generation,
        l.owner,
-       case when l.state = 'active' and l.expires_at > clock_timestamp() then 'current'
+       case when pgfence.is_current(l.state, l.expires_at) then 'current'
             when l.state = 'active' then 'stale'
             else l.state end as status,
        l.acquired_at,

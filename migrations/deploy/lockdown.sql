@@ -26,6 +26,9 @@
 -- carries (Supabase-style `alter default privileges ... grant execute on functions to anon`,
 -- say), nobody but pgfence's owner and the three pgfence roles keeps a privilege on anything
 -- in schema pgfence. Revoking from PUBLIC alone would not undo such grants.
+--
+-- Release 0.2.0 runs it again, after its own changes. (Each release reworks this change and
+-- says so here: Sqitch refuses two changes with the same script.)
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the

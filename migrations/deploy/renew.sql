@@ -1,4 +1,5 @@
 -- Deploy pgfence:renew
+-- requires: lease_judgement
 -- requires: leases
 -- requires: checks
 -- requires: errors
@@ -10,7 +11,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.renew(lease_id uuid, ttl interval, out expires_at timestamptz, out state text)
+create or replace function pgfence.renew(lease_id uuid, ttl interval, out expires_at timestamptz, out state text)
 language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
@@ -33,7 +34,7 @@ begin
      set renewed_from = l.expires_at,
          expires_at = clock_timestamp() + renew.ttl,
          renewed_at = clock_timestamp()
-   where l.lease_id = renew.lease_id and l.state in ('active', 'draining') and l.expires_at > clock_timestamp()
+   where l.lease_id = renew.lease_id and pgfence.is_live(l.state, l.expires_at)
   returning l.renewed_from, clock_timestamp(), l.expires_at, l.state
        into v_replaced, v_updated_at, expires_at, state;
   if not found then

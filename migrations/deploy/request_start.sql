@@ -1,4 +1,5 @@
 -- Deploy pgfence:request_start
+-- requires: lease_judgement
 -- requires: leases
 -- requires: invocations
 
@@ -9,7 +10,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.request_start(resource text, ttl interval default '1 minute')
+create or replace function pgfence.request_start(resource text, ttl interval default '1 minute')
 returns uuid
 language plpgsql
 security definer
@@ -32,8 +33,7 @@ begin
   end if;
   if not v_enabled
      or exists (select from pgfence.leases l
-                 where l.resource = request_start.resource and l.state = 'active'
-                   and l.expires_at > clock_timestamp())
+                 where l.resource = request_start.resource and pgfence.is_current(l.state, l.expires_at))
      or exists (select from pgfence.invocations i
                  where i.resource = request_start.resource and i.acknowledged_at is null
                    and i.expires_at > clock_timestamp()) then

@@ -1,4 +1,5 @@
 -- Deploy pgfence:resource_status
+-- requires: lease_judgement
 -- requires: leases
 -- requires: invocations
 -- requires: tasks
@@ -12,14 +13,14 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create view pgfence.resource_status as
+create or replace view pgfence.resource_status as
 select r.resource,
        r.enabled,
        cur.owner,
        cur.generation,
        cur.expires_at,
        case when cur.lease_id is not null then greatest(cur.expires_at - clock_timestamp(), interval '0') end as time_left,
-       coalesce(cur.expires_at <= clock_timestamp(), false) as stale,
+       coalesce(not pgfence.is_current(cur.state, cur.expires_at), false) as stale,
        (select count(*) from pgfence.leases d
          where d.resource = r.resource and d.state = 'draining') as draining_leases,
        (select count(*) from pgfence.invocations i

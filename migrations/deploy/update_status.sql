@@ -1,4 +1,5 @@
 -- Deploy pgfence:update_status
+-- requires: lease_judgement
 -- requires: updates
 -- requires: leases
 -- requires: invocations
@@ -13,7 +14,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.update_status(token uuid)
+create or replace function pgfence.update_status(token uuid)
 returns table (resource text, saved_enabled boolean, enabled boolean, active_owner text,
                draining_leases bigint, in_flight_tasks bigint, pending_invocations bigint,
                verdict text, last_heartbeat timestamptz)
@@ -47,11 +48,11 @@ begin
     from pgfence.update_items i
     join pgfence.resources r on r.resource = i.resource
     left join pgfence.leases cur
-           on cur.resource = i.resource and cur.state = 'active' and cur.expires_at > clock_timestamp()
+           on cur.resource = i.resource and pgfence.is_current(cur.state, cur.expires_at)
     cross join lateral (
       select count(*) as all_draining,
-             count(*) filter (where l.expires_at > clock_timestamp()) as live,
-             count(*) filter (where l.expires_at <= clock_timestamp()
+             count(*) filter (where pgfence.is_live(l.state, l.expires_at)) as live,
+             count(*) filter (where not pgfence.is_live(l.state, l.expires_at)
                                 and exists (select from pgfence.tasks x
                                              where x.lease_id = l.lease_id and x.state = 'claimed')) as silent_holding,
              max(coalesce(l.renewed_at, l.acquired_at)) as heartbeat

@@ -17,7 +17,7 @@ returns text
 language sql
 immutable
 set search_path = pg_catalog, pg_temp
-as $$ select '0.1.0'::pg_catalog.text $$;
+as $$ select '0.2.0'::pg_catalog.text $$;
 comment on function pgfence.version() is 'The pgfence release installed in this database, e.g. 0.1.0.';
 
 revoke all on function pgfence.version() from public;

@@ -1,7 +1,50 @@
--- Revert pgfence:renew
+-- Revert pgfence:renew: back to its definition of release 0.1.0
 
 begin;
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
-drop function pgfence.renew(uuid, interval);
+create or replace function pgfence.renew(lease_id uuid, ttl interval, out expires_at timestamptz, out state text)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_replaced timestamptz;
+  v_updated_at timestamptz;
+begin
+  perform pgfence.check_not_null('lease_id', renew.lease_id);
+  perform pgfence.check_interval('ttl', renew.ttl);
+  -- One HOT update. Its lock (FOR NO KEY UPDATE) does not wait for the owner's fenced
+  -- transactions (FOR KEY SHARE). Expiry is final: an expired lease never comes back, so a
+  -- takeover that found it expired cannot be undone by a late renewal. The WHERE clause is
+  -- evaluated before a lock wait, and again after it only if the row was updated meanwhile:
+  -- behind a transaction that only locked the row (a repeated drain, an acquire that found
+  -- the lease current) the update goes through unchecked, however long it waited. So the
+  -- expiry it replaced is kept in renewed_from and judged against the clock read in
+  -- RETURNING, which runs after the row is written, after any wait.
+  update pgfence.leases l
+     set renewed_from = l.expires_at,
+         expires_at = clock_timestamp() + renew.ttl,
+         renewed_at = clock_timestamp()
+   where l.lease_id = renew.lease_id and l.state in ('active', 'draining') and l.expires_at > clock_timestamp()
+  returning l.renewed_from, clock_timestamp(), l.expires_at, l.state
+       into v_replaced, v_updated_at, expires_at, state;
+  if not found then
+    perform pgfence.lease_not_current(renew.lease_id);
+  elsif v_replaced <= v_updated_at then
+    -- It expired while this renewal waited: the exception undoes the update.
+    perform pgfence.lease_not_current(renew.lease_id, v_replaced);
+  end if;
+end
+$$;
+comment on function pgfence.renew(uuid, interval) is
+  'Extends an active or draining, unexpired lease to ttl from now; idempotent. Raises PF001 otherwise.';
+
+revoke all on function pgfence.renew(uuid, interval) from public;
+grant execute on function pgfence.renew(uuid, interval) to pgfence_worker;
 
 commit;

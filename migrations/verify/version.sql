@@ -1,2 +1,2 @@
 -- Verify pgfence:version
-select 1 / (pgfence.version() = '0.1.0')::int;
+select 1 / (pgfence.version() = '0.2.0')::int;

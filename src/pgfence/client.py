@@ -27,16 +27,13 @@ from typing import Any
 
 import psycopg
 
+from pgfence.cluster import connect
+
 Handler = Callable[[Any], Any]
 
 
 class LeaseLost(Exception):
     """Ownership is lost or in doubt: stop claiming and writing at once."""
-
-
-def _connect(dsn: str, name: str) -> psycopg.Connection[tuple[Any, ...]]:
-    return psycopg.connect(dsn, autocommit=True, prepare_threshold=None,
-                           application_name=name, connect_timeout=10)
 
 
 @dataclass
@@ -76,7 +73,7 @@ class Owner:
         Raises psycopg errors as they come: PF003 means the resource is disabled (exit).
         """
         sent = self.clock()
-        with _connect(self.dsn, self.owner) as conn:
+        with connect(self.dsn, self.owner) as conn:
             row = conn.execute(
                 "select lease_id, generation "
                 "from pgfence.acquire(%s, %s, make_interval(secs => %s), %s)",
@@ -109,7 +106,7 @@ class Owner:
         conn: psycopg.Connection[tuple[Any, ...]] | None = None
         while not self._stop.wait(every):
             try:
-                conn = conn or _connect(self.dsn, f"{self.owner}-renew")
+                conn = conn or connect(self.dsn, f"{self.owner}-renew")
                 self.renew_once(conn)
             except psycopg.Error:
                 # A transient failure only costs time: the local deadline decides. A refusal
@@ -138,7 +135,7 @@ class Owner:
 
     def drain(self) -> None:
         if self.lease_id is not None and self.lost is None:
-            with _connect(self.dsn, self.owner) as conn, _suppress_not_current():
+            with connect(self.dsn, self.owner) as conn, _suppress_not_current():
                 conn.execute("select pgfence.drain(%s)", (self.lease_id,))
 
     def release(self) -> None:
@@ -146,7 +143,7 @@ class Owner:
         if self._renewer is not None:
             self._renewer.join()
         if self.lease_id is not None:
-            with _connect(self.dsn, self.owner) as conn, _suppress_not_current():
+            with connect(self.dsn, self.owner) as conn, _suppress_not_current():
                 conn.execute("select pgfence.release(%s)", (self.lease_id,))
         self.lost = self.lost or "released"
 
@@ -178,7 +175,7 @@ class Worker:
         signal.signal(signal.SIGTERM, lambda *_: self.stop.set())
 
     def run(self, max_tasks: int | None = None) -> None:
-        with _connect(self.owner.dsn, self.owner.owner) as conn:
+        with connect(self.owner.dsn, self.owner.owner) as conn:
             try:
                 while not self.stop.is_set() and (max_tasks is None or self.handled < max_tasks):
                     if not self.owner.valid:

@@ -19,13 +19,15 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg import sql
+
+from pgfence.cluster import connect
 
 Query = str | sql.SQL | sql.Composed
 Params = Sequence[Any] | dict[str, Any] | None
@@ -41,9 +43,13 @@ class Lease:
     expires_at: datetime
 
 
-def connect(dsn: str, name: str) -> psycopg.Connection[tuple[Any, ...]]:
-    """An autocommit connection that keeps no session state a transaction pooler could lose."""
-    return psycopg.connect(dsn, autocommit=True, prepare_threshold=None, application_name=name)
+def sqlstate(step: Callable[[], object]) -> str | None:
+    """The SQLSTATE of the database error that ``step`` raises, or None if it raises none."""
+    try:
+        step()
+    except psycopg.Error as e:
+        return e.sqlstate
+    return None
 
 
 class Database:
@@ -67,14 +73,10 @@ class Database:
         return s
 
     def sql(self, query: Query, params: Params = None) -> list[tuple[Any, ...]]:
-        with self._admin.cursor() as cur:
-            cur.execute(query, params)
-            return cur.fetchall() if cur.description else []
+        return _execute(self._admin, query, params)
 
     def one(self, query: Query, params: Params = None) -> Any:
-        rows = self.sql(query, params)
-        assert len(rows) == 1 and len(rows[0]) == 1, f"expected one value, got {rows!r}"
-        return rows[0][0]
+        return _one(self.sql(query, params))
 
     def wait_until(self, query: Query, params: Params = None, timeout: float = 30.0) -> None:
         """Polls until ``query`` returns true: for waiting on another process's effect."""
@@ -133,14 +135,10 @@ class Session:
 
     # -- plain steps ---------------------------------------------------------------------
     def run(self, query: Query, params: Params = None) -> list[tuple[Any, ...]]:
-        with self.conn.cursor() as cur:
-            cur.execute(query, params)
-            return cur.fetchall() if cur.description else []
+        return _execute(self.conn, query, params)
 
     def one(self, query: Query, params: Params = None) -> Any:
-        rows = self.run(query, params)
-        assert len(rows) == 1 and len(rows[0]) == 1, f"expected one value, got {rows!r}"
-        return rows[0][0]
+        return _one(self.run(query, params))
 
     def begin(self) -> None:
         self.run("begin")
@@ -224,6 +222,16 @@ class Step:
         return self._rows
 
     def one(self, timeout: float = 30.0) -> Any:
-        rows = self.result(timeout)
-        assert len(rows) == 1 and len(rows[0]) == 1, f"expected one value, got {rows!r}"
-        return rows[0][0]
+        return _one(self.result(timeout))
+
+
+def _execute(conn: psycopg.Connection[tuple[Any, ...]], query: Query,
+             params: Params) -> list[tuple[Any, ...]]:
+    with conn.cursor() as cur:
+        cur.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+def _one(rows: list[tuple[Any, ...]]) -> Any:
+    assert len(rows) == 1 and len(rows[0]) == 1, f"expected one value, got {rows!r}"
+    return rows[0][0]

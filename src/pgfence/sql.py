@@ -11,7 +11,8 @@ import re
 import uuid
 from collections.abc import Iterable
 
-# The same rule as pgfence.check_name in migrations/deploy/checks.sql.
+# The same rule as pgfence.check_name in migrations/deploy/checks.sql (tests/test_names.py
+# proves it); always used with fullmatch, since re's `$` also matches before a final newline.
 RESOURCE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@/-]{0,127}")
 
 

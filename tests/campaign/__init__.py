@@ -3,7 +3,6 @@
     worker.py      a worker process: pgfence.client Owner and Worker, a fenced handler
     proxy.py       a TCP relay that loses answers or holds all traffic (partitions)
     schedule.py    the settings and the seeded schedule of faults
-    cluster.py     a throwaway cluster with its own PgBouncer
     database.py    the campaign's tables in each schedule's database, a reconnecting connection
     variants.py    the real package and the deliberately broken negative controls
     fleet.py       the supervisor's worker processes and relays

@@ -19,7 +19,8 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from .cluster import Cluster
+from pgfence.cluster import Cluster
+
 from .schedule import Settings, make_schedule
 from .supervisor import Campaign, Outcome
 from .variants import CONTROLS, VARIANTS
@@ -85,7 +86,7 @@ def main() -> int:
     logs = args.logs or Path(tempfile.mkdtemp(prefix="pgfence-campaign."))
     say = (lambda text: print(f"    {text}", flush=True)) if args.verbose else (lambda _: None)
     failed = False
-    with Cluster() as cluster:
+    with Cluster.start(["fsync=off"]) as cluster:
         campaign = Campaign(cluster, s, logs, say)
         results: dict[str, list[Outcome]] = {}
         for name in names:

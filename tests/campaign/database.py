@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from pgfence.cluster import connect
 from pgfence.harness import Params, Query
 
 SCHEMA = """
@@ -105,8 +106,7 @@ class Db:
         while True:
             try:
                 if self._conn is None or self._conn.closed:
-                    self._conn = psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None,
-                                                 application_name=self.name, connect_timeout=5)
+                    self._conn = connect(self.dsn, self.name, timeout=5)
                 with self._conn.cursor() as cur:
                     cur.execute(query, params)
                     return cur.fetchall() if cur.description else []

@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
-from .cluster import Cluster
+from pgfence.cluster import Cluster
+
 from .database import Db
 from .fleet import Fleet, WorkerProcess
 from .schedule import Event, Settings

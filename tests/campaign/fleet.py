@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from .cluster import ROOT
+from tests.support import ROOT
+
 from .proxy import Relay
 from .schedule import Settings
 

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psycopg
+from pgfence.cluster import Cluster, connect
+from tests.support import install_bundle
 
 from . import database
 from .checker import Violation, check
-from .cluster import Cluster
 from .database import Db
 from .faults import Injector, wait_for
 from .fleet import Fleet
@@ -45,7 +45,9 @@ class Outcome:
 
 
 class Campaign:
-    """Runs schedules on one cluster; each schedule in a database of its own."""
+    """Runs schedules on one cluster of its own (the campaign restarts the server), each
+    schedule in a database cloned from campaign_template (pgfence from the one-file install),
+    with a PgBouncer of its own in front."""
 
     def __init__(self, cluster: Cluster, s: Settings, logs: Path,
                  say: Callable[[str], None] = lambda _: None) -> None:
@@ -54,24 +56,25 @@ class Campaign:
         self.logs = logs
         self.say = say
         self._numbers = itertools.count(1)
+        self.bouncer = cluster.pgbouncer()
+        cluster.create_database("campaign_template")
+        install_bundle(cluster, "campaign_template")
 
     def run(self, variant: Variant, seed: str) -> Outcome:
         began = time.monotonic()
         name = f"campaign_{next(self._numbers)}_{variant.name.replace('-', '_')}"
-        with psycopg.connect(self.cluster.dsn("postgres"), autocommit=True) as conn:
-            conn.execute(f"create database {name} template campaign_template")
+        self.cluster.create_database(name, "campaign_template")
         try:
             outcome = self._run(variant, seed, name)
         finally:
-            with psycopg.connect(self.cluster.dsn("postgres"), autocommit=True) as conn:
-                conn.execute(f"drop database {name} with (force)")
+            self.cluster.drop_database(name)
         outcome.seconds = time.monotonic() - began
         return outcome
 
     def _run(self, variant: Variant, seed: str, name: str) -> Outcome:
         s, cluster = self.s, self.cluster
         dsn = cluster.dsn(name)
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        with connect(dsn, "supervisor") as conn:
             database.install(conn, s.resources, protect=not variant.advisory)
         variant.install(dsn)
         db = Db(dsn, "supervisor")
@@ -87,9 +90,9 @@ class Campaign:
             note(f"{name}: variant {variant.name}, seed {seed!r}, {len(schedule)} events")
             # The advisory control's "lease" is a lock taken through PgBouncer: every route
             # of it goes there.
-            bouncer = cluster.bouncer_port
+            bouncer = self.bouncer.port
             direct = bouncer if variant.advisory else cluster.port
-            fleet = Fleet(s, lambda port: cluster.dsn(name, port),
+            fleet = Fleet(s, lambda port: cluster.tcp_dsn(name, port),
                           {"direct": direct, "pgbouncer": bouncer}, variant.advisory, log)
             stop_feeding, stop_starting = threading.Event(), threading.Event()
             feeder = threading.Thread(target=self._feed, args=(Db(dsn, "feeder"), stop_feeding),

@@ -12,7 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from .cluster import Cluster
+from pgfence.cluster import Cluster
+
 from .schedule import Settings
 from .supervisor import Campaign
 from .variants import CONTROLS, VARIANTS
@@ -25,7 +26,7 @@ CAUGHT_BY = {"no-lock": "I2", "now": "I2", "no-attempt-check": "I5", "advisory":
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
-    with Cluster() as cluster:
+    with Cluster.start(["fsync=off"]) as cluster:
         yield Campaign(cluster, replace(Settings(), random_faults=2),
                        tmp_path_factory.mktemp("campaign-logs"))
 

@@ -25,18 +25,16 @@ class Variant:
             db.close()
 
 
-FENCE = "pgfence.fence(uuid)"
-CLAIM = "pgfence.claim(uuid, text, integer, interval)"
+HOLD = "pgfence.hold_current(uuid)"  # the lease-current check fence and claim share
+IS_CURRENT = "pgfence.is_current(text, timestamptz)"
 REPORT = "pgfence.report(uuid, text, jsonb)"
 
 VARIANTS = {v.name: v for v in (
     Variant("real", "pgfence as installed"),
     Variant("no-lock", "fence and claim without FOR KEY SHARE on the lease row", (
-        (FENCE, "for key share of l;", ";"),
-        (CLAIM, "for key share;", ";"))),
+        (HOLD, "for key share;", ";"),)),
     Variant("now", "fence and claim judge expiry by now(), the transaction's start", (
-        (FENCE, "v_expires_at <= clock_timestamp()", "v_expires_at <= now()"),
-        (CLAIM, "v_expires_at <= clock_timestamp()", "v_expires_at <= now()"))),
+        (IS_CURRENT, "pg_catalog.clock_timestamp()", "pg_catalog.now()"),)),
     Variant("no-attempt-check", "complete/fail accept a superseded attempt's result", (
         (REPORT, "if v_attempt < v_task.attempt then", "if false then"),)),
     Variant("advisory", "a session advisory lock through PgBouncer instead of a lease; "

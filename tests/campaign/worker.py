@@ -40,18 +40,13 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgfence.client import LeaseLost, Owner, Worker
+from pgfence.cluster import connect
 
 POINTS = ("before-fence", "in-fence", "before-complete")
 
 
 def log(name: str, message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {name}: {message}", file=sys.stderr, flush=True)
-
-
-def connect(dsn: str, name: str) -> psycopg.Connection[tuple[Any, ...]]:
-    # prepare_threshold=None: no prepared statements, a transaction pooler may sit between.
-    return psycopg.connect(dsn, autocommit=True, prepare_threshold=None, application_name=name,
-                           connect_timeout=10)
 
 
 def die_with_parent() -> None:

@@ -1,0 +1,163 @@
+"""pgfence's performance benchmarks: each operation against raw SQL doing the same work
+without fencing, measured with pgbench in the same run, and the properties over time.
+
+    scripts/bench                 the full run (about 12 minutes); prints a Markdown report
+    scripts/bench --quick         every pair once, very briefly, small sizes (CI smoke: proves
+                                  the driver works; numbers mean nothing, nothing is asserted)
+    scripts/bench --report FILE   also write the report to FILE
+    scripts/bench --apply FILE    run FILE in every benchmark database after sql/pgfence.sql
+                                  (to measure a proposed change, e.g. `create or replace function`)
+    scripts/bench --only renew,claim,...   a subset (see --help)
+    scripts/bench --profile       load pg_stat_statements (track = all) and print each
+                                  operation's top statements; its overhead skews the timings
+
+It starts its own throwaway cluster (pgfence.cluster, default settings), installs
+sql/pgfence.sql into fresh databases, runs the pgbench scripts of bench/ and removes the
+cluster on exit, also on Ctrl-C or SIGTERM. Pairs run alternately, a few rounds, the order of
+a pair's members reversed every other round; throughput is reported as the median over
+rounds, and the ratio pgfence/baseline is the ratio of the medians (the per-round ratios and
+the server CPU per transaction are shown too). There are no assertions on time: the report
+says whether each target was met. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+
+from pgfence.cluster import Cluster
+
+from .pairs import Group, Pairs, pairs_report
+from .properties import (
+    history,
+    history_report,
+    owner_main,
+    renewals,
+    renewals_report,
+    takeover,
+    takeover_report,
+)
+from .report import environment
+from .run import BENCH, Interrupted, Options, Server, log, on_signal, stop_children
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="scripts/bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--quick", action="store_true", help="every pair once, briefly, small sizes")
+    p.add_argument("--rounds", type=int, help="rounds of each pair (default 7; --quick 1)")
+    p.add_argument("--seconds", type=float, help="seconds per pgbench run (default 4; --quick 2)")
+    p.add_argument(
+        "--only",
+        type=lambda s: set(s.split(",")),
+        help="comma-separated subset of: renew, claim, complete, fence1, fence100, "
+        "cycle, renewals, takeover, history",
+    )
+    p.add_argument(
+        "--own-lease",
+        action="store_true",
+        help="also claim with a lease per client (bench/claim_own_lease.sql)",
+    )
+    p.add_argument(
+        "--apply",
+        type=Path,
+        action="append",
+        default=[],
+        help="SQL file run after sql/pgfence.sql in every benchmark database",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="pg_stat_statements (track = all): top statements of each operation",
+    )
+    p.add_argument("--report", type=Path, help="also write the Markdown report to this file")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--owner"]:  # the owner process of a takeover trial
+        owner_main(argv[1], argv[2], float(argv[3]), float(argv[4]))
+        return 0
+    args = parse_args(argv)
+    quick: bool = args.quick
+    opts = Options(
+        quick=quick,
+        rounds=args.rounds or (1 if quick else 7),
+        seconds=args.seconds or (2 if quick else 4),
+        profile=args.profile,
+        own_lease=args.own_lease,
+        only=frozenset(args.only) if args.only else None,
+    )
+    settings = (
+        ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all"]
+        if args.profile
+        else []
+    )
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    started = time.monotonic()
+    cluster: Cluster | None = None
+    try:
+        log("starting a cluster (pgfence.cluster)")
+        cluster = Cluster.start(settings)
+        server = Server(cluster, settings, [a.resolve() for a in args.apply])
+        server.createdb("bench")
+        if args.profile:
+            server.sql("bench", "create extension pg_stat_statements")
+        server.psql("bench", BENCH / "setup.sql")
+        command = "scripts/bench" + ("" if not argv else " " + shlex.join(argv))
+        report = [f"Command: `{command}`", "", "Environment:", "", *environment(server), ""]
+        groups: list[Group] = []
+        pairs = Pairs(opts, server)
+        if any(
+            opts.wanted(k) for k in ("renew", "claim", "complete", "fence1", "fence100", "cycle")
+        ):
+            log(f"pairs: {opts.rounds} rounds of {opts.seconds:g} s per run")
+            groups = pairs.run()
+            report += ["### Pairs", "", *pairs_report(groups), ""]
+        if opts.wanted("renewals"):
+            log("property: renewals")
+            report += ["### Renewals over time", "", *renewals_report(renewals(opts, server)), ""]
+        if opts.wanted("takeover"):
+            log("property: takeover latency")
+            report += ["### Takeover latency", "", *takeover_report(takeover(opts, server)), ""]
+        if opts.wanted("history"):
+            log("property: claim with history")
+            report += [
+                "### Claim with a completed history",
+                "",
+                *history_report(history(opts, server)),
+                "",
+            ]
+        if pairs.profiles:
+            report += ["### Profile (pg_stat_statements, track = all; mean µs per call)", ""]
+            for script, rows in pairs.profiles.items():
+                report += [f"`{script}`:", "", "| calls | mean µs | statement |", "|---:|---:|---|"]
+                report += [f"| {c} | {t} | `{q}` |" for c, t, q in rows[:8]]
+                report.append("")
+        report.append(f"Run time: {time.monotonic() - started:.0f} s.")
+        text = "\n".join(report) + "\n"
+        print(text)
+        if args.report:
+            args.report.write_text(text)
+        return 0
+    except (KeyboardInterrupt, Interrupted) as e:
+        log(f"interrupted ({str(e) or 'SIGINT'}): stopping")
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        stop_children()
+        if cluster is not None:
+            cluster.remove()
+        log(f"cluster removed; {time.monotonic() - started:.0f} s in all")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,295 @@
+"""The pairs: each pgfence operation against a baseline doing the same work without fencing,
+run alternately in rounds (the order of a pair's members reversed every other round), and
+their report. A new pair is a Group in Pairs.groups() with a pgbench script in bench/."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .report import fmt
+from .run import BENCH, BenchResult, Options, Server, log, percentile, pgbench
+
+
+@dataclass
+class Member:
+    label: str
+    script: str
+    prepare: Callable[[Member], None] | None = None  # fresh tables before each run
+    check: Callable[[Member], str | None] | None = None  # after a run: None, or why it is void
+    latencies: bool = False
+    size: int = 0  # rows prepared, grown when too few
+    results: list[BenchResult] = field(default_factory=list)
+
+    @property
+    def median_tps(self) -> float:
+        return statistics.median(r.tps for r in self.results)
+
+    @property
+    def median_cpu(self) -> float:
+        return statistics.median(r.cpu_us for r in self.results)
+
+
+@dataclass
+class Comparison:
+    operation: str
+    pgfence: int  # index into the group's members
+    baseline: int
+    target: float
+
+
+@dataclass
+class Group:
+    key: str
+    members: list[Member]
+    comparisons: list[Comparison]
+
+
+class Pairs:
+    def __init__(self, opts: Options, server: Server) -> None:
+        self.opts = opts
+        self.server = server
+        self.profiles: dict[str, list[tuple[object, ...]]] = {}
+
+    # -- fixtures ------------------------------------------------------------------------------
+
+    def fill(self, file: str, member: Member, per_tx: int) -> None:
+        """Fresh tables for a member: enough rows for its duration at the best rate seen so
+        far (at least a generous first guess), so that a run never runs out of work."""
+        guess = 1500 if self.opts.quick else 3000
+        best = max([r.tps for r in member.results] + [guess])
+        member.size = max(member.size, math.ceil(1.5 * best * per_tx * self.opts.seconds))
+        self.server.psql("bench", BENCH / file, tasks=member.size)
+
+    def ready_left(self, table: str) -> Callable[[Member], str | None]:
+        def check(member: Member) -> str | None:
+            ((left,),) = self.server.sql(
+                "bench", f"select count(*) from {table} where state = 'queued'"
+            )
+            return None if int(str(left)) > 0 else "the queue ran dry"
+
+        return check
+
+    def handles_left(self, seq: str) -> Callable[[Member], str | None]:
+        def check(member: Member) -> str | None:
+            ((last,),) = self.server.sql("bench", f"select last_value from {seq}")
+            return None if int(str(last)) < member.size else "the prepared tasks ran out"
+
+        return check
+
+    def groups(self) -> list[Group]:
+        def rows(_m: Member) -> None:
+            self.server.psql("bench", BENCH / "reset_rows.sql")
+
+        claim = [
+            Member(
+                "claim 10 (pgfence.claim, shared lease)",
+                "claim.sql",
+                lambda m: self.fill("fill_tasks.sql", m, 10),
+                self.ready_left("pgfence.tasks"),
+            ),
+            Member(
+                "same claim without the ownership check",
+                "claim_unfenced.sql",
+                lambda m: self.fill("fill_tasks.sql", m, 10),
+                self.ready_left("pgfence.tasks"),
+            ),
+            Member(
+                "hand-written queue: UPDATE ... FROM (SELECT ... SKIP LOCKED LIMIT 10)",
+                "claim_bare.sql",
+                lambda m: self.fill("fill_queue.sql", m, 10),
+                self.ready_left("bench.queue"),
+            ),
+        ]
+        if self.opts.own_lease:
+            claim.append(
+                Member(
+                    "claim 10 (pgfence.claim, a lease per client)",
+                    "claim_own_lease.sql",
+                    lambda m: self.fill("fill_tasks.sql", m, 10),
+                    self.ready_left("pgfence.tasks"),
+                )
+            )
+        groups = [
+            Group(
+                "renew",
+                [
+                    Member("renew (pgfence.renew)", "renew.sql"),
+                    Member("raw UPDATE ... SET expires_at by key", "renew_raw.sql"),
+                ],
+                [Comparison("renew 1 of 1,000 leases", 0, 1, 0.95)],
+            ),
+            Group(
+                "claim",
+                claim,
+                [
+                    Comparison("claim 10 tasks: cost of fencing alone", 0, 1, 0.95),
+                    Comparison("claim 10 tasks: vs a hand-written queue", 0, 2, 0.80),
+                ]
+                + (
+                    [
+                        Comparison(
+                            "claim 10 tasks, a lease per client: vs a hand-written queue",
+                            3,
+                            2,
+                            0.80,
+                        )
+                    ]
+                    if self.opts.own_lease
+                    else []
+                ),
+            ),
+            Group(
+                "complete",
+                [
+                    Member(
+                        "complete (pgfence.complete by attempt_id)",
+                        "complete.sql",
+                        lambda m: self.fill("fill_claimed.sql", m, 1),
+                        self.handles_left("bench.handles_seq"),
+                    ),
+                    Member(
+                        "raw UPDATE ... WHERE task_id = ...",
+                        "complete_raw.sql",
+                        lambda m: self.fill("fill_claimed_raw.sql", m, 1),
+                        self.handles_left("bench.handles_raw_seq"),
+                    ),
+                ],
+                [Comparison("complete by attempt id", 0, 1, 0.90)],
+            ),
+            Group(
+                "fence1",
+                [
+                    Member("fence + INSERT 1 row (protected table)", "fence_insert_1.sql", rows),
+                    Member("INSERT 1 row (plain table)", "insert_1.sql", rows),
+                    Member(
+                        "INSERT 1 row ... SELECT pgfence.fence(...) (protected table)",
+                        "fence_insert_1_one_statement.sql",
+                        rows,
+                    ),
+                ],
+                [
+                    Comparison("fence + insert 1 row", 0, 1, 0.75),
+                    Comparison("fence + insert 1 row, in one statement", 2, 1, 0.75),
+                ],
+            ),
+            Group(
+                "fence100",
+                [
+                    Member(
+                        "fence + INSERT 100 rows (protected table)", "fence_insert_100.sql", rows
+                    ),
+                    Member("INSERT 100 rows (plain table)", "insert_100.sql", rows),
+                ],
+                [Comparison("fence + insert 100 rows", 0, 1, 0.95)],
+            ),
+            Group(
+                "cycle",
+                [
+                    Member(
+                        "takeover: acquire superseding an expired lease",
+                        "takeover.sql",
+                        latencies=True,
+                    ),
+                    Member("acquire + release", "acquire_release.sql", latencies=True),
+                ],
+                [],
+            ),
+        ]
+        return [g for g in groups if self.opts.wanted(g.key)]
+
+    # -- running -------------------------------------------------------------------------------
+
+    def run_member(self, member: Member) -> None:
+        for _attempt in range(4):
+            if member.prepare:
+                member.prepare(member)
+            if self.opts.profile:
+                self.server.sql("bench", "select pg_stat_statements_reset()")
+            result = pgbench(
+                self.server,
+                "bench",
+                BENCH / member.script,
+                seconds=self.opts.seconds,
+                latencies=member.latencies,
+            )
+            void = member.check(member) if member.check else None
+            if void is None:
+                member.results.append(result)
+                log(f"  {member.script:24s} {result.tps:10.1f} tx/s {result.cpu_us:8.1f} µs CPU/tx")
+                if self.opts.profile:
+                    self.profiles[member.script] = self.server.sql(
+                        "bench",
+                        "select calls, round((total_exec_time / calls)::numeric * 1000, 1),"
+                        "       left(regexp_replace(query, '\\s+', ' ', 'g'), 140)"
+                        "  from pg_stat_statements where calls >= 10"
+                        " order by total_exec_time desc limit 8",
+                    )
+                return
+            log(f"  {member.script}: {void} at {member.size} rows; again with twice as many")
+            member.size *= 2
+        raise RuntimeError(f"{member.script}: {void} even with {member.size} rows")
+
+    def run(self) -> list[Group]:
+        groups = self.groups()
+        for rnd in range(self.opts.rounds):
+            log(f"round {rnd + 1}/{self.opts.rounds}")
+            for group in groups:
+                order = group.members if rnd % 2 == 0 else list(reversed(group.members))
+                for member in order:
+                    self.run_member(member)
+        return groups
+
+
+
+def pairs_report(groups: list[Group]) -> list[str]:
+    out = [
+        "| operation | baseline | baseline tx/s | pgfence tx/s | ratio | target | met? "
+        "| per-round ratios | server CPU µs/tx, baseline → pgfence (ratio) |",
+        "|---|---|---:|---:|---:|---:|---|---|---|",
+    ]
+    for g in groups:
+        for c in g.comparisons:
+            p, b = g.members[c.pgfence], g.members[c.baseline]
+            ratio = p.median_tps / b.median_tps
+            per_round = [x.tps / y.tps for x, y in zip(p.results, b.results, strict=True)]
+            out.append(
+                f"| {c.operation} | {b.label} | {fmt(b.median_tps)} | {fmt(p.median_tps)} "
+                f"| {ratio:.2f} | ≥ {c.target:.2f} | {'yes' if ratio >= c.target else '**no**'} "
+                f"| {min(per_round):.2f}-{max(per_round):.2f} "
+                f"| {b.median_cpu:,.0f} → {p.median_cpu:,.0f} ({b.median_cpu / p.median_cpu:.2f}) |"
+            )
+    cycle = [g for g in groups if g.key == "cycle"]
+    if cycle:
+        out += [
+            "",
+            "| cycle (no baseline) | tx/s (median) | latency p50 | p90 | p99 | max |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for m in cycle[0].members:
+            lat = sorted(v for r in m.results for v in r.latencies_us)
+            out.append(
+                f"| {m.label} | {fmt(m.median_tps)} | "
+                + " | ".join(f"{percentile(lat, p) / 1000:.2f} ms" for p in (50, 90, 99, 100))
+                + " |"
+            )
+    out += [
+        "",
+        "Throughput: the median over rounds of each member's tx/s, 4 clients (pgbench -c 4 -j 2 "
+        "-M prepared); ratio = pgfence / baseline of the medians, target on that ratio. "
+        "Server CPU: "
+        "CPU time of the benchmark's backends per transaction, median over rounds; its ratio is "
+        "baseline / pgfence, so that it reads like the throughput ratio. "
+        "Every run, in order (tx/s):",
+        "",
+    ]
+    for g in groups:
+        for m in g.members:
+            out.append(
+                f"- `bench/{m.script}`: {', '.join(fmt(r.tps) for r in m.results)}"
+                + (f" (prepared rows per run: {m.size:,})" if m.size else "")
+            )
+    return out
+

@@ -1,0 +1,334 @@
+"""The properties over time, each measured and then reported: renewals (HOT updates, table
+growth), takeover latency after an owner is killed, and claim throughput with a completed
+history. A new property is a function here that measures, one that reports, and a section in
+__main__.main."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+from pgfence.cluster import connect
+
+from .report import fmt
+from .run import BENCH, CHILDREN, CLIENTS, ROOT, Options, Server, log, percentile, pgbench
+
+
+def renewals(opts: Options, server: Server) -> dict[str, float]:
+    first, total = (1_000, 20_000) if opts.quick else (10_000, 1_000_000)
+    db = "renewal"
+    server.createdb(db)
+    server.psql(db, BENCH / "setup_renewal.sql")
+    server.sql(
+        db, "select pg_stat_reset_single_table_counters('pgfence.leases'::regclass)"
+    )
+
+    def snapshot() -> dict[str, float]:
+        with server.connect(db) as conn:
+            row = conn.execute(
+                "select n_tup_upd, n_tup_hot_upd, n_dead_tup, autovacuum_count,"
+                "       pg_relation_size('pgfence.leases'), pg_indexes_size('pgfence.leases'),"
+                "       pg_total_relation_size('pgfence.leases')"
+                "  from pg_stat_user_tables where relid = 'pgfence.leases'::regclass"
+            ).fetchone()
+        assert row is not None
+        keys = ["upd", "hot", "dead", "autovacuums", "heap", "indexes", "total"]
+        return {k: float(str(v)) for k, v in zip(keys, row, strict=True)}
+
+    # Each client calls bench.renew_batch(n): n renewals, each its own transaction.
+    n = first // CLIENTS
+    started = time.monotonic()
+    pgbench(
+        server,
+        db,
+        BENCH / "renew_batch.sql",
+        transactions=1,
+        protocol="simple",
+        defines={"n": n},
+    )
+    a = snapshot()
+    pgbench(
+        server,
+        db,
+        BENCH / "renew_batch.sql",
+        transactions=(total - first) // first,
+        protocol="simple",
+        defines={"n": n},
+    )
+    b = snapshot()
+    seconds = time.monotonic() - started
+    out = {f"first_{k}": v for k, v in a.items()} | {f"all_{k}": v for k, v in b.items()}
+    out |= {"first": first, "total": total, "tps": total / seconds, "seconds": seconds}
+    return out
+
+
+def takeover(opts: Options, server: Server) -> dict[str, object]:
+    trials = 3 if opts.quick else 30
+    ttl, poll, renew_every = 1.0, 0.2, 0.25
+    rng = random.Random(7)
+    latencies: list[float] = []
+    parts: list[tuple[float, float, float]] = []  # kill → expiry → acquired → claimed
+    misses = 0
+    with server.connect("bench") as conn:
+        for i in range(trials):
+            conn.execute(
+                "select pgfence.enqueue('takeover', %s::jsonb)", (f'{{"trial": {i}}}',)
+            )
+            owner = subprocess.Popen(
+                [sys.executable, "-m", "bench.driver", "--owner", server.cluster.dsn("bench"),
+                 "takeover", str(ttl), str(renew_every)],
+                env=server.env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            CHILDREN.add(owner)
+            assert owner.stdout is not None
+            ready = owner.stdout.readline().split()
+            if not ready or ready[0] != "ready":
+                raise RuntimeError("the owner process did not acquire its lease")
+            # The successor's polls start at a random phase of the poll interval.
+            time.sleep(rng.uniform(0, poll))
+            successor = Successor(server.cluster.dsn("bench"), poll, ttl)
+            successor.start()
+            # Killed at a random moment of its renewal cycle, at least one renewal in.
+            time.sleep(renew_every + rng.uniform(0, 2 * renew_every))
+            t_kill, wall_kill = time.monotonic(), time.time()
+            owner.kill()
+            owner.wait()
+            CHILDREN.discard(owner)
+            # A generous wait for a stuck successor: not an assertion, a way out.
+            successor.join(ttl + poll + 30)
+            if successor.t_claim is None or successor.t_acquired is None:
+                successor.stop = True
+                successor.join()
+                misses += 1
+                continue
+            latencies.append(successor.t_claim - t_kill)
+            row = conn.execute(
+                "select extract(epoch from expires_at)::float8 from pgfence.leases"
+                " where lease_id = %s",
+                (ready[1],),
+            ).fetchone()
+            assert row is not None
+            expiry = float(str(row[0])) - wall_kill
+            acquired = successor.t_acquired - t_kill
+            parts.append((expiry, acquired - expiry, successor.t_claim - successor.t_acquired))
+    bound = ttl + poll + 0.1
+    s = sorted(latencies)
+    return {
+        "trials": trials,
+        "ttl": ttl,
+        "poll": poll,
+        "renew_every": renew_every,
+        "bound": bound,
+        "latencies": s,
+        "misses": misses,
+        "parts": parts,
+        "within": sum(1 for v in s if v <= bound),
+    }
+
+
+def history(opts: Options, server: Server) -> dict[str, object]:
+    queued, history, per_client, rounds = (
+        (10_000, 100_000, 50, 1) if opts.quick else (100_000, 1_000_000, 900, 5)
+    )
+    claimers = 8
+    dbs = {"empty": ("history_empty", 0), "full": ("history_full", history)}
+    for db, n in dbs.values():
+        server.createdb(db)
+        server.psql(db, BENCH / "setup_history.sql", history=n)
+    results: dict[str, list[float]] = {"empty": [], "full": []}
+    cpu: dict[str, list[float]] = {"empty": [], "full": []}
+    for rnd in range(rounds):
+        order = ["empty", "full"] if rnd % 2 == 0 else ["full", "empty"]
+        for key in order:
+            db = dbs[key][0]
+            server.psql(db, BENCH / "fill_history.sql", tasks=queued)
+            res = pgbench(
+                server, db, BENCH / "claim.sql", clients=claimers, transactions=per_client
+            )
+            ((left,),) = server.sql(
+                db, "select count(*) from pgfence.tasks where state = 'queued'"
+            )
+            if int(str(left)) == 0:
+                raise RuntimeError("claim history: the queue ran dry")
+            results[key].append(res.tps)
+            cpu[key].append(res.cpu_us)
+            log(f"  claim with {key} history: {res.tps:.1f} tx/s {res.cpu_us:.1f} µs CPU/tx")
+    sizes = {
+        key: server.sql(db, "select pg_total_relation_size('pgfence.tasks')")[0][0]
+        for key, (db, _n) in dbs.items()
+    }
+    return {
+        "queued": queued,
+        "history": history,
+        "claimers": claimers,
+        "claims_per_client": per_client,
+        "results": results,
+        "cpu": cpu,
+        "sizes": sizes,
+    }
+
+
+class Successor(threading.Thread):
+    """A standby that polls acquire at a fixed interval; on success it claims at once and
+    records when its first claim returned a task."""
+
+    def __init__(self, dsn: str, poll: float, ttl: float) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.poll, self.ttl = dsn, poll, ttl
+        self.t_acquired: float | None = None
+        self.t_claim: float | None = None
+        self.stop = False
+
+    def run(self) -> None:
+        with connect(self.dsn, "successor") as conn:
+            tick = time.monotonic()
+            while not self.stop:
+                row = conn.execute(
+                    "select lease_id from pgfence.acquire('takeover', 'successor', %s)",
+                    (f"{self.ttl} seconds",),
+                ).fetchone()
+                lease = row[0] if row else None
+                if lease is not None:
+                    self.t_acquired = time.monotonic()
+                    got = conn.execute(
+                        "select attempt_id from pgfence.claim(%s, 'takeover', 1, '30 seconds')",
+                        (lease,),
+                    ).fetchall()
+                    if got:
+                        self.t_claim = time.monotonic()
+                        conn.execute("select pgfence.complete(%s)", (got[0][0],))
+                    conn.execute("select pgfence.release(%s)", (lease,))
+                    if got:
+                        return
+                tick += self.poll
+                time.sleep(max(0.0, tick - time.monotonic()))
+
+
+def owner_main(dsn: str, resource: str, ttl: float, renew_every: float) -> None:
+    """The owner of a takeover trial, killed by the driver: acquires, then renews forever."""
+    with connect(dsn, "owner") as conn:
+        row = conn.execute(
+            "select lease_id from pgfence.acquire(%s, 'owner', %s)", (resource, f"{ttl} seconds")
+        ).fetchone()
+        if row is None or row[0] is None:
+            print("busy", flush=True)
+            return
+        print(f"ready {row[0]}", flush=True)
+        while True:
+            time.sleep(renew_every)
+            conn.execute("select pgfence.renew(%s, %s)", (row[0], f"{ttl} seconds"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+
+
+def renewals_report(r: dict[str, float]) -> list[str]:
+    hot = r["all_hot"] / r["all_upd"] if r["all_upd"] else math.nan
+    growth = r["all_total"] / r["first_total"]
+    kib = 1024
+    return [
+        f"{int(r['total']):,} renewals of random leases of 1,000, each its own transaction, from 4 "
+        f"concurrent sessions (bench/renew_batch.sql; {r['tps']:,.0f} renewals/s, "
+        f"{r['seconds']:.0f} s), "
+        "autovacuum at its defaults:",
+        "",
+        "| | after the first "
+        + f"{int(r['first']):,}"
+        + " | after "
+        + f"{int(r['total']):,}"
+        + " | target | met? |",
+        "|---|---:|---:|---:|---|",
+        f"| HOT share of lease updates (n_tup_hot_upd / n_tup_upd) | "
+        f"{r['first_hot'] / r['first_upd']:.1%} | {hot:.1%} | ≥ 95% | "
+        f"{'yes' if hot >= 0.95 else '**no**'} |",
+        f"| pgfence.leases heap | {r['first_heap'] / kib:,.0f} KiB "
+        f"| {r['all_heap'] / kib:,.0f} KiB | | |",
+        f"| its indexes | {r['first_indexes'] / kib:,.0f} KiB "
+        f"| {r['all_indexes'] / kib:,.0f} KiB | | |",
+        f"| table + indexes (pg_total_relation_size) | {r['first_total'] / kib:,.0f} KiB | "
+        f"{r['all_total'] / kib:,.0f} KiB ({growth:.2f}x) | ≤ 2x | "
+        f"{'yes' if growth <= 2 else '**no**'} |",
+        f"| autovacuums of pgfence.leases so far | {int(r['first_autovacuums'])} | "
+        f"{int(r['all_autovacuums'])} | | |",
+    ]
+
+
+def takeover_report(t: dict[str, object]) -> list[str]:
+    lat: list[float] = t["latencies"]  # type: ignore[assignment]
+    parts: list[tuple[float, float, float]] = t["parts"]  # type: ignore[assignment]
+    bound: float = t["bound"]  # type: ignore[assignment]
+    dist = ", ".join(
+        f"{name} {percentile(lat, p) * 1000:.0f} ms"
+        for name, p in (("min", 0), ("p50", 50), ("p90", 90), ("max", 100))
+    )
+    ok = t["within"] == t["trials"]
+    never = f" ({t['misses']} never claimed)" if t["misses"] else ""
+    return [
+        f"{t['trials']} trials: an owner process acquires (TTL {t['ttl']} s), renews every "
+        f"{t['renew_every']} s and is killed (SIGKILL) at a random point of its renewal cycle; "
+        f"a successor polls acquire every {t['poll']} s and claims as soon as it holds the lease. "
+        f"Latency = kill → the successor's first claim returned a task.",
+        "",
+        "| takeover latency | distribution | bound (TTL + poll + 100 ms) | within | met? |",
+        "|---|---|---:|---:|---|",
+        f"| owner killed → successor's first claim | {dist} | {bound * 1000:.0f} ms "
+        f"| {t['within']}/{t['trials']}{never} "
+        f"| {'yes' if ok else '**no**'} |",
+        "",
+        "Where the time went (ms; min / median / max over the trials):",
+        "",
+        "| kill → the lease's expires_at (≤ TTL) | expires_at → successor's acquire returned "
+        "(≤ poll) | acquire → first claim returned |",
+        "|---:|---:|---:|",
+        "| "
+        + " | ".join(
+            " / ".join(f"{v * 1000:.0f}" for v in (min(c), statistics.median(c), max(c)))
+            for c in zip(*parts, strict=True)
+        )
+        + " |"
+        if parts
+        else "",
+        "",
+        "All latencies (ms): " + ", ".join(f"{v * 1000:.0f}" for v in lat),
+    ]
+
+
+def history_report(h: dict[str, object]) -> list[str]:
+    res: dict[str, list[float]] = h["results"]  # type: ignore[assignment]
+    cpu: dict[str, list[float]] = h["cpu"]  # type: ignore[assignment]
+    sizes: dict[str, object] = h["sizes"]  # type: ignore[assignment]
+    e, f = statistics.median(res["empty"]), statistics.median(res["full"])
+    ce, cf = statistics.median(cpu["empty"]), statistics.median(cpu["full"])
+    ratio = f / e
+    return [
+        f"Claim throughput, {h['claimers']} concurrent claimers (bench/claim.sql, "
+        "10 tasks a claim, "
+        f"{h['claims_per_client']} claims each, pgbench -c {h['claimers']} -j 2), each round from "
+        f"{int(str(h['queued'])):,} freshly queued and vacuumed tasks; rounds alternate:",
+        "",
+        "| history in pgfence.tasks | claims/s (median) | every round | server CPU µs/claim "
+        "| table + indexes at the end |",
+        "|---|---:|---|---:|---:|",
+        f"| none | {fmt(e)} | {', '.join(fmt(x) for x in res['empty'])} | {ce:,.0f} "
+        f"| {int(str(sizes['empty'])) / 2**20:,.0f} MiB |",
+        f"| {int(str(h['history'])):,} completed tasks | {fmt(f)} | "
+        f"{', '.join(fmt(x) for x in res['full'])} | {cf:,.0f} "
+        f"| {int(str(sizes['full'])) / 2**20:,.0f} MiB |",
+        "",
+        f"With history / without: **{ratio:.2f}** (target ≥ 0.80, no more than 20% slower): "
+        f"{'met' if ratio >= 0.80 else '**not met**'}. Server CPU per claim, without / with "
+        f"history: {ce / cf:.2f}.",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+

@@ -1,0 +1,7 @@
+-- Revert pgfence:claim
+
+begin;
+
+drop function pgfence.claim(uuid, text, int, interval);
+
+commit;

@@ -1,0 +1,7 @@
+-- Revert pgfence:drain
+
+begin;
+
+drop function pgfence.drain(uuid);
+
+commit;

@@ -1,0 +1,7 @@
+-- Revert pgfence:renew
+
+begin;
+
+drop function pgfence.renew(uuid, interval);
+
+commit;

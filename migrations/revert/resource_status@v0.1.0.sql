@@ -1,0 +1,7 @@
+-- Revert pgfence:resource_status
+
+begin;
+
+drop view pgfence.resource_status;
+
+commit;

@@ -1,0 +1,7 @@
+-- Revert pgfence:version
+
+begin;
+
+drop function pgfence.version();
+
+commit;

@@ -1,0 +1,2 @@
+-- Verify pgfence:drain
+select 'pgfence.drain(uuid)'::regprocedure;

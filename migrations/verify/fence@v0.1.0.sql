@@ -1,0 +1,3 @@
+-- Verify pgfence:fence
+select 'pgfence.fence(uuid)'::regprocedure;
+select 'pgfence.fence_token(text, bytea)'::regprocedure;

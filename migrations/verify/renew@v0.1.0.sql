@@ -1,0 +1,2 @@
+-- Verify pgfence:renew
+select 'pgfence.renew(uuid, interval)'::regprocedure;
