@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from pgfence import cli
+from pgfence.cluster import Cluster
 from pgfence.harness import Database
 from pgfence.releases import Files
 from pgfence.transport import Refused, Supabase
+from tests.support import ROOT, acquired
 
-ROOT = Path(__file__).resolve().parent.parent
 SUPABASE = ROOT / ".tools/node_modules/.bin/supabase"
 PACKAGE = Files()
 RELEASE_0_1_0 = ROOT / "sql/releases/pgfence--0.1.0.sql"
@@ -59,12 +59,9 @@ def in_process(args: list[str], capsys: pytest.CaptureFixture[str]) -> Result:
     return Result(code, out, err)
 
 
-def server_dsn(dbname: str) -> str:
-    return f"host={os.environ['PGHOST']} port={os.environ['PGPORT']} user=postgres dbname={dbname}"
-
-
 @dataclass
 class Target:
+    cluster: Cluster
     db: Database
     dbname: str
     name: str               # what the CLI shows and --confirm must match
@@ -72,41 +69,41 @@ class Target:
     transport: str
 
 
-def target_for(transport: str, db: Database, dbname: str, pgbouncer: int | None = None) -> Target:
-    port = str(pgbouncer) if pgbouncer else os.environ["PGPORT"]
+Empty = tuple[Cluster, Database, str]
+
+
+def target_for(transport: str, cluster: Cluster, db: Database, dbname: str,
+               pgbouncer: int | None = None) -> Target:
+    port = str(pgbouncer or cluster.port)
     url = f"postgresql://postgres@127.0.0.1:{port}/{dbname}"
     name = f"127.0.0.1:{port}/{dbname}"
     if transport == "supabase":
-        return Target(db, dbname, name, ["--supabase", "--supabase-bin", str(SUPABASE),
-                                         f"--remote={url}"], transport)
-    return Target(db, dbname, name, ["--db-url", url], transport)
+        return Target(cluster, db, dbname, name, ["--supabase", "--supabase-bin", str(SUPABASE),
+                                                  f"--remote={url}"], transport)
+    return Target(cluster, db, dbname, name, ["--db-url", url], transport)
 
 
 @pytest.fixture
-def empty(cluster: None) -> Iterator[tuple[Database, str]]:
+def empty(cluster: Cluster) -> Iterator[Empty]:
     """A new database without pgfence (the cluster's pgfence roles may exist: they are shared)."""
     dbname = f"ci_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_dsn("postgres"), autocommit=True) as conn:
-        conn.execute(f'create database "{dbname}"')
-    db = Database(server_dsn(dbname))
+    cluster.create_database(dbname)
+    db = Database(cluster.dsn(dbname))
     try:
-        yield db, dbname
+        yield cluster, db, dbname
     finally:
         db.close()
-        with psycopg.connect(server_dsn("postgres"), autocommit=True) as conn:
-            conn.execute(f'drop database if exists "{dbname}" with (force)')
+        cluster.drop_database(dbname)
 
 
 @pytest.fixture(params=["direct", "supabase"])
-def target(request: pytest.FixtureRequest, empty: tuple[Database, str]) -> Target:
+def target(request: pytest.FixtureRequest, empty: Empty) -> Target:
     return target_for(request.param, *empty)
 
 
 def install_file(t: Target, path: Path) -> None:
     """Installs a release the way the README says: psql, one transaction."""
-    subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction",
-                    "-d", server_dsn(t.dbname), "-f", str(path)],
-                   check=True, capture_output=True, text=True)
+    t.cluster.psql(t.dbname, "--single-transaction", "-f", path)
 
 
 def has_schema(db: Database) -> bool:
@@ -117,8 +114,8 @@ def fingerprint(t: Target) -> str:
     """Everything an install or upgrade could change: pg_dump of the whole database (schema
     and data), and the catalog rows of every non-system object and of the pgfence roles with
     their xmin, which changes whenever a statement rewrites the row (even to the same text)."""
-    dump = subprocess.run(["pg_dump", "--no-owner", "-d", server_dsn(t.dbname)], check=True,
-                          capture_output=True, text=True).stdout
+    dump = subprocess.run([t.cluster.tool("pg_dump"), "--no-owner", "-d", t.cluster.dsn(t.dbname)],
+                          check=True, capture_output=True, text=True).stdout
     dump = "\n".join(line for line in dump.splitlines()
                      if line.strip() and not line.startswith(("--", "\\restrict", "\\unrestrict")))
     catalog = t.db.one(r"""
@@ -152,7 +149,7 @@ def fingerprint(t: Target) -> str:
 
 
 @pytest.mark.parametrize("transport", ["direct", "pgbouncer", "supabase"])
-def test_install_on_a_fresh_database(transport: str, empty: tuple[Database, str],
+def test_install_on_a_fresh_database(transport: str, empty: Empty,
                                      request: pytest.FixtureRequest, tmp_path: Path) -> None:
     bouncer = request.getfixturevalue("pgbouncer") if transport == "pgbouncer" else None
     t = target_for("direct" if transport == "pgbouncer" else transport, *empty, pgbouncer=bouncer)
@@ -213,7 +210,7 @@ def test_install_that_loses_a_race_is_refused_by_the_sql(target: Target, tmp_pat
 
 
 @pytest.mark.parametrize("how", ["no-tty", "wrong-confirm", "supabase-yes-env"])
-def test_install_without_confirmation_creates_nothing(how: str, empty: tuple[Database, str],
+def test_install_without_confirmation_creates_nothing(how: str, empty: Empty,
                                                       tmp_path: Path) -> None:
     t = target_for("supabase" if how == "supabase-yes-env" else "direct", *empty)
     args = [*t.args, "install"]
@@ -364,8 +361,7 @@ def test_upgrade_a_v0_1_0_database_with_live_state(target: Target, tmp_path: Pat
     install_file(target, RELEASE_0_1_0)
     a = target.db.session("a")
     target.db.sql("select pgfence.register('r')")
-    lease = a.acquire("r", "before-upgrade")
-    assert lease is not None
+    lease = acquired(a.acquire("r", "before-upgrade"))
     task = target.db.one("select pgfence.enqueue('q', '{\"n\": 1}')")
 
     shown = run([*target.args, "version"], tmp_path)
@@ -393,8 +389,7 @@ def test_upgrade_a_v0_1_0_database_with_live_state(target: Target, tmp_path: Pat
                             (lease.lease_id,))
     assert [row[0] for row in claimed] == [task]
     assert a.release(lease) is True
-    successor = a.acquire("r", "after-upgrade")
-    assert successor is not None and successor.generation == lease.generation + 1
+    assert acquired(a.acquire("r", "after-upgrade")).generation == lease.generation + 1
 
 
 def test_upgrade_of_a_hand_altered_v0_1_0_database_is_refused(target: Target,
@@ -544,16 +539,16 @@ def test_downgrades_and_missing_paths_are_refused(target: Target, tmp_path: Path
 # What the Supabase CLI can and cannot carry
 
 
-def test_supabase_db_query_runs_one_statement_only(empty: tuple[Database, str],
+def test_supabase_db_query_runs_one_statement_only(empty: Empty,
                                                    tmp_path: Path) -> None:
     """Why the Supabase transport wraps a script in one DO block: `db query` prepares what it
     is given, and a prepared statement holds one command, from --file as from an argument."""
-    db, dbname = empty
+    cluster, db, dbname = empty
     script = tmp_path / "two.sql"
     script.write_text("create table one (x int);\ncreate table two (x int);\n")
     out = subprocess.run([str(SUPABASE), "db", "query", "--output-format", "json", "--agent",
-                          "no", "--yes", f"--remote=postgresql://postgres@127.0.0.1:"
-                          f"{os.environ['PGPORT']}/{dbname}", "--file", str(script)],
+                          "no", "--yes", f"--remote=postgresql://postgres@127.0.0.1:{cluster.port}/{dbname}",
+                          "--file", str(script)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
     assert "cannot insert multiple commands into a prepared statement" in out.stdout
@@ -561,7 +556,7 @@ def test_supabase_db_query_runs_one_statement_only(empty: tuple[Database, str],
 
 
 def test_supabase_carries_an_install_file_past_the_argv_limit(
-        empty: tuple[Database, str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        empty: Empty, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Linux caps one argv string at 128 KiB; the transport sends scripts by --file."""
     t = target_for("supabase", *empty)
@@ -579,11 +574,11 @@ def test_supabase_carries_an_install_file_past_the_argv_limit(
 
 
 def test_supabase_run_script_is_one_statement_in_one_transaction(
-        empty: tuple[Database, str]) -> None:
+        empty: Empty) -> None:
     """The DO block runs inside the transaction the Supabase CLI opens (a transaction block:
     now() is earlier than the statement's timestamp), and a failure takes back all of it."""
-    db, dbname = empty
-    sb = Supabase(str(SUPABASE), f"postgresql://postgres@127.0.0.1:{os.environ['PGPORT']}/{dbname}")
+    cluster, db, dbname = empty
+    sb = Supabase(str(SUPABASE), f"postgresql://postgres@127.0.0.1:{cluster.port}/{dbname}")
     sb.run_script(["create table seen (block boolean);\n"
                    "insert into seen select now() < statement_timestamp();"])
     assert db.one("select block from seen") is True
@@ -620,7 +615,7 @@ def test_an_unreachable_database_is_a_transport_failure(tmp_path: Path) -> None:
         assert "Traceback" not in out.err
 
 
-def test_a_lost_answer_says_how_to_find_out(empty: tuple[Database, str], tmp_path: Path) -> None:
+def test_a_lost_answer_says_how_to_find_out(empty: Empty, tmp_path: Path) -> None:
     """The Supabase CLI dies (SIGKILL) after its install committed, before it answered."""
     t = target_for("supabase", *empty)
     fake = ROOT / "tests/bin/fake-supabase"
@@ -637,10 +632,10 @@ def test_a_lost_answer_says_how_to_find_out(empty: tuple[Database, str], tmp_pat
     assert version.doc()["state"] == "up_to_date"
 
 
-def test_no_credentials_in_any_output(empty: tuple[Database, str], tmp_path: Path) -> None:
-    _, dbname = empty
+def test_no_credentials_in_any_output(empty: Empty, tmp_path: Path) -> None:
+    cluster, _, dbname = empty
     secret = "s3cr3t-Pa55word"
-    port = os.environ["PGPORT"]
+    port = cluster.port
     good = f"postgresql://postgres:{secret}@127.0.0.1:{port}/{dbname}"
     dead = f"postgresql://postgres:{secret}@127.0.0.1:1/{dbname}"
     confirm = ["--confirm", f"127.0.0.1:{port}/{dbname}"]

@@ -16,9 +16,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pgfence.cluster import Cluster
 from pgfence.releases import Files
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PIP = Path(sys.executable).parent / "pip"
 
 
@@ -54,14 +55,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def fresh_database(cluster: None) -> Iterator[str]:
+def fresh_database(cluster: Cluster) -> Iterator[str]:
     name = f"wheel_{uuid.uuid4().hex[:10]}"
-    admin = f"host={os.environ['PGHOST']} port={os.environ['PGPORT']} user=postgres dbname=postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'create database "{name}"')
+    cluster.create_database(name)
     yield name
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'drop database if exists "{name}" with (force)')
+    cluster.drop_database(name)
 
 
 def test_the_wheel_carries_every_sql_file(wheel: Path) -> None:
@@ -83,7 +81,7 @@ def test_negative_control_without_the_package_data_the_wheel_has_no_sql(tmp_path
 
 
 def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_database: str,
-                                                         tmp_path: Path) -> None:
+                                                         cluster: Cluster, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=60)
     subprocess.run([str(venv / "bin/pip"), "install", "-q", str(wheel)], check=True,
@@ -99,7 +97,7 @@ def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_data
     assert schema.is_dir() and not schema.is_symlink()
     assert (schema / "pgfence.sql").read_bytes() == (ROOT / "sql/pgfence.sql").read_bytes()
 
-    port = os.environ["PGPORT"]
+    port = cluster.port
     url = f"postgresql://postgres@127.0.0.1:{port}/{fresh_database}"
     out = subprocess.run([str(venv / "bin/pgfence"), "--db-url", url, "install", "--confirm",
                           f"127.0.0.1:{port}/{fresh_database}"], cwd=tmp_path, env=env,
@@ -107,8 +105,7 @@ def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_data
     assert out.returncode == 0, out.stdout + out.stderr
     newest = Files().newest()
     assert f"pgfence {newest} is installed" in out.stdout
-    dsn = f"host={os.environ['PGHOST']} port={port} user=postgres dbname={fresh_database}"
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(cluster.dsn(fresh_database)) as conn:
         assert conn.execute("select pgfence.version()").fetchone() == (newest,)
     version = subprocess.run([str(venv / "bin/pgfence"), "--db-url", url, "version"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
