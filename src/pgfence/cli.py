@@ -1,8 +1,9 @@
 """pgfence: operator commands for update windows, over a direct connection or the Supabase CLI.
 
-The protocol lives in SQL (pgfence.prepare_update, update_status, finish_update); this is a
-thin caller: it resolves the target, asks the operator to confirm it, calls the functions,
-and renders what they return.
+The protocol lives in SQL (pgfence.prepare_update, update_status, finish_update, and the
+install and upgrade files this package carries); this is a thin caller: it resolves the
+target, asks the operator to confirm it, calls the functions or runs the files in one
+transaction, and renders what they return.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import json
 import sys
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from pgfence import sql
+from pgfence.releases import VERSION, BrokenPackage, Files, key
 from pgfence.transport import (
     LINKED,
     Direct,
@@ -35,13 +38,15 @@ target (exactly one, never a default):
   --supabase --remote         the project `supabase link` recorded
   --supabase --remote=REF|URL a project ref, branch, or database URL
 
-Mutations (prepare-update, finish-update) show the resolved target and need the operator to
-confirm it: typed at the prompt, or --confirm TARGET. No environment variable bypasses that.
+Mutations (install, upgrade, prepare-update, finish-update) show the resolved target and need
+the operator to confirm it: typed at the prompt, or --confirm TARGET. No environment variable
+bypasses that. install and upgrade run their SQL in one transaction: all of it, or nothing.
 
 exit codes:
-  0  done
-  1  the database refused (unknown token, overlap, conflict, not current)
-  2  usage or bad input
+  0  done (also: upgrade with nothing to do)
+  1  the database refused (unknown token, overlap, conflict, not current; pgfence already
+     installed, not installed, newer than this package, or an install/upgrade file failed)
+  2  usage or bad input (also: an upgrade --to a release this package does not know)
   3  transport or connection failure
   4  confirmation missing or wrong
 """
@@ -74,6 +79,21 @@ def build_parser() -> Parser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                      parser_class=Parser)
     commands.add_parser("status", help="resources, owners and open windows (read-only)")
+    commands.add_parser("version", help="the installed pgfence release and this package's "
+                                        "(read-only)")
+    install = commands.add_parser(
+        "install", help="install the newest pgfence release into a database without it",
+        description="Runs the package's sql/pgfence.sql in one transaction. A database that "
+                    "already has a schema pgfence is left as it is (exit 1): use upgrade.")
+    install.add_argument("--confirm", metavar="TARGET", help="the resolved target, to confirm")
+    upgrade = commands.add_parser(
+        "upgrade", help="upgrade pgfence to a newer release, keeping every lease and task",
+        description="Runs the package's upgrade files (sql/upgrades/pgfence--A--B.sql) from the "
+                    "installed release to the target release, all in one transaction. Nothing "
+                    "to do when the database has the target release already (exit 0).")
+    upgrade.add_argument("--to", metavar="VERSION",
+                         help="the release to upgrade to (default: the newest this package has)")
+    upgrade.add_argument("--confirm", metavar="TARGET", help="the resolved target, to confirm")
     workers = commands.add_parser("workers", help="update windows for deploying worker code")
     window = workers.add_subparsers(dest="action", metavar="ACTION", required=True,
                                     parser_class=Parser)
@@ -97,7 +117,17 @@ def _normalize_remote(argv: Sequence[str]) -> list[str]:
     return [f"--remote={LINKED}" if a == "--remote" else a for a in argv]
 
 
+@dataclass(frozen=True)
+class Installed:
+    """What a database has: a schema pgfence or not, and what its pgfence.version() says."""
+
+    schema: bool
+    version: str | None
+
+
 class Cli:
+    files = Files()
+
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.json = bool(args.json)
@@ -210,8 +240,148 @@ class Cli:
         return ({"target": self.transport.target, "token": str(token), "results": rows},
                 EXIT_REFUSED if conflicts else EXIT_OK)
 
+    def installed(self) -> Installed:
+        """Read-only. A database without schema pgfence has no pgfence; every release from
+        0.1.0 on has pgfence.version()."""
+        found = self.read("select to_regnamespace('pgfence') is not null as schema, "
+                          "to_regprocedure('pgfence.version()') is not null as versioned",
+                          ["schema", "versioned"])[0]
+        if not found["versioned"]:
+            return Installed(bool(found["schema"]), None)
+        version = self.read("select pgfence.version() as version", ["version"])[0]["version"]
+        return Installed(True, None if version is None else str(version))
+
+    def command(self, *words: str) -> str:
+        return " ".join(["pgfence", self.target_args, *words])
+
+    def version(self) -> dict[str, Any]:
+        newest = self.files.newest()
+        has = self.installed()
+        doc: dict[str, Any] = {"target": self.transport.target, "installed": has.version,
+                               "package": newest, "state": "", "upgrade_files": []}
+        if not has.schema:
+            doc["state"] = "not_installed"
+        elif has.version is None or not VERSION.fullmatch(has.version):
+            doc["state"] = "unknown"
+        elif key(has.version) > key(newest):
+            doc["state"] = "newer_than_package"
+        elif has.version == newest:
+            doc["state"] = "up_to_date"
+        else:
+            chain = self.files.chain(has.version, newest)
+            doc["state"] = "upgrade_available" if chain is not None else "no_upgrade_path"
+            doc["upgrade_files"] = [u.name for u in chain or []]
+        return doc
+
+    def render_version(self, d: dict[str, Any]) -> str:
+        confirm = f"--confirm {self.transport.target}"
+        installed = {
+            "not_installed": "not installed (no schema pgfence)",
+            "unknown": ("unknown: schema pgfence exists, but pgfence.version() "
+                        + ("is missing" if d["installed"] is None
+                           else f"says {d['installed']!r}")
+                        + " (older than 0.1.0, or not pgfence's)"),
+        }.get(d["state"], d["installed"])
+        lines = [f"target:    {d['target']}", f"installed: {installed}",
+                 f"package:   {d['package']} (the newest release this package installs)"]
+        lines.append({
+            "not_installed": f"to install: {self.command('install', confirm)}",
+            "up_to_date": "up to date",
+            "upgrade_available": (f"upgrade available ({', '.join(d['upgrade_files'])}): "
+                                  f"{self.command('upgrade', confirm)}"),
+            "no_upgrade_path": f"this package has no upgrade files from {d['installed']}",
+            "newer_than_package": ("the database is newer than this package: upgrade the "
+                                   "pgfence package before you run its commands here"),
+            "unknown": "pgfence cannot install or upgrade over this schema",
+        }[d["state"]])
+        return "\n".join(lines)
+
+    def install(self, given: str | None) -> dict[str, Any]:
+        newest = self.files.newest()
+        script = self.files.install()
+        has = self.installed()
+        if has.schema:
+            what = (f"pgfence {has.version} is" if has.version
+                    else "a schema pgfence (without pgfence.version()) is")
+            hint = (f" To move to {newest}: {self.command('upgrade')}"
+                    if has.version and has.version != newest else "")
+            raise Exit(EXIT_REFUSED, f"{what} already installed on {self.transport.target}: "
+                       f"nothing was changed.{hint}", installed=has.version)
+        self.say(f"install: pgfence {newest} ({self.files.install_file().name}, "
+                 "one transaction)")
+        self.confirm(given)
+        self.run_scripts([script, self.expect_version(newest)], "install")
+        return {"target": self.transport.target, "installed": self.installed().version,
+                "previous": None, "changed": True}
+
+    def upgrade(self, to: str, given: str | None) -> dict[str, Any]:
+        newest = self.files.newest()
+        has = self.installed()
+        target = self.transport.target
+        if not has.schema:
+            raise Exit(EXIT_REFUSED, f"pgfence is not installed on {target}: nothing to "
+                       f"upgrade; run install: {self.command('install')}")
+        if has.version is None or not VERSION.fullmatch(has.version):
+            said = "is missing" if has.version is None else f"says {has.version!r}"
+            raise Exit(EXIT_REFUSED, f"the schema pgfence on {target} is not a pgfence release "
+                       f"this package can upgrade (pgfence.version() {said}): nothing was "
+                       "changed", installed=has.version)
+        v = has.version
+        if key(v) > key(newest):
+            raise Exit(EXIT_REFUSED, f"{target} has pgfence {v}, newer than {newest}, the newest "
+                       "release this package knows: upgrade the pgfence package (pip install "
+                       "-U pgfence); nothing was changed", installed=v, package=newest)
+        if v == to:
+            return {"target": target, "installed": v, "previous": v, "upgrade_files": [],
+                    "changed": False}
+        if key(v) > key(to):
+            raise Exit(EXIT_REFUSED, f"{target} has pgfence {v}, newer than {to}: pgfence "
+                       "never downgrades; nothing was changed", installed=v)
+        chain = self.files.chain(v, to)
+        if chain is None:
+            raise Exit(EXIT_REFUSED, f"this package has no upgrade files from {v} to {to}: "
+                       "nothing was changed", installed=v)
+        self.say(f"upgrade: pgfence {v} -> {to} ({', '.join(u.name for u in chain)}, "
+                 "one transaction)")
+        self.confirm(given)
+        self.run_scripts([*(u.text() for u in chain), self.expect_version(to)], "upgrade")
+        return {"target": target, "installed": self.installed().version, "previous": v,
+                "upgrade_files": [u.name for u in chain], "changed": True}
+
+    @staticmethod
+    def expect_version(version: str) -> str:
+        """The last statement of an install or upgrade: inside its transaction, the files must
+        have left the release they are named for, or nothing commits."""
+        return ("do $pgfence_expect$ begin if pgfence.version() is distinct from "
+                f"{sql.literal(version)} then raise exception "
+                "'pgfence.version() says % after the files for % ran', pgfence.version(), "
+                f"{sql.literal(version)} using errcode = '55000'; end if; end $pgfence_expect$")
+
+    def run_scripts(self, scripts: list[str], what: str) -> None:
+        try:
+            self.transport.run_script(scripts)
+        except Refused as e:
+            raise Exit(EXIT_REFUSED, f"the {what} failed and was rolled back, nothing was "
+                       f"changed: {e}") from None
+        except TransportFailure as e:
+            raise Exit(EXIT_TRANSPORT, f"{e}. The {what} runs in one transaction: it committed "
+                       f"entirely or not at all. To see which: {self.command('version')}") from None
+
     def run(self) -> int:
         a = self.args
+        if a.command == "version":
+            return self.emit(self.version(), self.render_version)
+        if a.command == "install":
+            doc = self.install(a.confirm)
+            return self.emit(doc, lambda d: f"pgfence {d['installed']} is installed on "
+                             f"{d['target']}.")
+        if a.command == "upgrade":
+            doc = self.upgrade(self.upgrade_target(a.to), a.confirm)
+            return self.emit(doc, lambda d: (
+                f"pgfence {d['installed']} on {d['target']} is up to date: nothing to do."
+                if not d["changed"] else
+                f"pgfence on {d['target']}: {d['previous']} -> {d['installed']} "
+                f"({', '.join(d['upgrade_files'])})."))
         if a.command == "status":
             return self.emit(self.status(), lambda d: table(d["resources"]) + "\n\nopen updates:\n"
                              + table(d["open_updates"]))
@@ -240,6 +410,16 @@ class Cli:
                          "decide with pgfence.set_enabled")
             return code
         raise Exit(EXIT_USAGE, "unknown command")
+
+    def upgrade_target(self, to: str | None) -> str:
+        """--to checked against this package's files, before any connection."""
+        if to is None:
+            return self.files.newest()
+        known = self.files.known()
+        if to not in known:
+            raise Exit(EXIT_USAGE, f"--to {to!r}: this package knows pgfence releases "
+                       f"{', '.join(known)}")
+        return to
 
     def emit(self, doc: dict[str, Any], human: Any) -> int:
         print(json.dumps(doc, indent=2) if self.json else human(doc))
@@ -285,6 +465,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(EXIT_REFUSED, f"the database refused: {e}", as_json, {})
     except TransportFailure as e:
         return _fail(EXIT_TRANSPORT, str(e), as_json, {})
+    except BrokenPackage as e:
+        return _fail(EXIT_USAGE, str(e), as_json, {})
 
 
 def _fail(code: int, message: str, as_json: bool, extra: dict[str, Any]) -> int:

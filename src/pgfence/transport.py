@@ -1,8 +1,10 @@
 """How the CLI reaches a database: directly (psycopg) or through the Supabase CLI.
 
-Both run one statement per call and return rows as dicts of JSON values. Failures are sorted
-into two kinds, which the CLI maps to exit codes: the database refused (``Refused``, exit 1)
-or the database could not be reached or gave no usable answer (``TransportFailure``, exit 3).
+Both run one statement per call and return rows as dicts of JSON values, or run whole SQL
+scripts (pgfence's install and upgrade files) in one transaction: all of it commits, or none.
+Failures are sorted into two kinds, which the CLI maps to exit codes: the database refused
+(``Refused``, exit 1) or the database could not be reached or gave no usable answer
+(``TransportFailure``, exit 3).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,8 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
+
+from pgfence.sql import literal
 
 SUPABASE_MIN_VERSION = (3, 0, 0)     # the first release with `db query`
 SUPABASE_TESTED_VERSIONS = ("3.1.0",)
@@ -32,6 +38,9 @@ _CONFIRMATION_BYPASS = re.compile(r"SUPABASE_(.*_)?(YES|ASSUME_YES|CONFIRM|NO_CO
 
 Rows = list[dict[str, Any]]
 _REFUSALS = {"PF", "22", "23", "25", "42", "P0"}
+# For a script, every error is the database's answer except a lost or refused connection, an
+# operator's intervention (shutdown, cancel), exhausted resources and internal errors.
+_SCRIPT_FAILURES = {"08", "53", "57", "58", "XX"}
 
 
 class Refused(Exception):
@@ -100,6 +109,27 @@ class Direct:
         finally:
             conn.close()
 
+    def run_script(self, scripts: Sequence[str]) -> None:
+        """Runs the scripts one after the other in one transaction (BEGIN ... COMMIT): all of
+        them commit, or nothing does. A script without parameters goes by the simple query
+        protocol, which takes several statements at once, as psql sends a file."""
+        try:
+            conn = psycopg.connect(self.url, prepare_threshold=None, connect_timeout=15,
+                                   application_name="pgfence-cli")
+        except psycopg.Error as e:
+            raise TransportFailure(redact(str(e), (self._password,))) from None
+        try:
+            with conn.cursor() as cur:
+                for script in scripts:
+                    cur.execute(script)
+            conn.commit()
+        except psycopg.Error as e:
+            if e.sqlstate and e.sqlstate[:2] not in _SCRIPT_FAILURES:
+                raise Refused(redact(_message(e), (self._password,))) from None
+            raise TransportFailure(redact(str(e), (self._password,))) from None
+        finally:
+            conn.close()            # without a commit, the server rolls the transaction back
+
 
 def _message(e: psycopg.Error) -> str:
     diag = e.diag
@@ -132,6 +162,7 @@ class Supabase:
         else:
             self.target = self.remote
         self._checked = False
+        self._has_file = False
 
     def _run(self, args: list[str]) -> subprocess.CompletedProcess[str]:
         path = shutil.which(self.binary)
@@ -167,6 +198,7 @@ class Supabase:
         missing = [f for f in ("--remote", "--read-only", "--output-format") if f not in helptext]
         if missing:
             raise TransportFailure(f"this Supabase CLI's `db query` lacks {', '.join(missing)}")
+        self._has_file = "--file" in helptext
         self._checked = True
 
     def query(self, sql: str, *, read_only: bool, confirmed: bool = False) -> Rows:
@@ -181,6 +213,42 @@ class Supabase:
         else:
             raise AssertionError("a mutation through Supabase needs the operator's confirmation")
         out = self._run([*args, sql])
+        doc = self._answer(out)
+        if out.returncode != 0 or not isinstance(doc, list):
+            raise TransportFailure(
+                f"unexpected answer from the Supabase CLI (exit {out.returncode})")
+        return [{k: _plain(v) for k, v in row.items()} for row in doc]
+
+    def run_script(self, scripts: Sequence[str]) -> None:
+        """Runs the scripts, in order, in one transaction: all of them commit, or nothing does.
+
+        `supabase db query` runs exactly one statement per call (its driver prepares it: several
+        statements are refused, from an argument, --file or stdin alike) and wraps it in a
+        transaction of its own. So the scripts travel as one DO block that EXECUTEs each of
+        them (EXECUTE takes several statements), inside that one transaction; and by --file,
+        because Linux caps one argv string at 128 KiB and an install file may grow past it.
+        """
+        self.check()
+        if not self._has_file:
+            raise TransportFailure("this Supabase CLI's `db query` lacks --file, which pgfence "
+                                   "needs to send a whole install or upgrade script")
+        body = "begin\n" + "".join(f"execute {literal(s)};\n" for s in scripts) + "end"
+        args = ["db", "query", "--output-format", "json", "--agent", "no"]
+        if self.remote is not None:
+            args.append("--remote" if self.remote == LINKED else f"--remote={self.remote}")
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", prefix="pgfence-",
+                                         suffix=".sql") as f:
+            f.write(f"do {literal(body)}\n")
+            f.flush()
+            out = self._run([*args, "--yes", "--file", f.name])   # after pgfence's confirmation
+        # A statement without rows answers with its command tag, not JSON.
+        if out.returncode == 0 and out.stdout.strip() == "DO":
+            return
+        self._answer(out)
+        raise TransportFailure(f"unexpected answer from the Supabase CLI (exit {out.returncode})")
+
+    def _answer(self, out: subprocess.CompletedProcess[str]) -> Any:
+        """The CLI's JSON answer; raises Refused or TransportFailure for its errors."""
         secrets = (self._password,)
         if out.returncode < 0:
             raise TransportFailure(f"the Supabase CLI was killed by signal "
@@ -199,10 +267,7 @@ class Supabase:
             if error.get("code") == "DbQueryExecError":
                 raise Refused(text)
             raise TransportFailure(text)
-        if out.returncode != 0 or not isinstance(doc, list):
-            raise TransportFailure(
-                f"unexpected answer from the Supabase CLI (exit {out.returncode})")
-        return [{k: _plain(v) for k, v in row.items()} for row in doc]
+        return doc
 
 
 def _linked_ref() -> str | None:

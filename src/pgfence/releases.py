@@ -1,0 +1,135 @@
+"""The SQL files this package carries, and the releases they name.
+
+``src/pgfence/schema`` is a symlink to the repository's ``sql/`` (one copy of the files, in the
+wheel as package data):
+
+    schema/pgfence.sql                      the full install of the newest release; its first
+                                            line names it: ``-- pgfence 0.2.0: one-file install``
+    schema/releases/pgfence--<X>.sql        the full install of each past release
+    schema/upgrades/pgfence--<A>--<B>.sql   the one-file upgrade from release A to release B
+
+The files own the protocol: each refuses to run outside a transaction block, and an upgrade
+refuses a database that is not exactly release A. This module only finds the files and the
+chain of upgrades from one release to another.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from importlib import resources
+from importlib.resources.abc import Traversable
+
+VERSION = re.compile(r"\d+\.\d+\.\d+")
+_HEADER = re.compile(rf"-- pgfence (?:v)?({VERSION.pattern}): one-file install")
+_RELEASE = re.compile(rf"pgfence--({VERSION.pattern})\.sql")
+_UPGRADE = re.compile(rf"pgfence--({VERSION.pattern})--({VERSION.pattern})\.sql")
+
+
+class BrokenPackage(Exception):
+    """The package's own SQL files are missing or do not say which release they are."""
+
+
+def key(version: str) -> tuple[int, ...]:
+    """The sort key of a release number such as ``0.10.0`` (numeric, not textual)."""
+    if not VERSION.fullmatch(version):
+        raise ValueError(f"not a release number: {version!r}")
+    return tuple(int(part) for part in version.split("."))
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """One file of an upgrade chain: from release ``source`` to release ``target``."""
+
+    source: str
+    target: str
+    file: Traversable = field(compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.file.name
+
+    def text(self) -> str:
+        return _read(self.file)
+
+
+@dataclass(frozen=True)
+class Files:
+    """The SQL files under ``root`` (default: the installed package's)."""
+
+    root: Traversable = field(default_factory=lambda: resources.files("pgfence") / "schema")
+
+    def install_file(self) -> Traversable:
+        return self.root / "pgfence.sql"
+
+    def install(self) -> str:
+        return _read(self.install_file())
+
+    def newest(self) -> str:
+        """The release that ``pgfence.sql`` installs, from its first line."""
+        first = self.install().partition("\n")[0]
+        match = _HEADER.match(first)
+        if not match:
+            raise BrokenPackage(f"{self.install_file().name} names no release in its first line "
+                                f"({first[:80]!r}); expected '-- pgfence X.Y.Z: one-file install'")
+        return match.group(1)
+
+    def upgrades(self) -> list[Upgrade]:
+        folder = self.root / "upgrades"
+        found = []
+        for item in folder.iterdir() if folder.is_dir() else ():
+            match = _UPGRADE.fullmatch(item.name)
+            if match and key(match.group(1)) < key(match.group(2)):
+                found.append(Upgrade(match.group(1), match.group(2), item))
+        return sorted(found, key=lambda u: (key(u.source), key(u.target)))
+
+    def releases(self) -> dict[str, Traversable]:
+        """Past releases' full installs (tests make old databases from them)."""
+        folder = self.root / "releases"
+        found = {}
+        for item in folder.iterdir() if folder.is_dir() else ():
+            match = _RELEASE.fullmatch(item.name)
+            if match:
+                found[match.group(1)] = item
+        return dict(sorted(found.items(), key=lambda kv: key(kv[0])))
+
+    def known(self) -> list[str]:
+        """Every release the files name, oldest first."""
+        names = {self.newest(), *self.releases()}
+        for u in self.upgrades():
+            names |= {u.source, u.target}
+        return sorted(names, key=key)
+
+    def chain(self, source: str, target: str) -> list[Upgrade] | None:
+        """The fewest upgrade files that lead from ``source`` to ``target``, in order; [] when
+        they are the same release; None when no chain of files leads there."""
+        if source == target:
+            return []
+        edges: dict[str, list[Upgrade]] = {}
+        for u in self.upgrades():
+            if key(u.target) <= key(target):
+                edges.setdefault(u.source, []).append(u)
+        came: dict[str, Upgrade] = {}
+        todo = deque([source])
+        while todo:
+            here = todo.popleft()
+            for u in edges.get(here, []):
+                if u.target in came or u.target == source:
+                    continue
+                came[u.target] = u
+                if u.target == target:
+                    steps = [u]
+                    while steps[0].source != source:
+                        steps.insert(0, came[steps[0].source])
+                    return steps
+                todo.append(u.target)
+        return None
+
+
+def _read(item: Traversable) -> str:
+    try:
+        return item.read_text(encoding="utf-8")
+    except OSError as e:
+        raise BrokenPackage(f"this pgfence package cannot read its SQL file {item.name}: "
+                            f"{e.strerror or e}") from None

@@ -1,0 +1,112 @@
+"""The SQL inside the wheel: `pip wheel` of this repository carries sql/ (through the symlink
+src/pgfence/schema), and a fresh venv with nothing but that wheel and its dependencies installs
+pgfence into a fresh database with `pgfence --db-url URL install`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgfence.cluster import Cluster
+from pgfence.releases import Files
+from tests.support import ROOT
+
+PIP = Path(sys.executable).parent / "pip"
+
+
+def source_tree(dest: Path) -> Path:
+    """What `pip wheel .` reads from the repository, copied (symlinks as symlinks): an in-tree
+    build reuses build/lib, so a stale file there would land in the wheel."""
+    dest.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, dest)
+    shutil.copytree(ROOT / "src", dest / "src", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(ROOT / "sql", dest / "sql")
+    assert (dest / "src/pgfence/schema").is_symlink()
+    return dest
+
+
+def build_wheel(source: Path, out: Path) -> Path:
+    subprocess.run([str(PIP), "wheel", "-q", "--no-deps", "-w", str(out), str(source)],
+                   check=True, capture_output=True, text=True, timeout=120)
+    (wheel,) = out.glob("pgfence-*.whl")
+    return wheel
+
+
+def repository_sql() -> dict[str, bytes]:
+    return {f"pgfence/schema/{p.relative_to(ROOT / 'sql')}": p.read_bytes()
+            for p in sorted((ROOT / "sql").rglob("*.sql"))}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("wheel")
+    return build_wheel(source_tree(work / "repo"), work / "out")
+
+
+@pytest.fixture
+def fresh_database(cluster: Cluster) -> Iterator[str]:
+    name = f"wheel_{uuid.uuid4().hex[:10]}"
+    cluster.create_database(name)
+    yield name
+    cluster.drop_database(name)
+
+
+def test_the_wheel_carries_every_sql_file(wheel: Path) -> None:
+    expected = repository_sql()
+    assert "pgfence/schema/pgfence.sql" in expected
+    with zipfile.ZipFile(wheel) as z:
+        inside = {n: z.read(n) for n in z.namelist() if n.startswith("pgfence/schema/")}
+    assert inside == expected          # the same files, byte for byte, and nothing else
+
+
+def test_negative_control_without_the_package_data_the_wheel_has_no_sql(tmp_path: Path) -> None:
+    copy = source_tree(tmp_path / "repo")
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    globs = '"schema/*.sql", "schema/releases/*.sql", "schema/upgrades/*.sql"'
+    assert globs in pyproject
+    (copy / "pyproject.toml").write_text(pyproject.replace(", " + globs, ""))
+    with zipfile.ZipFile(build_wheel(copy, tmp_path / "out")) as z:
+        assert not [n for n in z.namelist() if n.endswith(".sql")]
+
+
+def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_database: str,
+                                                         cluster: Cluster, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=60)
+    subprocess.run([str(venv / "bin/pip"), "install", "-q", str(wheel)], check=True,
+                   capture_output=True, text=True, timeout=120)
+    # Run outside the repository, with nothing of it on the path: only the installed wheel.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    show = "import pgfence, pathlib; print(pathlib.Path(pgfence.__file__).parent)"
+    where = subprocess.run([str(venv / "bin/python"), "-c", show], cwd=tmp_path, env=env,
+                           check=True, capture_output=True, text=True).stdout.strip()
+    package = Path(where)
+    assert package.is_relative_to(venv)
+    schema = package / "schema"
+    assert schema.is_dir() and not schema.is_symlink()
+    assert (schema / "pgfence.sql").read_bytes() == (ROOT / "sql/pgfence.sql").read_bytes()
+
+    port = cluster.port
+    url = f"postgresql://postgres@127.0.0.1:{port}/{fresh_database}"
+    out = subprocess.run([str(venv / "bin/pgfence"), "--db-url", url, "install", "--confirm",
+                          f"127.0.0.1:{port}/{fresh_database}"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    newest = Files().newest()
+    assert f"pgfence {newest} is installed" in out.stdout
+    with psycopg.connect(cluster.dsn(fresh_database)) as conn:
+        assert conn.execute("select pgfence.version()").fetchone() == (newest,)
+    version = subprocess.run([str(venv / "bin/pgfence"), "--db-url", url, "version"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and "up to date" in version.stdout, version.stderr
