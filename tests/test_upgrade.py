@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tomllib
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -217,6 +218,9 @@ def test_head_is_the_newest_release_or_newer() -> None:
     assert released(), "no release in sql/releases"
     assert version_key(HEAD) >= version_key(released()[-1])
     assert OLDER or released()[-1] == HEAD
+    # The Python package carries this schema: it has the head's version number.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["version"] == HEAD
 
 
 @pytest.mark.parametrize("start", OLDER)
