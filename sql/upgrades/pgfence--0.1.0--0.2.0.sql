@@ -851,6 +851,222 @@ revoke all on function pgfence.cancel_invocations(text) from public;
 grant execute on function pgfence.cancel_invocations(text) to pgfence_operator;
 
 
+-- change: protections
+-- Deploy pgfence:protections
+-- requires: resources
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- What protect was asked to protect, kept apart from the guard trigger it creates, so that a
+-- guard dropped, disabled or renamed by hand, or a table moved into an inheritance or partition
+-- tree afterwards, shows up in pgfence.protected_tables instead of silently protecting nothing.
+create table pgfence.protections (
+  tbl          regclass primary key,            -- follows renames; dumps and restores by name
+  resources    text[] not null,                 -- a write needs a fence of any one of them
+  mode         text not null check (mode in ('enforce', 'observe')),
+  protected_at timestamptz not null default clock_timestamp()
+);
+comment on table pgfence.protections is 'Tables protect was asked to protect. Not a public interface: see pgfence.protected_tables.';
+
+-- Tables protected before this table existed (release 0.1.0): from their guards' arguments.
+-- (On a fresh install there is no guard function yet, nor a protected table.)
+insert into pgfence.protections (tbl, resources, mode)
+select t.tgrelid::regclass, array[a[1]], a[2]
+  from pg_catalog.pg_trigger t,
+       -- tgargs: each argument followed by a NUL, which the escape format writes as \000.
+       lateral (select pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000') as a) x
+ where t.tgfoid = pg_catalog.to_regprocedure('pgfence.guard()') and t.tgname = 'pgfence_guard'
+on conflict do nothing;
+
+revoke all on table pgfence.protections from public;
+-- protect and unprotect run as the operator.
+grant select, insert, update, delete on table pgfence.protections to pgfence_operator;
+
+
+-- change: protect
+-- Deploy pgfence:protect
+-- requires: protections
+-- requires: fence
+-- requires: unfenced_writes
+-- requires: resources
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Statement-level: the check costs one marker comparison per statement, not a lookup per
+-- row, and the lock that fence() holds keeps its answer true until commit. It runs AFTER the
+-- statement, so that a statement may fence itself (insert ... select pgfence.fence($1), ...):
+-- a fenced write in one round trip. A refused statement is undone whole.
+create or replace function pgfence.guard()
+returns trigger
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if exists (select from pgfence.signing_key k
+              where strpos(coalesce(current_setting('pgfence.fenced', true), ''),
+                           E'\n' || pgfence.fence_token(tg_argv[0], k.key) || E'\n') > 0) then
+    return null;
+  end if;
+  if tg_argv[1] = 'observe' then
+    insert into pgfence.unfenced_writes (table_name, resource, operation, mode, transaction_id, role_name, application_name)
+    values (format('%I.%I', tg_table_schema, tg_table_name), tg_argv[0], tg_op, tg_argv[1],
+            pg_current_xact_id(), session_user, current_setting('application_name', true));
+    return null;
+  end if;
+  raise exception 'pgfence: unfenced % on %.%, which is protected for resource %',
+                  tg_op, tg_table_schema, tg_table_name, tg_argv[0]
+    using errcode = 'PF007',
+          hint = 'call pgfence.fence(lease_id) for that resource earlier in the same transaction';
+end
+$$;
+comment on function pgfence.guard() is
+  'Trigger of protected tables: rejects (enforce) or records (observe) a write in a transaction that has not fenced the resource.';
+
+create or replace function pgfence.protect(tbl regclass, resource text, mode text default 'enforce')
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_renamed name;
+begin
+  perform pgfence.check_not_null('tbl', protect.tbl);
+  perform pgfence.check_name('resource', protect.resource);
+  if protect.mode is null or protect.mode not in ('enforce', 'observe') then
+    perform pgfence.invalid_argument('mode', 'must be enforce or observe', protect.mode);
+  end if;
+  -- A statement trigger fires only for statements that name its own table, so a write that
+  -- names a partition or an inheritance child would pass a guard on the parent unseen.
+  if (select c.relkind <> 'r' or c.relispartition from pg_catalog.pg_class c where c.oid = protect.tbl)
+     or exists (select from pg_catalog.pg_inherits i
+                 where i.inhrelid = protect.tbl or i.inhparent = protect.tbl) then
+    perform pgfence.invalid_argument('tbl',
+      'must be a plain table: not a view, partitioned table, partition or member of an inheritance tree',
+      protect.tbl::text);
+  end if;
+  if (select c.relnamespace from pg_catalog.pg_class c where c.oid = protect.tbl) = 'pgfence'::regnamespace then
+    perform pgfence.invalid_argument('tbl', 'must not be a table of pgfence itself', protect.tbl::text);
+  end if;
+  if not exists (select from pgfence.resources r where r.resource = protect.resource) then
+    perform pgfence.resource_not_found(protect.resource);
+  end if;
+  -- Runs as the caller: creating a trigger needs the caller's own TRIGGER privilege on tbl,
+  -- and replacing it (to switch modes) no more than that, where dropping it would need
+  -- ownership. The guard is found by its function, so one renamed by hand is replaced, not
+  -- doubled.
+  for v_renamed in
+    select t.tgname from pg_catalog.pg_trigger t
+     where t.tgrelid = protect.tbl and t.tgfoid = 'pgfence.guard()'::regprocedure
+       and t.tgname <> 'pgfence_guard'
+  loop
+    execute format('drop trigger %I on %s', v_renamed, protect.tbl);
+  end loop;
+  execute format('create or replace trigger pgfence_guard after insert or update or delete or truncate on %s '
+                 'for each statement execute function pgfence.guard(%L, %L)',
+                 protect.tbl, protect.resource, protect.mode);
+  insert into pgfence.protections as p (tbl, resources, mode)
+  values (protect.tbl, array[protect.resource], protect.mode)
+  on conflict on constraint protections_pkey
+  do update set resources = excluded.resources, mode = excluded.mode, protected_at = clock_timestamp();
+end
+$$;
+comment on function pgfence.protect(regclass, text, text) is
+  'Operator: writes to tbl are rejected with PF007 (enforce) or recorded in pgfence.unfenced_writes (observe) '
+  'unless the transaction fenced resource. Replaces an earlier protection of tbl. Raises PF002, 22023.';
+
+create or replace function pgfence.unprotect(tbl regclass)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_guard name;
+begin
+  perform pgfence.check_not_null('tbl', unprotect.tbl);
+  -- Every guard of tbl, found by its function (also one renamed by hand).
+  for v_guard in
+    select t.tgname from pg_catalog.pg_trigger t
+     where t.tgrelid = unprotect.tbl and t.tgfoid = 'pgfence.guard()'::regprocedure
+  loop
+    execute format('drop trigger %I on %s', v_guard, unprotect.tbl);
+  end loop;
+  delete from pgfence.protections p where p.tbl = unprotect.tbl;
+end
+$$;
+comment on function pgfence.unprotect(regclass) is 'Operator: removes the protection of tbl, if any: its guard (whatever it is named now) and its record.';
+
+revoke all on function pgfence.guard() from public;
+revoke all on function pgfence.protect(regclass, text, text) from public;
+revoke all on function pgfence.unprotect(regclass) from public;
+-- protect runs as the operator, who needs the guard (to create the trigger) and a look at
+-- the registered names; firing the trigger later needs no privilege of the writer.
+grant execute on function pgfence.guard() to pgfence_operator;
+grant execute on function pgfence.protect(regclass, text, text), pgfence.unprotect(regclass) to pgfence_operator;
+
+
+-- change: protected_tables
+-- Deploy pgfence:protected_tables
+-- requires: protections
+-- requires: protect
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Protection can stop protecting without an error: the guard dropped, disabled (or made to
+-- fire only in replica mode) or renamed, its arguments changed, or the table attached to an
+-- inheritance or partition tree after protect (a statement trigger does not see writes that
+-- name another member of the tree). Each protected table, and what is wrong with it.
+create view pgfence.protected_tables as
+select p.tbl::text as table_name,
+       p.resources,
+       p.mode,
+       g.tgname is not null as guard_present,
+       coalesce(g.tgenabled in ('O', 'A'), false) as guard_enabled,
+       coalesce(c.relkind = 'r' and not c.relispartition and not tree.member, false) as plain_table,
+       problem.text is null as healthy,
+       problem.text as problem
+  from pgfence.protections p
+  left join pg_catalog.pg_class c on c.oid = p.tbl
+  left join lateral (
+         select t.tgname, t.tgenabled,
+                pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000') as args
+           from pg_catalog.pg_trigger t
+          where t.tgrelid = p.tbl and t.tgfoid = 'pgfence.guard()'::regprocedure
+          order by t.tgname = 'pgfence_guard' desc, t.tgname
+          limit 1) g on true
+  cross join lateral (
+         select exists (select from pg_catalog.pg_inherits i
+                         where i.inhrelid = p.tbl or i.inhparent = p.tbl) as member) tree
+  cross join lateral (
+         select case when c.oid is null then 'the table no longer exists'
+                     when g.tgname is null then 'the guard trigger is missing'
+                     when g.tgenabled not in ('O', 'A') then 'the guard trigger is disabled'
+                     when g.tgname <> 'pgfence_guard' then pg_catalog.format('the guard trigger was renamed to %I', g.tgname)
+                     when g.args[1] <> all (p.resources) or g.args[2] is distinct from p.mode
+                     then 'the guard trigger''s resource or mode differs from what protect set'
+                     when c.relkind <> 'r' or c.relispartition or tree.member
+                     then 'the table is no longer a plain table outside any inheritance or partition tree'
+                end as text) problem;
+comment on view pgfence.protected_tables is
+  'One row per protected table: its resources and mode, whether its guard is present and enabled and the table '
+  'still a plain table outside any inheritance or partition tree; healthy, or the problem. Run protect again to repair.';
+
+revoke all on pgfence.protected_tables from public;
+grant select on pgfence.protected_tables to pgfence_monitor, pgfence_operator;
+
+
 -- change: version
 -- Deploy pgfence:version
 -- requires: schema
