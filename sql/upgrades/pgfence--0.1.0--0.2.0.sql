@@ -181,6 +181,73 @@ grant execute on function pgfence.check_name(text, text), pgfence.check_not_null
    to pgfence_operator;
 
 
+-- change: lock_resources
+-- Deploy pgfence:lock_resources
+-- requires: resources
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Locks resource rows FOR NO KEY UPDATE, in name order (the shared lock order), for the paths
+-- that must wait for them: the operator's and a worker started for an invocation. Any session
+-- can hold a resource row (acquire takes it), and one that then idles, or prepares its
+-- transaction, would keep every such path waiting without an end; so the wait is bounded by
+-- the caller's lock_timeout, or 5 seconds when it has none, and a timeout names who holds the
+-- rows, which an operator needs to act on.
+create function pgfence.lock_resources(resources text[])
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_saved text := current_setting('lock_timeout');
+  v_holders text;
+begin
+  if v_saved = '0' then
+    perform set_config('lock_timeout', '5s', true);
+  end if;
+  begin
+    perform from pgfence.resources r
+     where r.resource = any (lock_resources.resources)
+     order by r.resource
+       for no key update;
+  exception when lock_not_available then
+    -- A locked row's xmax is its locker's transaction id (a multixact when several share it).
+    select string_agg(format('%s: %s', r.resource,
+                             coalesce(
+                               (select format('prepared transaction %L', x.gid)
+                                  from pg_catalog.pg_prepared_xacts x where x.transaction = r.xmax),
+                               (select format('pid %s (%s, %s since %s)', a.pid,
+                                              coalesce(nullif(a.application_name, ''), 'no application_name'),
+                                              a.state, a.state_change)
+                                  from pg_catalog.pg_locks k
+                                  join pg_catalog.pg_stat_activity a on a.pid = k.pid
+                                 where k.locktype = 'transactionid' and k.transactionid = r.xmax
+                                   and k.granted
+                                 limit 1),
+                               'a transaction that has ended, or several sharing the lock')), '; ' order by r.resource)
+      into v_holders
+      from pgfence.resources r
+     where r.resource = any (lock_resources.resources) and r.xmax <> '0'::xid;
+    raise exception 'pgfence: resources are locked by another transaction; gave up after lock_timeout %',
+                    current_setting('lock_timeout')
+      using errcode = '55P03', detail = coalesce(v_holders, 'the holder has gone since'),
+            hint = 'retry; if the holder is idle or a forgotten prepared transaction, end it '
+                   '(pg_terminate_backend, ROLLBACK PREPARED)';
+  end;
+  perform set_config('lock_timeout', v_saved, true);
+end
+$$;
+comment on function pgfence.lock_resources(text[]) is
+  'Locks the resource rows in name order, waiting at most lock_timeout (5 s when unset); raises 55P03 naming who holds them.';
+
+revoke all on function pgfence.lock_resources(text[]) from public;
+
+
 -- change: lease_judgement
 -- Deploy pgfence:lease_judgement
 -- requires: leases
@@ -238,6 +305,8 @@ language plpgsql
 as $$
 declare
   v_lease pgfence.leases;
+  v_left double precision;  -- milliseconds the lease has left
+  v_set interval;
 begin
   select l.* into v_lease
     from pgfence.leases l
@@ -246,11 +315,27 @@ begin
   if not found or not pgfence.is_current(v_lease.state, v_lease.expires_at) then
     perform pgfence.lease_not_current(hold_current.lease_id);
   end if;
+  -- The lock is held until the caller's transaction ends, and takeovers wait for it (I2). An
+  -- owner frozen inside that transaction (paused, partitioned, its client gone quiet) would
+  -- hold off every successor until its backend died. So the transaction may stay idle no
+  -- longer than the lease had left: then PostgreSQL ends the session, the lock goes, and a
+  -- successor gets the resource at most that long after the lease's expiry. A caller's own
+  -- shorter idle_in_transaction_session_timeout is kept.
+  v_left := pg_catalog.ceil(pg_catalog.date_part('epoch', v_lease.expires_at operator(pg_catalog.-)
+                                                  pg_catalog.clock_timestamp()) operator(pg_catalog.*) 1000);
+  v_set := pg_catalog.current_setting('idle_in_transaction_session_timeout')::pg_catalog.interval;
+  if v_left operator(pg_catalog.>) 0
+     and (v_set operator(pg_catalog.=) '0'::pg_catalog.interval
+          or v_set operator(pg_catalog.>) pg_catalog.make_interval(secs => v_left operator(pg_catalog./) 1000)) then
+    perform pg_catalog.set_config('idle_in_transaction_session_timeout',
+                                  pg_catalog.format('%sms', v_left::pg_catalog.int8), true);
+  end if;
   return v_lease;
 end
 $$;
 comment on function pgfence.hold_current(uuid) is
-  'Locks the lease FOR KEY SHARE to the end of the transaction and returns it if it is current; raises PF001 otherwise.';
+  'Locks the lease FOR KEY SHARE to the end of the transaction and returns it if it is current (PF001 otherwise); '
+  'the transaction may then stay idle at most as long as the lease had left.';
 
 revoke all on function pgfence.is_current(text, timestamptz), pgfence.is_live(text, timestamptz),
                        pgfence.hold_current(uuid)
@@ -263,6 +348,7 @@ grant execute on function pgfence.is_current(text, timestamptz) to pgfence_monit
 -- change: acquire
 -- Deploy pgfence:acquire
 -- requires: lease_judgement
+-- requires: lock_resources
 -- requires: leases
 -- requires: invocations
 -- requires: checks
@@ -289,12 +375,32 @@ begin
   perform pgfence.check_label('owner', acquire.owner);
   perform pgfence.check_interval('ttl', acquire.ttl);
 
-  select r.enabled into v_enabled
-    from pgfence.resources r
-   where r.resource = acquire.resource
-     for no key update;
+  -- A first look without any lock: an unknown resource is refused, and a poller of a resource
+  -- whose lease is current gets NULL without waiting for anybody.
+  select r.enabled into v_enabled from pgfence.resources r where r.resource = acquire.resource;
   if not found then
     perform pgfence.resource_not_found(acquire.resource);
+  end if;
+  if acquire.invocation_id is null then
+    if v_enabled and exists (select from pgfence.leases l
+                              where l.resource = acquire.resource
+                                and pgfence.is_current(l.state, l.expires_at)) then
+      return null;
+    end if;
+    -- The resource row serializes acquirers. A poller does not queue for it behind whoever
+    -- holds it (another acquirer, an operator, a session that acquired and then idled or
+    -- prepared its transaction): it answers NULL at once and polls again later.
+    select r.enabled into v_enabled
+      from pgfence.resources r
+     where r.resource = acquire.resource
+       for no key update skip locked;
+    if not found then
+      return null;
+    end if;
+  else
+    -- A worker started for this invocation waits for its answer, but not forever.
+    perform pgfence.lock_resources(array[acquire.resource]);
+    select r.enabled into v_enabled from pgfence.resources r where r.resource = acquire.resource;
   end if;
   if not v_enabled then
     raise exception 'pgfence: resource % is disabled', acquire.resource
@@ -591,6 +697,7 @@ grant execute on function pgfence.claim(uuid, text, int, interval) to pgfence_wo
 -- change: request_start
 -- Deploy pgfence:request_start
 -- requires: lease_judgement
+-- requires: lock_resources
 -- requires: leases
 -- requires: invocations
 
@@ -613,13 +720,18 @@ begin
   perform pgfence.check_name('resource', request_start.resource);
   perform pgfence.check_interval('ttl', request_start.ttl);
   -- The resource row serializes request_start with acquire and with other callers: of
-  -- concurrent callers exactly one finds nothing pending.
+  -- concurrent callers exactly one finds nothing pending. A caller that finds the row held by
+  -- another session does not queue behind it (which may be a session that idles, or a
+  -- prepared transaction): it gets NULL, as for a start that is pending, and asks again later.
+  if not exists (select from pgfence.resources r where r.resource = request_start.resource) then
+    perform pgfence.resource_not_found(request_start.resource);
+  end if;
   select r.enabled into v_enabled
     from pgfence.resources r
    where r.resource = request_start.resource
-     for no key update;
+     for no key update skip locked;
   if not found then
-    perform pgfence.resource_not_found(request_start.resource);
+    return null;
   end if;
   if not v_enabled
      or exists (select from pgfence.leases l
@@ -814,6 +926,7 @@ grant select on pgfence.resource_status to pgfence_monitor, pgfence_operator;
 -- requires: resources
 -- requires: checks
 -- requires: errors
+-- requires: lock_resources
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -837,7 +950,8 @@ begin
   perform pgfence.check_name('resource', cancel_invocations.resource);
   -- The resource row, as request_start takes it: a concurrent request_start either sees the
   -- invocations still pending or runs after this and may start anew.
-  perform from pgfence.resources r where r.resource = cancel_invocations.resource for no key update;
+  perform pgfence.lock_resources(array[cancel_invocations.resource]);
+  perform from pgfence.resources r where r.resource = cancel_invocations.resource;
   if not found then
     perform pgfence.resource_not_found(cancel_invocations.resource);
   end if;
@@ -1071,6 +1185,288 @@ comment on view pgfence.protected_tables is
 
 revoke all on pgfence.protected_tables from public;
 grant select on pgfence.protected_tables to pgfence_monitor, pgfence_operator;
+
+
+-- change: set_enabled
+-- Deploy pgfence:set_enabled
+-- requires: lock_resources
+-- requires: resources
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.set_enabled(resource text, enabled boolean)
+returns boolean
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_previous boolean;
+begin
+  perform pgfence.check_name('resource', set_enabled.resource);
+  perform pgfence.check_not_null('enabled', set_enabled.enabled);
+  perform pgfence.lock_resources(array[set_enabled.resource]);
+  select r.enabled into v_previous from pgfence.resources r where r.resource = set_enabled.resource;
+  if not found then
+    raise exception 'pgfence: resource % is not registered', set_enabled.resource
+      using errcode = 'PF002', hint = 'register it first with pgfence.register(resource)';
+  end if;
+  update pgfence.resources r
+     set enabled = set_enabled.enabled,
+         enabled_version = r.enabled_version + 1
+   where r.resource = set_enabled.resource;
+  return v_previous;
+end
+$$;
+comment on function pgfence.set_enabled(text, boolean) is
+  'Operator: sets enabled and returns the previous value. Raises PF002 for an unknown resource.';
+
+revoke all on function pgfence.set_enabled(text, boolean) from public;
+grant execute on function pgfence.set_enabled(text, boolean) to pgfence_operator;
+
+
+-- change: deprecate
+-- Deploy pgfence:deprecate
+-- requires: lock_resources
+-- requires: leases
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.deprecate(resource text)
+returns uuid
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_lease_id uuid;
+begin
+  perform pgfence.check_name('resource', deprecate.resource);
+  perform pgfence.lock_resources(array[deprecate.resource]);
+  perform from pgfence.resources r where r.resource = deprecate.resource;
+  if not found then
+    perform pgfence.resource_not_found(deprecate.resource);
+  end if;
+  select l.lease_id into v_lease_id
+    from pgfence.leases l
+   where l.resource = deprecate.resource and l.state = 'active'
+     for update;
+  if found then
+    update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
+     where l.lease_id = v_lease_id;
+  end if;
+  return v_lease_id;
+end
+$$;
+comment on function pgfence.deprecate(text) is
+  'Operator: the active lease becomes draining (it finishes what it holds, claims nothing); returns its lease_id or NULL. Raises PF002.';
+
+revoke all on function pgfence.deprecate(text) from public;
+grant execute on function pgfence.deprecate(text) to pgfence_operator;
+
+
+-- change: prepare_update
+-- Deploy pgfence:prepare_update
+-- requires: lock_resources
+-- requires: updates
+-- requires: leases
+-- requires: invocations
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.prepare_update(resources text[], request_id uuid)
+returns uuid
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_set text[];
+  v_found text[];
+  v_missing text[];
+  v_existing pgfence.updates;
+  v_open text;
+  v_token uuid;
+  v_resource record;
+  v_version bigint;
+  v_drained bigint;
+begin
+  perform pgfence.check_not_null('request_id', prepare_update.request_id);
+  if prepare_update.resources is null or cardinality(prepare_update.resources) not between 1 and 1000
+     or array_position(prepare_update.resources, null) is not null then
+    perform pgfence.invalid_argument('resources', 'must name 1 to 1000 resources, none NULL',
+                                     prepare_update.resources::text);
+  end if;
+  perform pgfence.check_name('resources', r) from unnest(prepare_update.resources) r;
+  select array_agg(distinct r order by r) into v_set from unnest(prepare_update.resources) r;
+  if cardinality(v_set) <> cardinality(prepare_update.resources) then
+    perform pgfence.invalid_argument('resources',
+      'names ' || (select string_agg(r, ', ') from (select r from unnest(prepare_update.resources) r
+                                                     group by r having count(*) > 1 order by r) d)
+               || ' more than once',
+      prepare_update.resources::text);
+  end if;
+
+  -- Claim the request_id first (the update row comes first in the lock order). A concurrent
+  -- prepare with the same request_id waits here until this one commits or rolls back.
+  insert into pgfence.updates as u (token, request_id, resources)
+  values (gen_random_uuid(), prepare_update.request_id, v_set)
+  on conflict on constraint updates_request_id_key do nothing
+  returning u.token into v_token;
+  if v_token is null then
+    -- A retry after a lost response gets the original window back, untouched: saving the
+    -- temporary false now would lose the state to restore.
+    select * into v_existing from pgfence.updates u where u.request_id = prepare_update.request_id;
+    if v_existing.resources <> v_set then
+      raise exception 'pgfence: request_id % was used for another set of resources', prepare_update.request_id
+        using errcode = 'PF004', detail = format('update %s covers %s', v_existing.token, array_to_string(v_existing.resources, ', ')),
+              hint = 'use a new request_id for a new update';
+    end if;
+    return v_existing.token;
+  end if;
+
+  -- Then the resources, in name order, before looking at anything else.
+  perform pgfence.lock_resources(v_set);
+  select array_agg(x.resource order by x.resource) into v_found
+    from pgfence.resources x where x.resource = any (v_set);
+  select array_agg(r order by r) into v_missing from unnest(v_set) r where r <> all (coalesce(v_found, '{}'));
+  if v_missing is not null then
+    raise exception 'pgfence: unknown resources: %', array_to_string(v_missing, ', ')
+      using errcode = 'PF002', hint = 'nothing was changed; register them or fix the names';
+  end if;
+
+  select string_agg(format('%s (update %s)', i.resource, i.token), ', ' order by i.resource) into v_open
+    from pgfence.update_items i
+   where i.resource = any (v_set) and i.outcome is null;
+  if v_open is not null then
+    raise exception 'pgfence: resources already in an open update: %', v_open
+      using errcode = 'PF004', hint = 'finish that update first: pgfence.finish_update(token)';
+  end if;
+
+  for v_resource in
+    select r.resource, r.enabled from pgfence.resources r where r.resource = any (v_set) order by r.resource
+  loop
+    update pgfence.resources r
+       set enabled = false, enabled_version = r.enabled_version + 1
+     where r.resource = v_resource.resource
+    returning r.enabled_version into v_version;
+    -- The active lease stops claiming; FOR UPDATE waits for its open fenced transactions.
+    select l.generation into v_drained
+      from pgfence.leases l
+     where l.resource = v_resource.resource and l.state = 'active'
+       for update;
+    if found then
+      update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
+       where l.resource = v_resource.resource and l.generation = v_drained;
+    end if;
+    insert into pgfence.update_items (token, resource, saved_enabled, enabled_version, drained_generation,
+                                      pending_invocations)
+    values (v_token, v_resource.resource, v_resource.enabled, v_version, v_drained,
+            (select count(*) from pgfence.invocations i
+              where i.resource = v_resource.resource and i.acknowledged_at is null
+                and i.expires_at > clock_timestamp()));
+  end loop;
+  return v_token;
+end
+$$;
+comment on function pgfence.prepare_update(text[], uuid) is
+  'Operator: opens an update window over resources: saves each one''s exact enabled, disables them, drains their active leases; '
+  'returns the token. A retry with the same request_id and set returns the same token and changes nothing. '
+  'Raises 22023 (bad set), PF002 (unknown names, listed), PF004 (overlap with an open window, or request_id reused for another set).';
+
+revoke all on function pgfence.prepare_update(text[], uuid) from public;
+grant execute on function pgfence.prepare_update(text[], uuid) to pgfence_operator;
+
+
+-- change: finish_update
+-- Deploy pgfence:finish_update
+-- requires: lock_resources
+-- requires: updates
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.finish_update(token uuid)
+returns table (resource text, enabled boolean, outcome text)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_item record;
+  v_outcome text;
+begin
+  perform pgfence.check_not_null('token', finish_update.token);
+  -- The update row first, then the resource rows in name order (the shared lock order).
+  perform from pgfence.updates u where u.token = finish_update.token for update;
+  if not found then
+    perform pgfence.update_not_found(finish_update.token);
+  end if;
+  perform pgfence.lock_resources(array(select i.resource from pgfence.update_items i
+                                        where i.token = finish_update.token));
+
+  for v_item in
+    select i.resource, i.saved_enabled, i.enabled_version, i.outcome, r.enabled_version as current_version
+      from pgfence.update_items i join pgfence.resources r on r.resource = i.resource
+     where i.token = finish_update.token
+     order by i.resource
+  loop
+    if v_item.outcome is not null then
+      v_outcome := 'already_finished';
+    elsif v_item.current_version <> v_item.enabled_version then
+      -- Someone set enabled inside the window: theirs is the newer decision. Leave it.
+      v_outcome := 'conflict';
+    elsif v_item.saved_enabled then
+      update pgfence.resources r
+         set enabled = true, enabled_version = r.enabled_version + 1
+       where r.resource = v_item.resource;
+      v_outcome := 'restored';
+    else
+      -- It was disabled before the window: it stays disabled (I6).
+      v_outcome := 'kept_disabled';
+    end if;
+    if v_outcome <> 'already_finished' then
+      update pgfence.update_items i set outcome = v_outcome
+       where i.token = finish_update.token and i.resource = v_item.resource;
+    end if;
+    resource := v_item.resource;
+    enabled := (select r.enabled from pgfence.resources r where r.resource = v_item.resource);
+    outcome := v_outcome;
+    return next;
+  end loop;
+  update pgfence.updates u set finished_at = clock_timestamp()
+   where u.token = finish_update.token and u.finished_at is null;
+end
+$$;
+comment on function pgfence.finish_update(uuid) is
+  'Operator: closes an update window, restoring exactly the saved enabled values: restored, kept_disabled, conflict '
+  '(enabled was changed inside the window: left as it is) or already_finished (idempotent). Raises PF005.';
+
+revoke all on function pgfence.finish_update(uuid) from public;
+grant execute on function pgfence.finish_update(uuid) to pgfence_operator;
 
 
 -- change: version
