@@ -596,72 +596,6 @@ revoke all on function pgfence.enqueue(text, jsonb, int) from public;
 grant execute on function pgfence.enqueue(text, jsonb, int) to pgfence_worker, pgfence_operator;
 
 
--- change: report
--- Deploy pgfence:report
--- requires: tasks
--- requires: stale_results
--- requires: attempt_id
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- complete and fail share one rule (I5): the result of the attempt that holds the task is
--- accepted, even after its lease expired or drained, as long as no newer attempt claimed it.
-create function pgfence.report(attempt_id uuid, kind text, body jsonb)
-returns text
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_task_id bigint;
-  v_attempt int;
-  v_task pgfence.tasks;
-  v_final boolean;
-begin
-  select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(report.attempt_id) a;
-  select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
-  if not found or v_attempt > v_task.attempt
-     or (v_attempt = v_task.attempt
-         and pgfence.attempt_uuid(v_task_id, v_attempt, v_task.lease_id) <> report.attempt_id) then
-    perform pgfence.unknown_attempt(report.attempt_id);
-  end if;
-  -- An older attempt's lease is not kept, so its signature cannot be checked: it can change
-  -- nothing but a row in stale_results.
-  if v_attempt < v_task.attempt then
-    insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, body)
-    values (report.attempt_id, v_task_id, v_attempt, report.kind, report.body)
-    on conflict on constraint stale_results_pkey do nothing;
-    return 'stale';
-  end if;
-  if v_task.reported then
-    return 'duplicate';
-  end if;
-  if report.kind = 'complete' then
-    update pgfence.tasks t
-       set state = 'completed', result = report.body, reported = true,
-           visible_until = null, finished_at = clock_timestamp()
-     where t.task_id = v_task_id;
-  else
-    v_final := v_task.attempt >= v_task.max_attempts;
-    -- Retries back off exponentially, 2 s, 4 s, 8 s ... at most an hour.
-    update pgfence.tasks t
-       set state = case when v_final then 'failed' else 'queued' end,
-           error = report.body, reported = true, visible_until = null,
-           ready_at = clock_timestamp() + least(interval '1 second' * power(2, least(v_task.attempt, 12)), interval '1 hour'),
-           finished_at = case when v_final then clock_timestamp() end
-     where t.task_id = v_task_id;
-  end if;
-  return 'accepted';
-end
-$$;
-
-revoke all on function pgfence.report(uuid, text, jsonb) from public;
-
-
 -- change: complete
 -- Deploy pgfence:complete
 -- requires: report
@@ -1468,72 +1402,6 @@ revoke all on function pgfence.fence(uuid) from public;
 grant execute on function pgfence.fence(uuid) to pgfence_worker;
 
 
--- change: claim
--- Deploy pgfence:claim
--- requires: lease_judgement
--- requires: tasks
--- requires: leases
--- requires: signing_key
--- requires: attempt_id
--- requires: checks
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create or replace function pgfence.claim(lease_id uuid, queue text, qty int default 1, visibility interval default '30 seconds')
-returns table (task_id bigint, attempt_id uuid, attempt int, payload jsonb)
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
--- The claim below has one good plan whatever the queue's size or qty (a primary-key lookup of
--- the picked ids); costed with qty unknown, plpgsql would plan it again on every call.
-set plan_cache_mode = force_generic_plan
-as $$
-declare
-  v_key bytea;
-begin
-  perform pgfence.check_not_null('lease_id', claim.lease_id);
-  perform pgfence.check_name('queue', claim.queue);
-  if claim.qty is null or claim.qty not between 1 and 1000 then
-    perform pgfence.invalid_argument('qty', 'must be 1 to 1000', claim.qty::text);
-  end if;
-  perform pgfence.check_interval('visibility', claim.visibility);
-  -- The ownership check of fence(), in the same transaction as the claim: the lease row stays
-  -- locked until this transaction ends, so no successor can be granted between the check and
-  -- the claim (I2 at the work boundary).
-  perform pgfence.hold_current(claim.lease_id);
-  select k.key into v_key from pgfence.signing_key k;
-  -- SKIP LOCKED: claimers never wait for each other's rows. The ids are picked into an array
-  -- so that the update finds its rows by primary key.
-  return query
-  update pgfence.tasks t
-     set state = 'claimed',
-         attempt = t.attempt + 1,
-         lease_id = claim.lease_id,
-         reported = false,
-         visible_until = clock_timestamp() + claim.visibility
-   where t.task_id = any (array(
-           select p.task_id
-             from pgfence.tasks p
-            where p.queue = claim.queue and p.state = 'queued' and p.ready_at <= clock_timestamp()
-            order by p.ready_at
-            limit claim.qty
-              for update skip locked))
-  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id, v_key), t.attempt, t.payload;
-end
-$$;
-comment on function pgfence.claim(uuid, text, int, interval) is
-  'Claims up to qty ready tasks of queue under an active, unexpired lease, never waiting for rows other claimers hold; '
-  'each claim mints an attempt_id. Raises PF001 when the lease is not current, 22023 on bad arguments.';
-
-revoke all on function pgfence.claim(uuid, text, int, interval) from public;
-grant execute on function pgfence.claim(uuid, text, int, interval) to pgfence_worker;
-
-
 -- change: request_start
 -- Deploy pgfence:request_start
 -- requires: lease_judgement
@@ -2307,6 +2175,204 @@ comment on function pgfence.finish_update(uuid) is
 
 revoke all on function pgfence.finish_update(uuid) from public;
 grant execute on function pgfence.finish_update(uuid) to pgfence_operator;
+
+
+-- change: attempt_leases
+-- Deploy pgfence:attempt_leases
+-- requires: tasks
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- attempt_leases[n]: the lease attempt n of the task was claimed under, so that a result from
+-- an older attempt can be checked against its own signature, like the current attempt's. NULL
+-- for attempts claimed before release 0.2.0: their stale results are recorded unverified.
+alter table pgfence.tasks add column attempt_leases uuid[];
+
+
+-- change: stale_reports
+-- Deploy pgfence:stale_reports
+-- requires: stale_results
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- A stale attempt may report more than once (a retry, or a fail after a complete): each
+-- different report is kept (I5: never silently dropped), numbered per attempt.
+-- stale_results holds only refused results, a small table: the key is rebuilt under its lock
+-- (the old key, on attempt_id alone, is what dropped a second report).
+-- squawk-ignore ban-drop-constraint
+alter table pgfence.stale_results drop constraint stale_results_pkey;
+alter table pgfence.stale_results add column report int not null default 1;
+-- squawk-ignore constraint-missing-not-valid,adding-serial-primary-key-field
+alter table pgfence.stale_results add constraint stale_results_pkey primary key (attempt_id, report);
+-- The bound on what one task attempt may store is counted by this index.
+-- squawk-ignore require-concurrent-index-creation
+create index stale_results_task_attempt on pgfence.stale_results (task_id, attempt);
+
+
+-- change: report
+-- Deploy pgfence:report
+-- requires: attempt_leases
+-- requires: stale_reports
+-- requires: tasks
+-- requires: stale_results
+-- requires: attempt_id
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- complete and fail share one rule (I5): the result of the attempt that holds the task is
+-- accepted, even after its lease expired or drained, as long as no newer attempt claimed it.
+create or replace function pgfence.report(attempt_id uuid, kind text, body jsonb)
+returns text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_task_id bigint;
+  v_attempt int;
+  v_task pgfence.tasks;
+  v_final boolean;
+  v_lease_id uuid;
+  v_reports bigint;
+begin
+  select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(report.attempt_id) a;
+  select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
+  if not found or v_attempt > v_task.attempt
+     or (v_attempt = v_task.attempt
+         and pgfence.attempt_uuid(v_task_id, v_attempt, v_task.lease_id) <> report.attempt_id) then
+    perform pgfence.unknown_attempt(report.attempt_id);
+  end if;
+  if v_attempt < v_task.attempt then
+    -- An older attempt is checked against the lease it was claimed under, like the current
+    -- one, so nobody can make up stale results for a task. Attempts claimed before release
+    -- 0.2.0 have no lease on record: theirs are recorded unverified (they change nothing but
+    -- stale_results, and the bound below holds for them too).
+    v_lease_id := v_task.attempt_leases[v_attempt];
+    if v_lease_id is not null
+       and pgfence.attempt_uuid(v_task_id, v_attempt, v_lease_id) <> report.attempt_id then
+      perform pgfence.unknown_attempt(report.attempt_id);
+    end if;
+    -- Each different report is kept (I5); a retry of one already kept adds nothing.
+    if not exists (select from pgfence.stale_results s
+                    where s.attempt_id = report.attempt_id and s.kind = report.kind
+                      and s.body is not distinct from report.body) then
+      select count(*) into v_reports from pgfence.stale_results s
+       where s.task_id = v_task_id and s.attempt = v_attempt;
+      if v_reports >= 10 then
+        raise exception 'pgfence: attempt % of task % has sent 10 stale results already', v_attempt, v_task_id
+          using errcode = '54000',
+                hint = 'the attempt is superseded: stop reporting; its results are in pgfence.stale_results';
+      end if;
+      insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, body, report)
+      values (report.attempt_id, v_task_id, v_attempt, report.kind, report.body,
+              (select coalesce(max(s.report), 0) + 1 from pgfence.stale_results s
+                where s.attempt_id = report.attempt_id));
+    end if;
+    return 'stale';
+  end if;
+  if v_task.reported then
+    return 'duplicate';
+  end if;
+  if report.kind = 'complete' then
+    update pgfence.tasks t
+       set state = 'completed', result = report.body, reported = true,
+           visible_until = null, finished_at = clock_timestamp()
+     where t.task_id = v_task_id;
+  else
+    v_final := v_task.attempt >= v_task.max_attempts;
+    -- Retries back off exponentially, 2 s, 4 s, 8 s ... at most an hour.
+    update pgfence.tasks t
+       set state = case when v_final then 'failed' else 'queued' end,
+           error = report.body, reported = true, visible_until = null,
+           ready_at = clock_timestamp() + least(interval '1 second' * power(2, least(v_task.attempt, 12)), interval '1 hour'),
+           finished_at = case when v_final then clock_timestamp() end
+     where t.task_id = v_task_id;
+  end if;
+  return 'accepted';
+end
+$$;
+
+revoke all on function pgfence.report(uuid, text, jsonb) from public;
+
+
+-- change: claim
+-- Deploy pgfence:claim
+-- requires: lease_judgement
+-- requires: attempt_leases
+-- requires: tasks
+-- requires: leases
+-- requires: signing_key
+-- requires: attempt_id
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.claim(lease_id uuid, queue text, qty int default 1, visibility interval default '30 seconds')
+returns table (task_id bigint, attempt_id uuid, attempt int, payload jsonb)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+-- The claim below has one good plan whatever the queue's size or qty (a primary-key lookup of
+-- the picked ids); costed with qty unknown, plpgsql would plan it again on every call.
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_key bytea;
+begin
+  perform pgfence.check_not_null('lease_id', claim.lease_id);
+  perform pgfence.check_name('queue', claim.queue);
+  if claim.qty is null or claim.qty not between 1 and 1000 then
+    perform pgfence.invalid_argument('qty', 'must be 1 to 1000', claim.qty::text);
+  end if;
+  perform pgfence.check_interval('visibility', claim.visibility);
+  -- The ownership check of fence(), in the same transaction as the claim: the lease row stays
+  -- locked until this transaction ends, so no successor can be granted between the check and
+  -- the claim (I2 at the work boundary).
+  perform pgfence.hold_current(claim.lease_id);
+  select k.key into v_key from pgfence.signing_key k;
+  -- SKIP LOCKED: claimers never wait for each other's rows. The ids are picked into an array
+  -- so that the update finds its rows by primary key.
+  return query
+  update pgfence.tasks t
+     set state = 'claimed',
+         attempt = t.attempt + 1,
+         lease_id = claim.lease_id,
+         attempt_leases[t.attempt + 1] = claim.lease_id,  -- so a later stale result can be checked
+         reported = false,
+         visible_until = clock_timestamp() + claim.visibility
+   where t.task_id = any (array(
+           select p.task_id
+             from pgfence.tasks p
+            where p.queue = claim.queue and p.state = 'queued' and p.ready_at <= clock_timestamp()
+            order by p.ready_at
+            limit claim.qty
+              for update skip locked))
+  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id, v_key), t.attempt, t.payload;
+end
+$$;
+comment on function pgfence.claim(uuid, text, int, interval) is
+  'Claims up to qty ready tasks of queue under an active, unexpired lease, never waiting for rows other claimers hold; '
+  'each claim mints an attempt_id. Raises PF001 when the lease is not current, 22023 on bad arguments.';
+
+revoke all on function pgfence.claim(uuid, text, int, interval) from public;
+grant execute on function pgfence.claim(uuid, text, int, interval) to pgfence_worker;
 
 
 -- change: version
