@@ -31,8 +31,15 @@ REPORT = "pgfence.report(uuid, text, jsonb)"
 
 VARIANTS = {v.name: v for v in (
     Variant("real", "pgfence as installed"),
-    Variant("no-lock", "fence and claim without FOR KEY SHARE on the lease row", (
-        (HOLD, "for key share;", ";"),)),
+    # Without the lock, a worker paused inside its fenced transaction is still stopped by the
+    # idle limit fence sets (its session ends when its lease runs out), which would hide the
+    # missing lock from this campaign, whose pauses leave the transaction idle. The control is
+    # about the lock, so it lifts the limit too; a busy (not idle) frozen owner needs the lock.
+    Variant("no-lock", "fence and claim without FOR KEY SHARE on the lease row "
+            "(and without the idle limit)", (
+        (HOLD, "for key share;", ";"),
+        (HOLD, "set_config('idle_in_transaction_session_timeout',",
+         "set_config('pgfence.unused',"))),
     Variant("now", "fence and claim judge expiry by now(), the transaction's start", (
         (IS_CURRENT, "pg_catalog.clock_timestamp()", "pg_catalog.now()"),)),
     Variant("no-attempt-check", "complete/fail accept a superseded attempt's result", (
