@@ -3,9 +3,15 @@ SIGTERM, standby leaders. Directly and through PgBouncer."""
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -14,6 +20,7 @@ import pytest
 from pgfence.client import Leader, LeaseLost, Owner, Worker
 from pgfence.cluster import connect
 from pgfence.harness import Database
+from tests.support import acquired
 
 
 def test_worker_handles_the_queue_and_releases(any_db: Database) -> None:
@@ -188,3 +195,130 @@ def test_standby_leader_takes_over_when_the_leader_leaves(any_db: Database) -> N
     assert result == [True] and second.owner.valid
     assert any_db.one("select owner from pgfence.resource_status") == "replica-2"
     second.owner.release()
+
+
+@dataclass
+class RecordingWorker(Worker):
+    """The reference Worker, recording the attempt ids it handles (for expire_attempt)."""
+
+    attempts: list[uuid.UUID] = field(default_factory=list)
+
+    def _handle(self, conn: psycopg.Connection[tuple[Any, ...]], attempt_id: uuid.UUID,
+                payload: Any) -> None:
+        self.attempts.append(attempt_id)
+        super()._handle(conn, attempt_id, payload)
+
+
+@dataclass
+class HungHandler:
+    owner: Owner
+    worker: RecordingWorker
+    unblock: threading.Event
+    thread: threading.Thread
+    errors: list[BaseException]
+
+    def finish(self) -> None:
+        """The handler returns at last; the worker reports its result and leaves."""
+        self.unblock.set()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "the worker did not finish"
+        assert self.errors == []
+
+
+@contextmanager
+def handler_hung_past_its_deadline(db: Database, **options: Any) -> Iterator[HungHandler]:
+    """A worker whose handler blocks on an Event the test controls; the owner's clock then
+    moves past the handler's deadline (by default the task's visibility, 10 s), the lease's
+    ttl (30 s) still ahead. Renewals run every 20 ms of real time."""
+    db.sql("select pgfence.register('w')")
+    db.sql("""select pgfence.enqueue('q', '{"n": 1}')""")
+    clock = Clock()
+    owner = Owner(db.dsn, "w", owner="hung", ttl=30, renew_every=0.02, clock=clock)
+    assert owner.acquire()
+    started, unblock = threading.Event(), threading.Event()
+
+    def handler(payload: Any) -> Any:
+        started.set()
+        assert unblock.wait(60), "never unblocked"
+        return {"n": payload["n"], "late": True}
+
+    worker = RecordingWorker(owner, "q", handler, visibility=10, **options)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run(max_tasks=1)
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run, name="hung-worker")
+    thread.start()
+    try:
+        assert started.wait(30), "the handler never started"
+        clock.now += 11
+        yield HungHandler(owner, worker, unblock, thread, errors)
+    finally:
+        unblock.set()
+        thread.join(timeout=30)
+        owner.release()
+
+
+def lease_after_the_deadline(db: Database) -> str:
+    """Generation 1's status once it has been either renewed after the deadline passed or
+    taken out of `current`. Two rounds: one renewal decided before the clock moved may still
+    land after it; a second one can only have been decided after."""
+    for _ in range(2):
+        since = db.one("select clock_timestamp()")
+        db.wait_until("select status <> 'current' or renewed_at > %s "
+                      "from pgfence.lease_status where generation = 1", (since,), timeout=10)
+    return str(db.one("select status from pgfence.lease_status where generation = 1"))
+
+
+@pytest.mark.parametrize("reclaimed, verdict", [(True, "stale"), (False, "accepted")],
+                         ids=["successor-reclaimed-stale", "not-reclaimed-accepted"])
+def test_hung_handler_past_its_deadline_gives_the_lease_up(
+        db: Database, reclaimed: bool, verdict: str) -> None:
+    with handler_hung_past_its_deadline(db) as hung:    # the default deadline: the visibility
+        # Renewal stopped and the lease was drained while the handler still hangs.
+        assert lease_after_the_deadline(db) == "draining"
+        assert hung.owner._renewer is not None
+        hung.owner._renewer.join(timeout=10)
+        assert not hung.owner._renewer.is_alive()
+        assert not hung.owner.valid and hung.owner.lost and "deadline" in hung.owner.lost
+        # A successor is admitted at once, not after the ttl.
+        successor = db.session("successor")
+        lease = acquired(successor.acquire("w"))
+        assert lease.generation == 2
+        if reclaimed:
+            db.expire_attempt(hung.worker.attempts[0])     # the hung attempt's visibility ran out
+            successor.run("select pgfence.requeue_expired()")
+            assert len(successor.run("select * from pgfence.claim(%s, 'q', 1, '30 s')",
+                                     (lease.lease_id,))) == 1
+        hung.finish()
+        # The late result is judged by I5: stale once re-claimed, accepted otherwise.
+        assert hung.worker.verdicts == Counter({verdict: 1})
+        assert hung.worker.handled == 1
+    assert db.sql("select generation, owner, status from pgfence.lease_status order by 1") == [
+        (1, "hung", "released"), (2, "successor", "current")]
+    # Never renewed after the drain, also not while the handler hung on.
+    assert db.one("select coalesce(renewed_at, acquired_at) <= drained_at "
+                  "from pgfence.lease_status where generation = 1")
+    if reclaimed:
+        assert db.sql("select state, attempt from pgfence.tasks") == [("claimed", 2)]
+        assert db.one("select count(*) from pgfence.stale_results") == 1
+    else:
+        assert db.sql("select state, result from pgfence.tasks") == [
+            ("completed", {"n": 1, "late": True})]
+
+
+def test_negative_control_without_a_deadline_a_hung_handler_keeps_the_lease(
+        db: Database) -> None:
+    """The same hang with the deadline disabled: the renewer keeps the lease current."""
+    with handler_hung_past_its_deadline(db, handler_timeout=math.inf) as hung:
+        assert lease_after_the_deadline(db) == "current"
+        assert hung.owner.valid
+        assert hung.owner._renewer is not None and hung.owner._renewer.is_alive()
+        assert db.session("successor").acquire("w") is None
+        hung.finish()
+        assert hung.worker.verdicts == Counter({"accepted": 1})
+    assert db.sql("select generation, status from pgfence.lease_status") == [(1, "released")]

@@ -1,8 +1,10 @@
 """The control-plane example (examples/control_plane/server.py) as real processes: two replicas
 share one leader resource; the leader is frozen with SIGSTOP, the standby takes over, and the
-resumed old leader's mutations are refused. A negative control runs the same scenario with
-replicas that write without fence() (tables in observe mode): the stale write lands and the
-history check of docs/control-plane.md finds it."""
+resumed old leader's mutations are refused. Along the way, /ready answers 200 on the leader
+only, and the roles swap with the takeover. Negative controls run the same scenario with
+replicas that write without fence() (tables in observe mode: the stale write lands and the
+history check of docs/control-plane.md finds it), and with a readiness that ignores leadership
+(the standby answers 200: the readiness check catches it)."""
 
 from __future__ import annotations
 
@@ -63,6 +65,10 @@ class Replica:
     def health(self) -> dict[str, Any]:
         return call(f"{self.name}/health")[1]
 
+    def ready(self) -> int:
+        """The status a load balancer routing by /ready sees."""
+        return call(f"{self.name}/ready")[0]
+
     def role(self) -> str | None:
         """leader, standby, or None while it is not answering yet."""
         assert self.proc.poll() is None, f"{self.name} exited:\n{self.log.read_text()}"
@@ -90,14 +96,15 @@ def init(db: Database, *flags: str) -> None:
 
 
 @contextmanager
-def replicas(db: Database, tmp_path: Path, flags: list[str], n: int = 2) -> Iterator[list[Replica]]:
+def replicas(db: Database, tmp_path: Path, flags: list[str], n: int = 2,
+             server: Path = SERVER) -> Iterator[list[Replica]]:
     started: list[Replica] = []
     try:
         for i in range(n):
             port, log = free_port(), tmp_path / f"replica-{i}.log"
             with log.open("wb") as out:
                 proc = subprocess.Popen(
-                    [sys.executable, str(SERVER), "--dsn", db.dsn, "--port", str(port),
+                    [sys.executable, str(server), "--dsn", db.dsn, "--port", str(port),
                      "--ttl", TTL, "--poll", "0.1", *flags],
                     stdout=out, stderr=subprocess.STDOUT)
             started.append(Replica(port, proc, log))
@@ -126,10 +133,14 @@ class Outcome:
     new_role: str | None
     violations: list[tuple[Any, ...]]
     leases: list[tuple[Any, ...]]                   # (generation, owner, status) at the end
+    ready: dict[str, int]                           # /ready's status, by role and moment
+    resumed_role: str                               # /health of the old leader on waking up
 
 
-def freeze_leader_and_resume(db: Database, tmp_path: Path, flags: list[str]) -> Outcome:
-    with replicas(db, tmp_path, flags) as (a, b):
+def freeze_leader_and_resume(db: Database, tmp_path: Path, flags: list[str],
+                             server: Path = SERVER) -> Outcome:
+    ready: dict[str, int] = {}
+    with replicas(db, tmp_path, flags, server=server) as (a, b):
         # Only one leader: started together, they settle to one leader and one standby, and
         # no health check along the way ever shows two.
         seen: list[tuple[str | None, str | None]] = []
@@ -143,6 +154,7 @@ def freeze_leader_and_resume(db: Database, tmp_path: Path, flags: list[str]) -> 
         old, new = (a, b) if seen[-1][0] == "leader" else (b, a)
         g1 = old.health()["generation"]
         assert db.one("select owner from pgfence.resource_status") == old.name
+        ready["leader"], ready["standby"] = old.ready(), new.ready()
 
         # Writes through the leader succeed; through the standby they are refused.
         status, job = old.post("/jobs", {"spec": {"n": 1}})
@@ -157,17 +169,27 @@ def freeze_leader_and_resume(db: Database, tmp_path: Path, flags: list[str]) -> 
         wait_for("the standby's takeover", lambda: new.role() == "leader")
         g2 = new.health()["generation"]
         assert g2 > g1
+        ready["new leader"] = new.ready()
         status, job2 = new.post("/jobs", {"spec": {"n": 2}})
         assert (status, job2["generation"]) == (201, g2)
 
         # The old leader wakes up and tries to mutate.
         os.kill(old.proc.pid, signal.SIGCONT)
+        resumed_role = str(old.health()["role"])
+        ready["resumed old leader"] = old.ready()
         stale = [old.post("/jobs", {"spec": {"n": "stale"}}),
                  old.post(f"/jobs/{job2['id']}/assign", {"runner": "stale"})]
         return Outcome(old, new, g1, g2, stale, old.role(), new.role(),
                        db.sql(history_check()),
                        db.sql("select generation, owner, status from pgfence.lease_status "
-                              "order by generation"))
+                              "order by generation"),
+                       ready, resumed_role)
+
+
+def assert_ready_only_on_the_leader(o: Outcome) -> None:
+    """What a load balancer routing by /ready needs: 200 from the current leader only."""
+    assert o.ready == {"leader": 200, "standby": 503,
+                       "new leader": 200, "resumed old leader": 503}
 
 
 @pytest.mark.parametrize("flags", [[], ["--no-local-check"]], ids=["fenced", "database-decides"])
@@ -188,6 +210,10 @@ def test_resumed_old_leader_is_refused(db: Database, tmp_path: Path, flags: list
     assert db.sql("select state, runner from jobs order by id") == [
         ("assigned", "r-1"), ("queued", None)]
     assert o.leases == [(o.g1, o.old.name, "superseded"), (o.g2, o.new.name, "current")]
+    # /ready follows the lease: leader 200, standby 503, swapped by the takeover; the resumed
+    # old leader is not ready, even while it still believes it leads (--no-local-check).
+    assert_ready_only_on_the_leader(o)
+    assert o.resumed_role == ("leader" if flags else "standby")
 
 
 def test_negative_control_unfenced_stale_leader_write_lands(db: Database, tmp_path: Path) -> None:
@@ -212,3 +238,21 @@ def test_unfenced_writes_are_refused_by_enforced_tables(db: Database, tmp_path: 
         status, body = only.post("/jobs", {"spec": {}})
         assert (status, body["sqlstate"]) == (503, "PF007")
     assert db.one("select count(*) from jobs") == 0
+
+
+def test_negative_control_readiness_ignoring_leadership_is_caught(
+        db: Database, tmp_path: Path) -> None:
+    """Broken on purpose: the example with a /ready that answers like /health, 200 on every
+    replica. A load balancer would route writes to the standby; the readiness check fails."""
+    text = SERVER.read_text()
+    ready = "    def ready(self) -> tuple[bool, str]:\n"
+    assert ready in text, "Replica.ready is gone: the negative control is out of date"
+    broken = tmp_path / "server.py"
+    broken.write_text(text.replace(ready, ready + '        return True, "up"  # broken\n'))
+    init(db)
+    o = freeze_leader_and_resume(db, tmp_path, [], server=broken)
+    assert o.ready == {"leader": 200, "standby": 200,
+                       "new leader": 200, "resumed old leader": 200}
+    with pytest.raises(AssertionError):
+        assert_ready_only_on_the_leader(o)
+    assert o.violations == []                      # the fencing itself is intact

@@ -79,7 +79,7 @@ def test_negative_control_schema_comparison_sees_a_missing_change(
         cluster: Cluster, fresh: Callable[[str], str]) -> None:
     full, partial = fresh("full"), fresh("partial")
     install_bundle(cluster, full)
-    sqitch("deploy", "--to-change", "protect", f"db:pg:{partial}")
+    sqitch("deploy", "--to-change", "requeue_expired", f"db:pg:{partial}")
     assert schema_dump(full) != schema_dump(partial)
 
 

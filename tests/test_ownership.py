@@ -55,7 +55,7 @@ def test_racing_acquirers_one_winner(db: Database) -> None:
 
 def test_negative_control_acquire_without_locks_lets_two_win(db: Database) -> None:
     # Broken: no lock on the resource row, and the unique index behind it gone.
-    db.replace_in_function(ACQUIRE, "     for no key update;", ";")
+    db.replace_in_function(ACQUIRE, "       for no key update skip locked;", ";")
     db.sql("drop index pgfence.leases_one_active")
     assert len(racing_acquirers(db)) > 1
 

@@ -170,8 +170,8 @@ def test_negative_control_locking_in_the_callers_order_deadlocks(db: Database) -
         "from unnest(prepare_update.resources) r;",
         "v_set := prepare_update.resources;")
     db.replace_in_function(
-        PREPARE, "where x.resource = any (v_set) order by x.resource",
-        "where x.resource = any (v_set) order by array_position(v_set, x.resource)")
+        "pgfence.lock_resources(text[])", "     order by r.resource\n",
+        "     order by array_position(lock_resources.resources, r.resource)\n")
     assert "40P01" in opposite_order_prepares(db)
 
 

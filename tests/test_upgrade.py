@@ -169,6 +169,10 @@ def check_live_state(dbs: Databases, database: str, live: Live) -> None:
         with pytest.raises(psycopg.Error) as unfenced:
             conn.execute("insert into app.audit (generation) values (0)")
         assert unfenced.value.sqlstate == "PF007"
+        # Protected before the upgrade, and known to protected_tables after it.
+        assert conn.execute("select table_name, resources, mode, healthy "
+                            "from pgfence.protected_tables").fetchall() == [
+            ("app.audit", ["cur"], "enforce", True)]
         assert one(conn, "select pgfence.complete(%s, '{}')", live.attempts[0]) == "accepted"
         assert one(conn, "select pgfence.complete(%s, '{}')", live.attempts[0]) == "duplicate"
         assert one(conn, "select pgfence.fail(%s, '{}')", live.attempts[1]) == "accepted"

@@ -10,6 +10,9 @@ every replica. See docs/control-plane.md.
     server.py --dsn DSN --port PORT [--ttl S]      run one replica on 127.0.0.1:PORT
 
     GET  /health                 {"role": "leader"|"standby", "generation", "name", "mode"}
+                                 (200 on every replica that is up: liveness)
+    GET  /ready                  200 on the leader whose lease is current, else 503 with a
+                                 "reason" (readiness: what a load balancer routes by)
     GET  /jobs                   every job (any replica)
     POST /jobs                   {"spec": {...}}     -> 201 {"id", "generation"}
     POST /jobs/<id>/assign       {"runner": "r-1"}   -> 200 {"id", "runner", "generation"}
@@ -75,11 +78,15 @@ def init(dsn: str, resource: str, mode: str) -> None:
 
 
 class BelievingOwner(Owner):
-    """Ignores the local lease deadline: only the database's answer to fence() decides."""
+    """Writes past the local lease deadline: only the database's answer to fence() decides.
 
-    @property
-    def valid(self) -> bool:
-        return self.lease_id is not None
+    ``valid`` stays the client's local judgement (readiness still uses it); only the check
+    that ``fenced()`` makes before asking the database is waived.
+    """
+
+    def check(self) -> None:
+        if self.lease_id is None:
+            raise LeaseLost(f"no lease on {self.resource}")
 
 
 class Replica:
@@ -125,6 +132,30 @@ class Replica:
         except psycopg.Error as e:
             self.log(f"release failed: {e}")
         self.log(f"standby ({why})")
+
+    def ready(self) -> tuple[bool, str]:
+        """Whether a load balancer should send this replica writes, and why not.
+
+        Only the leader, only while it trusts its lease locally (its deadline, also with
+        --no-local-check: a replica that merely believes it leads is not ready), and only while
+        the database shows that lease as the resource's current one. A probe, not a guarantee:
+        a write routed here can still be refused, and the fence is what keeps it safe.
+        """
+        if not self.leading:
+            return False, "standby"
+        generation = self.owner.generation
+        if not self.owner.valid:
+            return False, f"lease not trusted locally ({self.owner.lost or 'expired'})"
+        try:
+            with connect(self.dsn, self.name) as conn:
+                row = conn.execute("select generation from pgfence.resource_status "
+                                   "where resource = %s and not stale",
+                                   (self.owner.resource,)).fetchone()
+        except psycopg.Error as e:
+            return False, f"database: {type(e).__name__}"
+        if row is None or row[0] != generation:
+            return False, f"generation {generation} is not the current lease"
+        return True, "leader"
 
     def current_leader(self) -> dict[str, Any] | None:
         with connect(self.dsn, self.name) as conn:
@@ -183,6 +214,11 @@ class Replica:
                     self.reply(200, {"name": replica.name, "mode": replica.mode,
                                      "role": "leader" if leading else "standby",
                                      "generation": replica.owner.generation if leading else None})
+                elif self.path == "/ready":
+                    ready, reason = replica.ready()
+                    self.reply(200 if ready else 503,
+                               {"ready": ready, "reason": reason, "name": replica.name,
+                                "generation": replica.owner.generation if ready else None})
                 elif self.path == "/jobs":
                     with connect(replica.dsn, replica.name) as conn:
                         rows = conn.execute("select id, spec, state, runner, generation "

@@ -1,5 +1,6 @@
 -- Deploy pgfence:acquire
 -- requires: lease_judgement
+-- requires: lock_resources
 -- requires: leases
 -- requires: invocations
 -- requires: checks
@@ -27,12 +28,32 @@ begin
   perform pgfence.check_label('owner', acquire.owner);
   perform pgfence.check_interval('ttl', acquire.ttl);
 
-  select r.enabled into v_enabled
-    from pgfence.resources r
-   where r.resource = acquire.resource
-     for no key update;
+  -- A first look without any lock: an unknown resource is refused, and a poller of a resource
+  -- whose lease is current gets NULL without waiting for anybody.
+  select r.enabled into v_enabled from pgfence.resources r where r.resource = acquire.resource;
   if not found then
     perform pgfence.resource_not_found(acquire.resource);
+  end if;
+  if acquire.invocation_id is null then
+    if v_enabled and exists (select from pgfence.leases l
+                              where l.resource = acquire.resource
+                                and pgfence.is_current(l.state, l.expires_at)) then
+      return null;
+    end if;
+    -- The resource row serializes acquirers. A poller does not queue for it behind whoever
+    -- holds it (another acquirer, an operator, a session that acquired and then idled or
+    -- prepared its transaction): it answers NULL at once and polls again later.
+    select r.enabled into v_enabled
+      from pgfence.resources r
+     where r.resource = acquire.resource
+       for no key update skip locked;
+    if not found then
+      return null;
+    end if;
+  else
+    -- A worker started for this invocation waits for its answer, but not forever.
+    perform pgfence.lock_resources(array[acquire.resource]);
+    select r.enabled into v_enabled from pgfence.resources r where r.resource = acquire.resource;
   end if;
   if not v_enabled then
     raise exception 'pgfence: resource % is disabled', acquire.resource

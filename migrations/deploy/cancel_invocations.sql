@@ -3,6 +3,7 @@
 -- requires: resources
 -- requires: checks
 -- requires: errors
+-- requires: lock_resources
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -27,7 +28,8 @@ begin
   perform pgfence.check_name('resource', cancel_invocations.resource);
   -- The resource row, as request_start takes it: a concurrent request_start either sees the
   -- invocations still pending or runs after this and may start anew.
-  perform from pgfence.resources r where r.resource = cancel_invocations.resource for no key update;
+  perform pgfence.lock_resources(array[cancel_invocations.resource]);
+  perform from pgfence.resources r where r.resource = cancel_invocations.resource;
   if not found then
     perform pgfence.resource_not_found(cancel_invocations.resource);
   end if;

@@ -1,5 +1,6 @@
 -- Deploy pgfence:claim
 -- requires: lease_judgement
+-- requires: attempt_leases
 -- requires: tasks
 -- requires: leases
 -- requires: signing_key
@@ -44,6 +45,7 @@ begin
      set state = 'claimed',
          attempt = t.attempt + 1,
          lease_id = claim.lease_id,
+         attempt_leases[t.attempt + 1] = claim.lease_id,  -- so a later stale result can be checked
          reported = false,
          visible_until = clock_timestamp() + claim.visibility
    where t.task_id = any (array(

@@ -1,4 +1,5 @@
 -- Deploy pgfence:deprecate
+-- requires: lock_resources
 -- requires: leases
 -- requires: checks
 -- requires: errors
@@ -10,7 +11,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.deprecate(resource text)
+create or replace function pgfence.deprecate(resource text)
 returns uuid
 language plpgsql
 security definer
@@ -20,7 +21,8 @@ declare
   v_lease_id uuid;
 begin
   perform pgfence.check_name('resource', deprecate.resource);
-  perform from pgfence.resources r where r.resource = deprecate.resource for no key update;
+  perform pgfence.lock_resources(array[deprecate.resource]);
+  perform from pgfence.resources r where r.resource = deprecate.resource;
   if not found then
     perform pgfence.resource_not_found(deprecate.resource);
   end if;

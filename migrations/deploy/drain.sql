@@ -22,7 +22,9 @@ declare
   v_expires_at timestamptz;
 begin
   perform pgfence.check_not_null('lease_id', drain.lease_id);
-  -- FOR UPDATE: the lease stays current until the owner's open fenced transactions end (I2).
+  -- FOR UPDATE: the lease stays current until the owner's open fenced transactions end (I2),
+  -- and a REPEATABLE READ or SERIALIZABLE fence whose snapshot predates this drain gets 40001
+  -- rather than the row version its snapshot holds (FOR KEY SHARE conflicts with FOR UPDATE).
   select l.state, l.expires_at into v_state, v_expires_at
     from pgfence.leases l
    where l.lease_id = drain.lease_id

@@ -1,4 +1,5 @@
 -- Deploy pgfence:finish_update
+-- requires: lock_resources
 -- requires: updates
 -- requires: checks
 -- requires: errors
@@ -10,7 +11,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.finish_update(token uuid)
+create or replace function pgfence.finish_update(token uuid)
 returns table (resource text, enabled boolean, outcome text)
 language plpgsql
 security definer
@@ -26,10 +27,8 @@ begin
   if not found then
     perform pgfence.update_not_found(finish_update.token);
   end if;
-  perform from pgfence.resources r
-   where r.resource in (select i.resource from pgfence.update_items i where i.token = finish_update.token)
-   order by r.resource
-     for no key update;
+  perform pgfence.lock_resources(array(select i.resource from pgfence.update_items i
+                                        where i.token = finish_update.token));
 
   for v_item in
     select i.resource, i.saved_enabled, i.enabled_version, i.outcome, r.enabled_version as current_version

@@ -55,6 +55,8 @@ language plpgsql
 as $$
 declare
   v_lease pgfence.leases;
+  v_left double precision;  -- milliseconds the lease has left
+  v_set interval;
 begin
   select l.* into v_lease
     from pgfence.leases l
@@ -63,11 +65,27 @@ begin
   if not found or not pgfence.is_current(v_lease.state, v_lease.expires_at) then
     perform pgfence.lease_not_current(hold_current.lease_id);
   end if;
+  -- The lock is held until the caller's transaction ends, and takeovers wait for it (I2). An
+  -- owner frozen inside that transaction (paused, partitioned, its client gone quiet) would
+  -- hold off every successor until its backend died. So the transaction may stay idle no
+  -- longer than the lease had left: then PostgreSQL ends the session, the lock goes, and a
+  -- successor gets the resource at most that long after the lease's expiry. A caller's own
+  -- shorter idle_in_transaction_session_timeout is kept.
+  v_left := pg_catalog.ceil(pg_catalog.date_part('epoch', v_lease.expires_at operator(pg_catalog.-)
+                                                  pg_catalog.clock_timestamp()) operator(pg_catalog.*) 1000);
+  v_set := pg_catalog.current_setting('idle_in_transaction_session_timeout')::pg_catalog.interval;
+  if v_left operator(pg_catalog.>) 0
+     and (v_set operator(pg_catalog.=) '0'::pg_catalog.interval
+          or v_set operator(pg_catalog.>) pg_catalog.make_interval(secs => v_left operator(pg_catalog./) 1000)) then
+    perform pg_catalog.set_config('idle_in_transaction_session_timeout',
+                                  pg_catalog.format('%sms', v_left::pg_catalog.int8), true);
+  end if;
   return v_lease;
 end
 $$;
 comment on function pgfence.hold_current(uuid) is
-  'Locks the lease FOR KEY SHARE to the end of the transaction and returns it if it is current; raises PF001 otherwise.';
+  'Locks the lease FOR KEY SHARE to the end of the transaction and returns it if it is current (PF001 otherwise); '
+  'the transaction may then stay idle at most as long as the lease had left.';
 
 revoke all on function pgfence.is_current(text, timestamptz), pgfence.is_live(text, timestamptz),
                        pgfence.hold_current(uuid)

@@ -1,4 +1,5 @@
 -- Deploy pgfence:prepare_update
+-- requires: lock_resources
 -- requires: updates
 -- requires: leases
 -- requires: invocations
@@ -12,7 +13,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.prepare_update(resources text[], request_id uuid)
+create or replace function pgfence.prepare_update(resources text[], request_id uuid)
 returns uuid
 language plpgsql
 security definer
@@ -64,9 +65,9 @@ begin
   end if;
 
   -- Then the resources, in name order, before looking at anything else.
-  select array_agg(r.resource order by r.resource) into v_found
-    from (select x.resource from pgfence.resources x
-           where x.resource = any (v_set) order by x.resource for no key update) r;
+  perform pgfence.lock_resources(v_set);
+  select array_agg(x.resource order by x.resource) into v_found
+    from pgfence.resources x where x.resource = any (v_set);
   select array_agg(r order by r) into v_missing from unnest(v_set) r where r <> all (coalesce(v_found, '{}'));
   if v_missing is not null then
     raise exception 'pgfence: unknown resources: %', array_to_string(v_missing, ', ')

@@ -1,4 +1,5 @@
 -- Deploy pgfence:protect
+-- requires: protections
 -- requires: fence
 -- requires: unfenced_writes
 -- requires: resources
@@ -14,7 +15,7 @@ set local lock_timeout = '5s';
 -- row, and the lock that fence() holds keeps its answer true until commit. It runs AFTER the
 -- statement, so that a statement may fence itself (insert ... select pgfence.fence($1), ...):
 -- a fenced write in one round trip. A refused statement is undone whole.
-create function pgfence.guard()
+create or replace function pgfence.guard()
 returns trigger
 language plpgsql
 security definer
@@ -41,11 +42,13 @@ $$;
 comment on function pgfence.guard() is
   'Trigger of protected tables: rejects (enforce) or records (observe) a write in a transaction that has not fenced the resource.';
 
-create function pgfence.protect(tbl regclass, resource text, mode text default 'enforce')
+create or replace function pgfence.protect(tbl regclass, resource text, mode text default 'enforce')
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+  v_renamed name;
 begin
   perform pgfence.check_not_null('tbl', protect.tbl);
   perform pgfence.check_name('resource', protect.resource);
@@ -67,31 +70,50 @@ begin
   if not exists (select from pgfence.resources r where r.resource = protect.resource) then
     perform pgfence.resource_not_found(protect.resource);
   end if;
-  -- Runs as the caller: creating a trigger needs the caller's own TRIGGER privilege on tbl.
-  perform pgfence.unprotect(protect.tbl);
-  execute format('create trigger pgfence_guard after insert or update or delete or truncate on %s '
+  -- Runs as the caller: creating a trigger needs the caller's own TRIGGER privilege on tbl,
+  -- and replacing it (to switch modes) no more than that, where dropping it would need
+  -- ownership. The guard is found by its function, so one renamed by hand is replaced, not
+  -- doubled.
+  for v_renamed in
+    select t.tgname from pg_catalog.pg_trigger t
+     where t.tgrelid = protect.tbl and t.tgfoid = 'pgfence.guard()'::regprocedure
+       and t.tgname <> 'pgfence_guard'
+  loop
+    execute format('drop trigger %I on %s', v_renamed, protect.tbl);
+  end loop;
+  execute format('create or replace trigger pgfence_guard after insert or update or delete or truncate on %s '
                  'for each statement execute function pgfence.guard(%L, %L)',
                  protect.tbl, protect.resource, protect.mode);
+  insert into pgfence.protections as p (tbl, resources, mode)
+  values (protect.tbl, array[protect.resource], protect.mode)
+  on conflict on constraint protections_pkey
+  do update set resources = excluded.resources, mode = excluded.mode, protected_at = clock_timestamp();
 end
 $$;
 comment on function pgfence.protect(regclass, text, text) is
   'Operator: writes to tbl are rejected with PF007 (enforce) or recorded in pgfence.unfenced_writes (observe) '
   'unless the transaction fenced resource. Replaces an earlier protection of tbl. Raises PF002, 22023.';
 
-create function pgfence.unprotect(tbl regclass)
+create or replace function pgfence.unprotect(tbl regclass)
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+  v_guard name;
 begin
   perform pgfence.check_not_null('tbl', unprotect.tbl);
-  if exists (select from pg_catalog.pg_trigger t
-              where t.tgrelid = unprotect.tbl and t.tgname = 'pgfence_guard') then
-    execute format('drop trigger pgfence_guard on %s', unprotect.tbl);
-  end if;
+  -- Every guard of tbl, found by its function (also one renamed by hand).
+  for v_guard in
+    select t.tgname from pg_catalog.pg_trigger t
+     where t.tgrelid = unprotect.tbl and t.tgfoid = 'pgfence.guard()'::regprocedure
+  loop
+    execute format('drop trigger %I on %s', v_guard, unprotect.tbl);
+  end loop;
+  delete from pgfence.protections p where p.tbl = unprotect.tbl;
 end
 $$;
-comment on function pgfence.unprotect(regclass) is 'Operator: removes the protection of tbl, if any.';
+comment on function pgfence.unprotect(regclass) is 'Operator: removes the protection of tbl, if any: its guard (whatever it is named now) and its record.';
 
 revoke all on function pgfence.guard() from public;
 revoke all on function pgfence.protect(regclass, text, text) from public;

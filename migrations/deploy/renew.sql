@@ -30,9 +30,13 @@ begin
   -- the lease current) the update goes through unchecked, however long it waited. So the
   -- expiry it replaced is kept in renewed_from and judged against the clock read in
   -- RETURNING, which runs after the row is written, after any wait.
+  -- A renewal never moves expires_at backwards: a REPEATABLE READ or SERIALIZABLE caller of
+  -- fence or claim judges the row version its snapshot holds, which a renewal (not conflicting
+  -- with their FOR KEY SHARE) does not make it re-read; so the expiry it sees must never be
+  -- later than the real one.
   update pgfence.leases l
      set renewed_from = l.expires_at,
-         expires_at = clock_timestamp() + renew.ttl,
+         expires_at = greatest(l.expires_at, clock_timestamp() + renew.ttl),
          renewed_at = clock_timestamp()
    where l.lease_id = renew.lease_id and pgfence.is_live(l.state, l.expires_at)
   returning l.renewed_from, clock_timestamp(), l.expires_at, l.state
@@ -46,7 +50,7 @@ begin
 end
 $$;
 comment on function pgfence.renew(uuid, interval) is
-  'Extends an active or draining, unexpired lease to ttl from now; idempotent. Raises PF001 otherwise.';
+  'Extends an active or draining, unexpired lease to ttl from now, never shortening it; idempotent. Raises PF001 otherwise.';
 
 revoke all on function pgfence.renew(uuid, interval) from public;
 grant execute on function pgfence.renew(uuid, interval) to pgfence_worker;

@@ -1,4 +1,6 @@
 -- Deploy pgfence:report
+-- requires: attempt_leases
+-- requires: stale_reports
 -- requires: tasks
 -- requires: stale_results
 -- requires: attempt_id
@@ -13,7 +15,7 @@ set local lock_timeout = '5s';
 
 -- complete and fail share one rule (I5): the result of the attempt that holds the task is
 -- accepted, even after its lease expired or drained, as long as no newer attempt claimed it.
-create function pgfence.report(attempt_id uuid, kind text, body jsonb)
+create or replace function pgfence.report(attempt_id uuid, kind text, body jsonb)
 returns text
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -23,6 +25,8 @@ declare
   v_attempt int;
   v_task pgfence.tasks;
   v_final boolean;
+  v_lease_id uuid;
+  v_reports bigint;
 begin
   select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(report.attempt_id) a;
   select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
@@ -31,12 +35,32 @@ begin
          and pgfence.attempt_uuid(v_task_id, v_attempt, v_task.lease_id) <> report.attempt_id) then
     perform pgfence.unknown_attempt(report.attempt_id);
   end if;
-  -- An older attempt's lease is not kept, so its signature cannot be checked: it can change
-  -- nothing but a row in stale_results.
   if v_attempt < v_task.attempt then
-    insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, body)
-    values (report.attempt_id, v_task_id, v_attempt, report.kind, report.body)
-    on conflict on constraint stale_results_pkey do nothing;
+    -- An older attempt is checked against the lease it was claimed under, like the current
+    -- one, so nobody can make up stale results for a task. Attempts claimed before release
+    -- 0.2.0 have no lease on record: theirs are recorded unverified (they change nothing but
+    -- stale_results, and the bound below holds for them too).
+    v_lease_id := v_task.attempt_leases[v_attempt];
+    if v_lease_id is not null
+       and pgfence.attempt_uuid(v_task_id, v_attempt, v_lease_id) <> report.attempt_id then
+      perform pgfence.unknown_attempt(report.attempt_id);
+    end if;
+    -- Each different report is kept (I5); a retry of one already kept adds nothing.
+    if not exists (select from pgfence.stale_results s
+                    where s.attempt_id = report.attempt_id and s.kind = report.kind
+                      and s.body is not distinct from report.body) then
+      select count(*) into v_reports from pgfence.stale_results s
+       where s.task_id = v_task_id and s.attempt = v_attempt;
+      if v_reports >= 10 then
+        raise exception 'pgfence: attempt % of task % has sent 10 stale results already', v_attempt, v_task_id
+          using errcode = '54000',
+                hint = 'the attempt is superseded: stop reporting; its results are in pgfence.stale_results';
+      end if;
+      insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, body, report)
+      values (report.attempt_id, v_task_id, v_attempt, report.kind, report.body,
+              (select coalesce(max(s.report), 0) + 1 from pgfence.stale_results s
+                where s.attempt_id = report.attempt_id));
+    end if;
     return 'stale';
   end if;
   if v_task.reported then

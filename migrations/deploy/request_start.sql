@@ -1,5 +1,6 @@
 -- Deploy pgfence:request_start
 -- requires: lease_judgement
+-- requires: lock_resources
 -- requires: leases
 -- requires: invocations
 
@@ -23,13 +24,18 @@ begin
   perform pgfence.check_name('resource', request_start.resource);
   perform pgfence.check_interval('ttl', request_start.ttl);
   -- The resource row serializes request_start with acquire and with other callers: of
-  -- concurrent callers exactly one finds nothing pending.
+  -- concurrent callers exactly one finds nothing pending. A caller that finds the row held by
+  -- another session does not queue behind it (which may be a session that idles, or a
+  -- prepared transaction): it gets NULL, as for a start that is pending, and asks again later.
+  if not exists (select from pgfence.resources r where r.resource = request_start.resource) then
+    perform pgfence.resource_not_found(request_start.resource);
+  end if;
   select r.enabled into v_enabled
     from pgfence.resources r
    where r.resource = request_start.resource
-     for no key update;
+     for no key update skip locked;
   if not found then
-    perform pgfence.resource_not_found(request_start.resource);
+    return null;
   end if;
   if not v_enabled
      or exists (select from pgfence.leases l

@@ -1,4 +1,5 @@
 -- Deploy pgfence:set_enabled
+-- requires: lock_resources
 -- requires: resources
 -- requires: checks
 -- requires: errors
@@ -10,7 +11,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.set_enabled(resource text, enabled boolean)
+create or replace function pgfence.set_enabled(resource text, enabled boolean)
 returns boolean
 language plpgsql
 security definer
@@ -21,10 +22,8 @@ declare
 begin
   perform pgfence.check_name('resource', set_enabled.resource);
   perform pgfence.check_not_null('enabled', set_enabled.enabled);
-  select r.enabled into v_previous
-    from pgfence.resources r
-   where r.resource = set_enabled.resource
-     for no key update;
+  perform pgfence.lock_resources(array[set_enabled.resource]);
+  select r.enabled into v_previous from pgfence.resources r where r.resource = set_enabled.resource;
   if not found then
     raise exception 'pgfence: resource % is not registered', set_enabled.resource
       using errcode = 'PF002', hint = 'register it first with pgfence.register(resource)';

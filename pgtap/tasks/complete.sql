@@ -97,7 +97,7 @@ select results_eq($$ select s.attempt_id, s.task_id, s.attempt, s.kind, s.body f
 select results_eq($$ select t.state, t.attempt, pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id), t.result from pgfence.tasks t join f2 using (task_id) $$,
                   $$ select 'claimed'::text, 2, attempt_id, null::jsonb from f2 $$,
                   'the task is unchanged: still claimed by the new attempt, no result');
-select is(pgfence.complete((select attempt_id from f1), '{"from": "attempt 1", "retry": true}'), 'stale',
+select is(pgfence.complete((select attempt_id from f1), '{"from": "attempt 1"}'), 'stale',
           'a retry of the stale result is stale again');
 select is((select count(*) from pgfence.stale_results), 1::bigint, 'and adds no second row');
 select is((select stale_results from pgfence.queue_status where queue = 'f'), 1::bigint,

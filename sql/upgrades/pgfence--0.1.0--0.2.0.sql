@@ -181,6 +181,73 @@ grant execute on function pgfence.check_name(text, text), pgfence.check_not_null
    to pgfence_operator;
 
 
+-- change: lock_resources
+-- Deploy pgfence:lock_resources
+-- requires: resources
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Locks resource rows FOR NO KEY UPDATE, in name order (the shared lock order), for the paths
+-- that must wait for them: the operator's and a worker started for an invocation. Any session
+-- can hold a resource row (acquire takes it), and one that then idles, or prepares its
+-- transaction, would keep every such path waiting without an end; so the wait is bounded by
+-- the caller's lock_timeout, or 5 seconds when it has none, and a timeout names who holds the
+-- rows, which an operator needs to act on.
+create function pgfence.lock_resources(resources text[])
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_saved text := current_setting('lock_timeout');
+  v_holders text;
+begin
+  if v_saved = '0' then
+    perform set_config('lock_timeout', '5s', true);
+  end if;
+  begin
+    perform from pgfence.resources r
+     where r.resource = any (lock_resources.resources)
+     order by r.resource
+       for no key update;
+  exception when lock_not_available then
+    -- A locked row's xmax is its locker's transaction id (a multixact when several share it).
+    select string_agg(format('%s: %s', r.resource,
+                             coalesce(
+                               (select format('prepared transaction %L', x.gid)
+                                  from pg_catalog.pg_prepared_xacts x where x.transaction = r.xmax),
+                               (select format('pid %s (%s, %s since %s)', a.pid,
+                                              coalesce(nullif(a.application_name, ''), 'no application_name'),
+                                              a.state, a.state_change)
+                                  from pg_catalog.pg_locks k
+                                  join pg_catalog.pg_stat_activity a on a.pid = k.pid
+                                 where k.locktype = 'transactionid' and k.transactionid = r.xmax
+                                   and k.granted
+                                 limit 1),
+                               'a transaction that has ended, or several sharing the lock')), '; ' order by r.resource)
+      into v_holders
+      from pgfence.resources r
+     where r.resource = any (lock_resources.resources) and r.xmax <> '0'::xid;
+    raise exception 'pgfence: resources are locked by another transaction; gave up after lock_timeout %',
+                    current_setting('lock_timeout')
+      using errcode = '55P03', detail = coalesce(v_holders, 'the holder has gone since'),
+            hint = 'retry; if the holder is idle or a forgotten prepared transaction, end it '
+                   '(pg_terminate_backend, ROLLBACK PREPARED)';
+  end;
+  perform set_config('lock_timeout', v_saved, true);
+end
+$$;
+comment on function pgfence.lock_resources(text[]) is
+  'Locks the resource rows in name order, waiting at most lock_timeout (5 s when unset); raises 55P03 naming who holds them.';
+
+revoke all on function pgfence.lock_resources(text[]) from public;
+
+
 -- change: lease_judgement
 -- Deploy pgfence:lease_judgement
 -- requires: leases
@@ -238,6 +305,8 @@ language plpgsql
 as $$
 declare
   v_lease pgfence.leases;
+  v_left double precision;  -- milliseconds the lease has left
+  v_set interval;
 begin
   select l.* into v_lease
     from pgfence.leases l
@@ -246,11 +315,27 @@ begin
   if not found or not pgfence.is_current(v_lease.state, v_lease.expires_at) then
     perform pgfence.lease_not_current(hold_current.lease_id);
   end if;
+  -- The lock is held until the caller's transaction ends, and takeovers wait for it (I2). An
+  -- owner frozen inside that transaction (paused, partitioned, its client gone quiet) would
+  -- hold off every successor until its backend died. So the transaction may stay idle no
+  -- longer than the lease had left: then PostgreSQL ends the session, the lock goes, and a
+  -- successor gets the resource at most that long after the lease's expiry. A caller's own
+  -- shorter idle_in_transaction_session_timeout is kept.
+  v_left := pg_catalog.ceil(pg_catalog.date_part('epoch', v_lease.expires_at operator(pg_catalog.-)
+                                                  pg_catalog.clock_timestamp()) operator(pg_catalog.*) 1000);
+  v_set := pg_catalog.current_setting('idle_in_transaction_session_timeout')::pg_catalog.interval;
+  if v_left operator(pg_catalog.>) 0
+     and (v_set operator(pg_catalog.=) '0'::pg_catalog.interval
+          or v_set operator(pg_catalog.>) pg_catalog.make_interval(secs => v_left operator(pg_catalog./) 1000)) then
+    perform pg_catalog.set_config('idle_in_transaction_session_timeout',
+                                  pg_catalog.format('%sms', v_left::pg_catalog.int8), true);
+  end if;
   return v_lease;
 end
 $$;
 comment on function pgfence.hold_current(uuid) is
-  'Locks the lease FOR KEY SHARE to the end of the transaction and returns it if it is current; raises PF001 otherwise.';
+  'Locks the lease FOR KEY SHARE to the end of the transaction and returns it if it is current (PF001 otherwise); '
+  'the transaction may then stay idle at most as long as the lease had left.';
 
 revoke all on function pgfence.is_current(text, timestamptz), pgfence.is_live(text, timestamptz),
                        pgfence.hold_current(uuid)
@@ -263,6 +348,7 @@ grant execute on function pgfence.is_current(text, timestamptz) to pgfence_monit
 -- change: acquire
 -- Deploy pgfence:acquire
 -- requires: lease_judgement
+-- requires: lock_resources
 -- requires: leases
 -- requires: invocations
 -- requires: checks
@@ -289,12 +375,32 @@ begin
   perform pgfence.check_label('owner', acquire.owner);
   perform pgfence.check_interval('ttl', acquire.ttl);
 
-  select r.enabled into v_enabled
-    from pgfence.resources r
-   where r.resource = acquire.resource
-     for no key update;
+  -- A first look without any lock: an unknown resource is refused, and a poller of a resource
+  -- whose lease is current gets NULL without waiting for anybody.
+  select r.enabled into v_enabled from pgfence.resources r where r.resource = acquire.resource;
   if not found then
     perform pgfence.resource_not_found(acquire.resource);
+  end if;
+  if acquire.invocation_id is null then
+    if v_enabled and exists (select from pgfence.leases l
+                              where l.resource = acquire.resource
+                                and pgfence.is_current(l.state, l.expires_at)) then
+      return null;
+    end if;
+    -- The resource row serializes acquirers. A poller does not queue for it behind whoever
+    -- holds it (another acquirer, an operator, a session that acquired and then idled or
+    -- prepared its transaction): it answers NULL at once and polls again later.
+    select r.enabled into v_enabled
+      from pgfence.resources r
+     where r.resource = acquire.resource
+       for no key update skip locked;
+    if not found then
+      return null;
+    end if;
+  else
+    -- A worker started for this invocation waits for its answer, but not forever.
+    perform pgfence.lock_resources(array[acquire.resource]);
+    select r.enabled into v_enabled from pgfence.resources r where r.resource = acquire.resource;
   end if;
   if not v_enabled then
     raise exception 'pgfence: resource % is disabled', acquire.resource
@@ -390,9 +496,13 @@ begin
   -- the lease current) the update goes through unchecked, however long it waited. So the
   -- expiry it replaced is kept in renewed_from and judged against the clock read in
   -- RETURNING, which runs after the row is written, after any wait.
+  -- A renewal never moves expires_at backwards: a REPEATABLE READ or SERIALIZABLE caller of
+  -- fence or claim judges the row version its snapshot holds, which a renewal (not conflicting
+  -- with their FOR KEY SHARE) does not make it re-read; so the expiry it sees must never be
+  -- later than the real one.
   update pgfence.leases l
      set renewed_from = l.expires_at,
-         expires_at = clock_timestamp() + renew.ttl,
+         expires_at = greatest(l.expires_at, clock_timestamp() + renew.ttl),
          renewed_at = clock_timestamp()
    where l.lease_id = renew.lease_id and pgfence.is_live(l.state, l.expires_at)
   returning l.renewed_from, clock_timestamp(), l.expires_at, l.state
@@ -406,7 +516,7 @@ begin
 end
 $$;
 comment on function pgfence.renew(uuid, interval) is
-  'Extends an active or draining, unexpired lease to ttl from now; idempotent. Raises PF001 otherwise.';
+  'Extends an active or draining, unexpired lease to ttl from now, never shortening it; idempotent. Raises PF001 otherwise.';
 
 revoke all on function pgfence.renew(uuid, interval) from public;
 grant execute on function pgfence.renew(uuid, interval) to pgfence_worker;
@@ -436,7 +546,9 @@ declare
   v_expires_at timestamptz;
 begin
   perform pgfence.check_not_null('lease_id', drain.lease_id);
-  -- FOR UPDATE: the lease stays current until the owner's open fenced transactions end (I2).
+  -- FOR UPDATE: the lease stays current until the owner's open fenced transactions end (I2),
+  -- and a REPEATABLE READ or SERIALIZABLE fence whose snapshot predates this drain gets 40001
+  -- rather than the row version its snapshot holds (FOR KEY SHARE conflicts with FOR UPDATE).
   select l.state, l.expires_at into v_state, v_expires_at
     from pgfence.leases l
    where l.lease_id = drain.lease_id
@@ -516,75 +628,10 @@ revoke all on function pgfence.fence(uuid) from public;
 grant execute on function pgfence.fence(uuid) to pgfence_worker;
 
 
--- change: claim
--- Deploy pgfence:claim
--- requires: lease_judgement
--- requires: tasks
--- requires: leases
--- requires: signing_key
--- requires: attempt_id
--- requires: checks
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create or replace function pgfence.claim(lease_id uuid, queue text, qty int default 1, visibility interval default '30 seconds')
-returns table (task_id bigint, attempt_id uuid, attempt int, payload jsonb)
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
--- The claim below has one good plan whatever the queue's size or qty (a primary-key lookup of
--- the picked ids); costed with qty unknown, plpgsql would plan it again on every call.
-set plan_cache_mode = force_generic_plan
-as $$
-declare
-  v_key bytea;
-begin
-  perform pgfence.check_not_null('lease_id', claim.lease_id);
-  perform pgfence.check_name('queue', claim.queue);
-  if claim.qty is null or claim.qty not between 1 and 1000 then
-    perform pgfence.invalid_argument('qty', 'must be 1 to 1000', claim.qty::text);
-  end if;
-  perform pgfence.check_interval('visibility', claim.visibility);
-  -- The ownership check of fence(), in the same transaction as the claim: the lease row stays
-  -- locked until this transaction ends, so no successor can be granted between the check and
-  -- the claim (I2 at the work boundary).
-  perform pgfence.hold_current(claim.lease_id);
-  select k.key into v_key from pgfence.signing_key k;
-  -- SKIP LOCKED: claimers never wait for each other's rows. The ids are picked into an array
-  -- so that the update finds its rows by primary key.
-  return query
-  update pgfence.tasks t
-     set state = 'claimed',
-         attempt = t.attempt + 1,
-         lease_id = claim.lease_id,
-         reported = false,
-         visible_until = clock_timestamp() + claim.visibility
-   where t.task_id = any (array(
-           select p.task_id
-             from pgfence.tasks p
-            where p.queue = claim.queue and p.state = 'queued' and p.ready_at <= clock_timestamp()
-            order by p.ready_at
-            limit claim.qty
-              for update skip locked))
-  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id, v_key), t.attempt, t.payload;
-end
-$$;
-comment on function pgfence.claim(uuid, text, int, interval) is
-  'Claims up to qty ready tasks of queue under an active, unexpired lease, never waiting for rows other claimers hold; '
-  'each claim mints an attempt_id. Raises PF001 when the lease is not current, 22023 on bad arguments.';
-
-revoke all on function pgfence.claim(uuid, text, int, interval) from public;
-grant execute on function pgfence.claim(uuid, text, int, interval) to pgfence_worker;
-
-
 -- change: request_start
 -- Deploy pgfence:request_start
 -- requires: lease_judgement
+-- requires: lock_resources
 -- requires: leases
 -- requires: invocations
 
@@ -607,13 +654,18 @@ begin
   perform pgfence.check_name('resource', request_start.resource);
   perform pgfence.check_interval('ttl', request_start.ttl);
   -- The resource row serializes request_start with acquire and with other callers: of
-  -- concurrent callers exactly one finds nothing pending.
+  -- concurrent callers exactly one finds nothing pending. A caller that finds the row held by
+  -- another session does not queue behind it (which may be a session that idles, or a
+  -- prepared transaction): it gets NULL, as for a start that is pending, and asks again later.
+  if not exists (select from pgfence.resources r where r.resource = request_start.resource) then
+    perform pgfence.resource_not_found(request_start.resource);
+  end if;
   select r.enabled into v_enabled
     from pgfence.resources r
    where r.resource = request_start.resource
-     for no key update;
+     for no key update skip locked;
   if not found then
-    perform pgfence.resource_not_found(request_start.resource);
+    return null;
   end if;
   if not v_enabled
      or exists (select from pgfence.leases l
@@ -808,6 +860,7 @@ grant select on pgfence.resource_status to pgfence_monitor, pgfence_operator;
 -- requires: resources
 -- requires: checks
 -- requires: errors
+-- requires: lock_resources
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -831,7 +884,8 @@ begin
   perform pgfence.check_name('resource', cancel_invocations.resource);
   -- The resource row, as request_start takes it: a concurrent request_start either sees the
   -- invocations still pending or runs after this and may start anew.
-  perform from pgfence.resources r where r.resource = cancel_invocations.resource for no key update;
+  perform pgfence.lock_resources(array[cancel_invocations.resource]);
+  perform from pgfence.resources r where r.resource = cancel_invocations.resource;
   if not found then
     perform pgfence.resource_not_found(cancel_invocations.resource);
   end if;
@@ -849,6 +903,702 @@ comment on function pgfence.cancel_invocations(text) is
 
 revoke all on function pgfence.cancel_invocations(text) from public;
 grant execute on function pgfence.cancel_invocations(text) to pgfence_operator;
+
+
+-- change: protections
+-- Deploy pgfence:protections
+-- requires: resources
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- What protect was asked to protect, kept apart from the guard trigger it creates, so that a
+-- guard dropped, disabled or renamed by hand, or a table moved into an inheritance or partition
+-- tree afterwards, shows up in pgfence.protected_tables instead of silently protecting nothing.
+create table pgfence.protections (
+  tbl          regclass primary key,            -- follows renames; dumps and restores by name
+  resources    text[] not null,                 -- a write needs a fence of any one of them
+  mode         text not null check (mode in ('enforce', 'observe')),
+  protected_at timestamptz not null default clock_timestamp()
+);
+comment on table pgfence.protections is 'Tables protect was asked to protect. Not a public interface: see pgfence.protected_tables.';
+
+-- Tables protected before this table existed (release 0.1.0): from their guards' arguments.
+-- (On a fresh install there is no guard function yet, nor a protected table.)
+insert into pgfence.protections (tbl, resources, mode)
+select t.tgrelid::regclass, array[a[1]], a[2]
+  from pg_catalog.pg_trigger t,
+       -- tgargs: each argument followed by a NUL, which the escape format writes as \000.
+       lateral (select pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000') as a) x
+ where t.tgfoid = pg_catalog.to_regprocedure('pgfence.guard()') and t.tgname = 'pgfence_guard'
+on conflict do nothing;
+
+revoke all on table pgfence.protections from public;
+-- protect and unprotect run as the operator.
+grant select, insert, update, delete on table pgfence.protections to pgfence_operator;
+
+
+-- change: protect
+-- Deploy pgfence:protect
+-- requires: protections
+-- requires: fence
+-- requires: unfenced_writes
+-- requires: resources
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Statement-level: the check costs one marker comparison per statement, not a lookup per
+-- row, and the lock that fence() holds keeps its answer true until commit. It runs AFTER the
+-- statement, so that a statement may fence itself (insert ... select pgfence.fence($1), ...):
+-- a fenced write in one round trip. A refused statement is undone whole.
+create or replace function pgfence.guard()
+returns trigger
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if exists (select from pgfence.signing_key k
+              where strpos(coalesce(current_setting('pgfence.fenced', true), ''),
+                           E'\n' || pgfence.fence_token(tg_argv[0], k.key) || E'\n') > 0) then
+    return null;
+  end if;
+  if tg_argv[1] = 'observe' then
+    insert into pgfence.unfenced_writes (table_name, resource, operation, mode, transaction_id, role_name, application_name)
+    values (format('%I.%I', tg_table_schema, tg_table_name), tg_argv[0], tg_op, tg_argv[1],
+            pg_current_xact_id(), session_user, current_setting('application_name', true));
+    return null;
+  end if;
+  raise exception 'pgfence: unfenced % on %.%, which is protected for resource %',
+                  tg_op, tg_table_schema, tg_table_name, tg_argv[0]
+    using errcode = 'PF007',
+          hint = 'call pgfence.fence(lease_id) for that resource earlier in the same transaction';
+end
+$$;
+comment on function pgfence.guard() is
+  'Trigger of protected tables: rejects (enforce) or records (observe) a write in a transaction that has not fenced the resource.';
+
+create or replace function pgfence.protect(tbl regclass, resource text, mode text default 'enforce')
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_renamed name;
+begin
+  perform pgfence.check_not_null('tbl', protect.tbl);
+  perform pgfence.check_name('resource', protect.resource);
+  if protect.mode is null or protect.mode not in ('enforce', 'observe') then
+    perform pgfence.invalid_argument('mode', 'must be enforce or observe', protect.mode);
+  end if;
+  -- A statement trigger fires only for statements that name its own table, so a write that
+  -- names a partition or an inheritance child would pass a guard on the parent unseen.
+  if (select c.relkind <> 'r' or c.relispartition from pg_catalog.pg_class c where c.oid = protect.tbl)
+     or exists (select from pg_catalog.pg_inherits i
+                 where i.inhrelid = protect.tbl or i.inhparent = protect.tbl) then
+    perform pgfence.invalid_argument('tbl',
+      'must be a plain table: not a view, partitioned table, partition or member of an inheritance tree',
+      protect.tbl::text);
+  end if;
+  if (select c.relnamespace from pg_catalog.pg_class c where c.oid = protect.tbl) = 'pgfence'::regnamespace then
+    perform pgfence.invalid_argument('tbl', 'must not be a table of pgfence itself', protect.tbl::text);
+  end if;
+  if not exists (select from pgfence.resources r where r.resource = protect.resource) then
+    perform pgfence.resource_not_found(protect.resource);
+  end if;
+  -- Runs as the caller: creating a trigger needs the caller's own TRIGGER privilege on tbl,
+  -- and replacing it (to switch modes) no more than that, where dropping it would need
+  -- ownership. The guard is found by its function, so one renamed by hand is replaced, not
+  -- doubled.
+  for v_renamed in
+    select t.tgname from pg_catalog.pg_trigger t
+     where t.tgrelid = protect.tbl and t.tgfoid = 'pgfence.guard()'::regprocedure
+       and t.tgname <> 'pgfence_guard'
+  loop
+    execute format('drop trigger %I on %s', v_renamed, protect.tbl);
+  end loop;
+  execute format('create or replace trigger pgfence_guard after insert or update or delete or truncate on %s '
+                 'for each statement execute function pgfence.guard(%L, %L)',
+                 protect.tbl, protect.resource, protect.mode);
+  insert into pgfence.protections as p (tbl, resources, mode)
+  values (protect.tbl, array[protect.resource], protect.mode)
+  on conflict on constraint protections_pkey
+  do update set resources = excluded.resources, mode = excluded.mode, protected_at = clock_timestamp();
+end
+$$;
+comment on function pgfence.protect(regclass, text, text) is
+  'Operator: writes to tbl are rejected with PF007 (enforce) or recorded in pgfence.unfenced_writes (observe) '
+  'unless the transaction fenced resource. Replaces an earlier protection of tbl. Raises PF002, 22023.';
+
+create or replace function pgfence.unprotect(tbl regclass)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_guard name;
+begin
+  perform pgfence.check_not_null('tbl', unprotect.tbl);
+  -- Every guard of tbl, found by its function (also one renamed by hand).
+  for v_guard in
+    select t.tgname from pg_catalog.pg_trigger t
+     where t.tgrelid = unprotect.tbl and t.tgfoid = 'pgfence.guard()'::regprocedure
+  loop
+    execute format('drop trigger %I on %s', v_guard, unprotect.tbl);
+  end loop;
+  delete from pgfence.protections p where p.tbl = unprotect.tbl;
+end
+$$;
+comment on function pgfence.unprotect(regclass) is 'Operator: removes the protection of tbl, if any: its guard (whatever it is named now) and its record.';
+
+revoke all on function pgfence.guard() from public;
+revoke all on function pgfence.protect(regclass, text, text) from public;
+revoke all on function pgfence.unprotect(regclass) from public;
+-- protect runs as the operator, who needs the guard (to create the trigger) and a look at
+-- the registered names; firing the trigger later needs no privilege of the writer.
+grant execute on function pgfence.guard() to pgfence_operator;
+grant execute on function pgfence.protect(regclass, text, text), pgfence.unprotect(regclass) to pgfence_operator;
+
+
+-- change: protected_tables
+-- Deploy pgfence:protected_tables
+-- requires: protections
+-- requires: protect
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Protection can stop protecting without an error: the guard dropped, disabled (or made to
+-- fire only in replica mode) or renamed, its arguments changed, or the table attached to an
+-- inheritance or partition tree after protect (a statement trigger does not see writes that
+-- name another member of the tree). Each protected table, and what is wrong with it.
+create view pgfence.protected_tables as
+select p.tbl::text as table_name,
+       p.resources,
+       p.mode,
+       g.tgname is not null as guard_present,
+       coalesce(g.tgenabled in ('O', 'A'), false) as guard_enabled,
+       coalesce(c.relkind = 'r' and not c.relispartition and not tree.member, false) as plain_table,
+       problem.text is null as healthy,
+       problem.text as problem
+  from pgfence.protections p
+  left join pg_catalog.pg_class c on c.oid = p.tbl
+  left join lateral (
+         select t.tgname, t.tgenabled,
+                pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000') as args
+           from pg_catalog.pg_trigger t
+          where t.tgrelid = p.tbl and t.tgfoid = 'pgfence.guard()'::regprocedure
+          order by t.tgname = 'pgfence_guard' desc, t.tgname
+          limit 1) g on true
+  cross join lateral (
+         select exists (select from pg_catalog.pg_inherits i
+                         where i.inhrelid = p.tbl or i.inhparent = p.tbl) as member) tree
+  cross join lateral (
+         select case when c.oid is null then 'the table no longer exists'
+                     when g.tgname is null then 'the guard trigger is missing'
+                     when g.tgenabled not in ('O', 'A') then 'the guard trigger is disabled'
+                     when g.tgname <> 'pgfence_guard' then pg_catalog.format('the guard trigger was renamed to %I', g.tgname)
+                     when g.args[1] <> all (p.resources) or g.args[2] is distinct from p.mode
+                     then 'the guard trigger''s resource or mode differs from what protect set'
+                     when c.relkind <> 'r' or c.relispartition or tree.member
+                     then 'the table is no longer a plain table outside any inheritance or partition tree'
+                end as text) problem;
+comment on view pgfence.protected_tables is
+  'One row per protected table: its resources and mode, whether its guard is present and enabled and the table '
+  'still a plain table outside any inheritance or partition tree; healthy, or the problem. Run protect again to repair.';
+
+revoke all on pgfence.protected_tables from public;
+grant select on pgfence.protected_tables to pgfence_monitor, pgfence_operator;
+
+
+-- change: set_enabled
+-- Deploy pgfence:set_enabled
+-- requires: lock_resources
+-- requires: resources
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.set_enabled(resource text, enabled boolean)
+returns boolean
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_previous boolean;
+begin
+  perform pgfence.check_name('resource', set_enabled.resource);
+  perform pgfence.check_not_null('enabled', set_enabled.enabled);
+  perform pgfence.lock_resources(array[set_enabled.resource]);
+  select r.enabled into v_previous from pgfence.resources r where r.resource = set_enabled.resource;
+  if not found then
+    raise exception 'pgfence: resource % is not registered', set_enabled.resource
+      using errcode = 'PF002', hint = 'register it first with pgfence.register(resource)';
+  end if;
+  update pgfence.resources r
+     set enabled = set_enabled.enabled,
+         enabled_version = r.enabled_version + 1
+   where r.resource = set_enabled.resource;
+  return v_previous;
+end
+$$;
+comment on function pgfence.set_enabled(text, boolean) is
+  'Operator: sets enabled and returns the previous value. Raises PF002 for an unknown resource.';
+
+revoke all on function pgfence.set_enabled(text, boolean) from public;
+grant execute on function pgfence.set_enabled(text, boolean) to pgfence_operator;
+
+
+-- change: deprecate
+-- Deploy pgfence:deprecate
+-- requires: lock_resources
+-- requires: leases
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.deprecate(resource text)
+returns uuid
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_lease_id uuid;
+begin
+  perform pgfence.check_name('resource', deprecate.resource);
+  perform pgfence.lock_resources(array[deprecate.resource]);
+  perform from pgfence.resources r where r.resource = deprecate.resource;
+  if not found then
+    perform pgfence.resource_not_found(deprecate.resource);
+  end if;
+  select l.lease_id into v_lease_id
+    from pgfence.leases l
+   where l.resource = deprecate.resource and l.state = 'active'
+     for update;
+  if found then
+    update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
+     where l.lease_id = v_lease_id;
+  end if;
+  return v_lease_id;
+end
+$$;
+comment on function pgfence.deprecate(text) is
+  'Operator: the active lease becomes draining (it finishes what it holds, claims nothing); returns its lease_id or NULL. Raises PF002.';
+
+revoke all on function pgfence.deprecate(text) from public;
+grant execute on function pgfence.deprecate(text) to pgfence_operator;
+
+
+-- change: prepare_update
+-- Deploy pgfence:prepare_update
+-- requires: lock_resources
+-- requires: updates
+-- requires: leases
+-- requires: invocations
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.prepare_update(resources text[], request_id uuid)
+returns uuid
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_set text[];
+  v_found text[];
+  v_missing text[];
+  v_existing pgfence.updates;
+  v_open text;
+  v_token uuid;
+  v_resource record;
+  v_version bigint;
+  v_drained bigint;
+begin
+  perform pgfence.check_not_null('request_id', prepare_update.request_id);
+  if prepare_update.resources is null or cardinality(prepare_update.resources) not between 1 and 1000
+     or array_position(prepare_update.resources, null) is not null then
+    perform pgfence.invalid_argument('resources', 'must name 1 to 1000 resources, none NULL',
+                                     prepare_update.resources::text);
+  end if;
+  perform pgfence.check_name('resources', r) from unnest(prepare_update.resources) r;
+  select array_agg(distinct r order by r) into v_set from unnest(prepare_update.resources) r;
+  if cardinality(v_set) <> cardinality(prepare_update.resources) then
+    perform pgfence.invalid_argument('resources',
+      'names ' || (select string_agg(r, ', ') from (select r from unnest(prepare_update.resources) r
+                                                     group by r having count(*) > 1 order by r) d)
+               || ' more than once',
+      prepare_update.resources::text);
+  end if;
+
+  -- Claim the request_id first (the update row comes first in the lock order). A concurrent
+  -- prepare with the same request_id waits here until this one commits or rolls back.
+  insert into pgfence.updates as u (token, request_id, resources)
+  values (gen_random_uuid(), prepare_update.request_id, v_set)
+  on conflict on constraint updates_request_id_key do nothing
+  returning u.token into v_token;
+  if v_token is null then
+    -- A retry after a lost response gets the original window back, untouched: saving the
+    -- temporary false now would lose the state to restore.
+    select * into v_existing from pgfence.updates u where u.request_id = prepare_update.request_id;
+    if v_existing.resources <> v_set then
+      raise exception 'pgfence: request_id % was used for another set of resources', prepare_update.request_id
+        using errcode = 'PF004', detail = format('update %s covers %s', v_existing.token, array_to_string(v_existing.resources, ', ')),
+              hint = 'use a new request_id for a new update';
+    end if;
+    return v_existing.token;
+  end if;
+
+  -- Then the resources, in name order, before looking at anything else.
+  perform pgfence.lock_resources(v_set);
+  select array_agg(x.resource order by x.resource) into v_found
+    from pgfence.resources x where x.resource = any (v_set);
+  select array_agg(r order by r) into v_missing from unnest(v_set) r where r <> all (coalesce(v_found, '{}'));
+  if v_missing is not null then
+    raise exception 'pgfence: unknown resources: %', array_to_string(v_missing, ', ')
+      using errcode = 'PF002', hint = 'nothing was changed; register them or fix the names';
+  end if;
+
+  select string_agg(format('%s (update %s)', i.resource, i.token), ', ' order by i.resource) into v_open
+    from pgfence.update_items i
+   where i.resource = any (v_set) and i.outcome is null;
+  if v_open is not null then
+    raise exception 'pgfence: resources already in an open update: %', v_open
+      using errcode = 'PF004', hint = 'finish that update first: pgfence.finish_update(token)';
+  end if;
+
+  for v_resource in
+    select r.resource, r.enabled from pgfence.resources r where r.resource = any (v_set) order by r.resource
+  loop
+    update pgfence.resources r
+       set enabled = false, enabled_version = r.enabled_version + 1
+     where r.resource = v_resource.resource
+    returning r.enabled_version into v_version;
+    -- The active lease stops claiming; FOR UPDATE waits for its open fenced transactions.
+    select l.generation into v_drained
+      from pgfence.leases l
+     where l.resource = v_resource.resource and l.state = 'active'
+       for update;
+    if found then
+      update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
+       where l.resource = v_resource.resource and l.generation = v_drained;
+    end if;
+    insert into pgfence.update_items (token, resource, saved_enabled, enabled_version, drained_generation,
+                                      pending_invocations)
+    values (v_token, v_resource.resource, v_resource.enabled, v_version, v_drained,
+            (select count(*) from pgfence.invocations i
+              where i.resource = v_resource.resource and i.acknowledged_at is null
+                and i.expires_at > clock_timestamp()));
+  end loop;
+  return v_token;
+end
+$$;
+comment on function pgfence.prepare_update(text[], uuid) is
+  'Operator: opens an update window over resources: saves each one''s exact enabled, disables them, drains their active leases; '
+  'returns the token. A retry with the same request_id and set returns the same token and changes nothing. '
+  'Raises 22023 (bad set), PF002 (unknown names, listed), PF004 (overlap with an open window, or request_id reused for another set).';
+
+revoke all on function pgfence.prepare_update(text[], uuid) from public;
+grant execute on function pgfence.prepare_update(text[], uuid) to pgfence_operator;
+
+
+-- change: finish_update
+-- Deploy pgfence:finish_update
+-- requires: lock_resources
+-- requires: updates
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.finish_update(token uuid)
+returns table (resource text, enabled boolean, outcome text)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_item record;
+  v_outcome text;
+begin
+  perform pgfence.check_not_null('token', finish_update.token);
+  -- The update row first, then the resource rows in name order (the shared lock order).
+  perform from pgfence.updates u where u.token = finish_update.token for update;
+  if not found then
+    perform pgfence.update_not_found(finish_update.token);
+  end if;
+  perform pgfence.lock_resources(array(select i.resource from pgfence.update_items i
+                                        where i.token = finish_update.token));
+
+  for v_item in
+    select i.resource, i.saved_enabled, i.enabled_version, i.outcome, r.enabled_version as current_version
+      from pgfence.update_items i join pgfence.resources r on r.resource = i.resource
+     where i.token = finish_update.token
+     order by i.resource
+  loop
+    if v_item.outcome is not null then
+      v_outcome := 'already_finished';
+    elsif v_item.current_version <> v_item.enabled_version then
+      -- Someone set enabled inside the window: theirs is the newer decision. Leave it.
+      v_outcome := 'conflict';
+    elsif v_item.saved_enabled then
+      update pgfence.resources r
+         set enabled = true, enabled_version = r.enabled_version + 1
+       where r.resource = v_item.resource;
+      v_outcome := 'restored';
+    else
+      -- It was disabled before the window: it stays disabled (I6).
+      v_outcome := 'kept_disabled';
+    end if;
+    if v_outcome <> 'already_finished' then
+      update pgfence.update_items i set outcome = v_outcome
+       where i.token = finish_update.token and i.resource = v_item.resource;
+    end if;
+    resource := v_item.resource;
+    enabled := (select r.enabled from pgfence.resources r where r.resource = v_item.resource);
+    outcome := v_outcome;
+    return next;
+  end loop;
+  update pgfence.updates u set finished_at = clock_timestamp()
+   where u.token = finish_update.token and u.finished_at is null;
+end
+$$;
+comment on function pgfence.finish_update(uuid) is
+  'Operator: closes an update window, restoring exactly the saved enabled values: restored, kept_disabled, conflict '
+  '(enabled was changed inside the window: left as it is) or already_finished (idempotent). Raises PF005.';
+
+revoke all on function pgfence.finish_update(uuid) from public;
+grant execute on function pgfence.finish_update(uuid) to pgfence_operator;
+
+
+-- change: attempt_leases
+-- Deploy pgfence:attempt_leases
+-- requires: tasks
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- attempt_leases[n]: the lease attempt n of the task was claimed under, so that a result from
+-- an older attempt can be checked against its own signature, like the current attempt's. NULL
+-- for attempts claimed before release 0.2.0: their stale results are recorded unverified.
+alter table pgfence.tasks add column attempt_leases uuid[];
+
+
+-- change: stale_reports
+-- Deploy pgfence:stale_reports
+-- requires: stale_results
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- A stale attempt may report more than once (a retry, or a fail after a complete): each
+-- different report is kept (I5: never silently dropped), numbered per attempt.
+-- stale_results holds only refused results, a small table: the key is rebuilt under its lock
+-- (the old key, on attempt_id alone, is what dropped a second report).
+-- squawk-ignore ban-drop-constraint
+alter table pgfence.stale_results drop constraint stale_results_pkey;
+alter table pgfence.stale_results add column report int not null default 1;
+-- squawk-ignore constraint-missing-not-valid,adding-serial-primary-key-field
+alter table pgfence.stale_results add constraint stale_results_pkey primary key (attempt_id, report);
+-- The bound on what one task attempt may store is counted by this index.
+-- squawk-ignore require-concurrent-index-creation
+create index stale_results_task_attempt on pgfence.stale_results (task_id, attempt);
+
+
+-- change: report
+-- Deploy pgfence:report
+-- requires: attempt_leases
+-- requires: stale_reports
+-- requires: tasks
+-- requires: stale_results
+-- requires: attempt_id
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- complete and fail share one rule (I5): the result of the attempt that holds the task is
+-- accepted, even after its lease expired or drained, as long as no newer attempt claimed it.
+create or replace function pgfence.report(attempt_id uuid, kind text, body jsonb)
+returns text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_task_id bigint;
+  v_attempt int;
+  v_task pgfence.tasks;
+  v_final boolean;
+  v_lease_id uuid;
+  v_reports bigint;
+begin
+  select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(report.attempt_id) a;
+  select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
+  if not found or v_attempt > v_task.attempt
+     or (v_attempt = v_task.attempt
+         and pgfence.attempt_uuid(v_task_id, v_attempt, v_task.lease_id) <> report.attempt_id) then
+    perform pgfence.unknown_attempt(report.attempt_id);
+  end if;
+  if v_attempt < v_task.attempt then
+    -- An older attempt is checked against the lease it was claimed under, like the current
+    -- one, so nobody can make up stale results for a task. Attempts claimed before release
+    -- 0.2.0 have no lease on record: theirs are recorded unverified (they change nothing but
+    -- stale_results, and the bound below holds for them too).
+    v_lease_id := v_task.attempt_leases[v_attempt];
+    if v_lease_id is not null
+       and pgfence.attempt_uuid(v_task_id, v_attempt, v_lease_id) <> report.attempt_id then
+      perform pgfence.unknown_attempt(report.attempt_id);
+    end if;
+    -- Each different report is kept (I5); a retry of one already kept adds nothing.
+    if not exists (select from pgfence.stale_results s
+                    where s.attempt_id = report.attempt_id and s.kind = report.kind
+                      and s.body is not distinct from report.body) then
+      select count(*) into v_reports from pgfence.stale_results s
+       where s.task_id = v_task_id and s.attempt = v_attempt;
+      if v_reports >= 10 then
+        raise exception 'pgfence: attempt % of task % has sent 10 stale results already', v_attempt, v_task_id
+          using errcode = '54000',
+                hint = 'the attempt is superseded: stop reporting; its results are in pgfence.stale_results';
+      end if;
+      insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, body, report)
+      values (report.attempt_id, v_task_id, v_attempt, report.kind, report.body,
+              (select coalesce(max(s.report), 0) + 1 from pgfence.stale_results s
+                where s.attempt_id = report.attempt_id));
+    end if;
+    return 'stale';
+  end if;
+  if v_task.reported then
+    return 'duplicate';
+  end if;
+  if report.kind = 'complete' then
+    update pgfence.tasks t
+       set state = 'completed', result = report.body, reported = true,
+           visible_until = null, finished_at = clock_timestamp()
+     where t.task_id = v_task_id;
+  else
+    v_final := v_task.attempt >= v_task.max_attempts;
+    -- Retries back off exponentially, 2 s, 4 s, 8 s ... at most an hour.
+    update pgfence.tasks t
+       set state = case when v_final then 'failed' else 'queued' end,
+           error = report.body, reported = true, visible_until = null,
+           ready_at = clock_timestamp() + least(interval '1 second' * power(2, least(v_task.attempt, 12)), interval '1 hour'),
+           finished_at = case when v_final then clock_timestamp() end
+     where t.task_id = v_task_id;
+  end if;
+  return 'accepted';
+end
+$$;
+
+revoke all on function pgfence.report(uuid, text, jsonb) from public;
+
+
+-- change: claim
+-- Deploy pgfence:claim
+-- requires: lease_judgement
+-- requires: attempt_leases
+-- requires: tasks
+-- requires: leases
+-- requires: signing_key
+-- requires: attempt_id
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.claim(lease_id uuid, queue text, qty int default 1, visibility interval default '30 seconds')
+returns table (task_id bigint, attempt_id uuid, attempt int, payload jsonb)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+-- The claim below has one good plan whatever the queue's size or qty (a primary-key lookup of
+-- the picked ids); costed with qty unknown, plpgsql would plan it again on every call.
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_key bytea;
+begin
+  perform pgfence.check_not_null('lease_id', claim.lease_id);
+  perform pgfence.check_name('queue', claim.queue);
+  if claim.qty is null or claim.qty not between 1 and 1000 then
+    perform pgfence.invalid_argument('qty', 'must be 1 to 1000', claim.qty::text);
+  end if;
+  perform pgfence.check_interval('visibility', claim.visibility);
+  -- The ownership check of fence(), in the same transaction as the claim: the lease row stays
+  -- locked until this transaction ends, so no successor can be granted between the check and
+  -- the claim (I2 at the work boundary).
+  perform pgfence.hold_current(claim.lease_id);
+  select k.key into v_key from pgfence.signing_key k;
+  -- SKIP LOCKED: claimers never wait for each other's rows. The ids are picked into an array
+  -- so that the update finds its rows by primary key.
+  return query
+  update pgfence.tasks t
+     set state = 'claimed',
+         attempt = t.attempt + 1,
+         lease_id = claim.lease_id,
+         attempt_leases[t.attempt + 1] = claim.lease_id,  -- so a later stale result can be checked
+         reported = false,
+         visible_until = clock_timestamp() + claim.visibility
+   where t.task_id = any (array(
+           select p.task_id
+             from pgfence.tasks p
+            where p.queue = claim.queue and p.state = 'queued' and p.ready_at <= clock_timestamp()
+            order by p.ready_at
+            limit claim.qty
+              for update skip locked))
+  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id, v_key), t.attempt, t.payload;
+end
+$$;
+comment on function pgfence.claim(uuid, text, int, interval) is
+  'Claims up to qty ready tasks of queue under an active, unexpired lease, never waiting for rows other claimers hold; '
+  'each claim mints an attempt_id. Raises PF001 when the lease is not current, 22023 on bad arguments.';
+
+revoke all on function pgfence.claim(uuid, text, int, interval) from public;
+grant execute on function pgfence.claim(uuid, text, int, interval) to pgfence_worker;
 
 
 -- change: version

@@ -1,8 +1,10 @@
 """The reference client: how a worker or a control-plane replica uses pgfence from Python.
 
 Owner    holds one lease: acquires it, renews it in a background thread, knows locally when it
-         must stop trusting it, runs fenced transactions, drains and releases.
-Worker   claims tasks under an Owner, runs a handler, reports results by attempt id.
+         must stop trusting it, runs fenced transactions, drains and releases. Renewal can be
+         tied to progress (``renew_until``): past the deadline the renewer drains and stops.
+Worker   claims tasks under an Owner, runs a handler under a deadline (``handler_timeout``),
+         reports results by attempt id.
 Leader   a standby that polls until it owns the resource, for control planes.
 
 Safety never rests on this module: the database refuses a stale owner whatever the client
@@ -16,10 +18,12 @@ it works through PgBouncer or Supavisor in transaction pooling mode.
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,7 +47,8 @@ class Owner:
     ``valid`` turns false when a renewal fails, when ownership is refused, or when the local
     deadline passes: the last successful renewal's *send* time plus the ttl. Measuring from
     the send keeps a slow success from stretching the lease: the database started the new
-    term no earlier than the request left.
+    term no earlier than the request left. It also turns false when a progress deadline set
+    with ``renew_until`` passes.
     """
 
     dsn: str
@@ -57,6 +62,8 @@ class Owner:
     lost: str | None = None
     _valid_until: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
+    _wake: threading.Event = field(default_factory=threading.Event)   # stop or a new deadline
+    _progress: tuple[float, str] | None = None   # renew only until then (on clock), and why
     _renewer: threading.Thread | None = None
 
     @property
@@ -82,7 +89,9 @@ class Owner:
             return False
         self.lease_id, self.generation, self.lost = row[0], row[1], None
         self._valid_until = sent + self.ttl
+        self._progress = None
         self._stop.clear()
+        self._wake.clear()
         self._renewer = threading.Thread(target=self._renew_loop, daemon=True,
                                          name=f"renew-{self.resource}")
         self._renewer.start()
@@ -101,10 +110,37 @@ class Owner:
         self._valid_until = max(self._valid_until, sent + self.ttl)
         return str(row[0]) if row else "active"
 
+    def renew_until(self, deadline: float | None, why: str = "a progress deadline") -> None:
+        """Ties renewal to progress: the renewer renews only until ``deadline`` (on ``clock``);
+        None lifts the limit. If the deadline passes first, the renewer stops for good, drains
+        the lease so that a successor is admitted at once, and marks it lost (``why``): whoever
+        set the deadline is not making progress, and must not keep the resource by proxy.
+
+        Nothing is killed: the late holder runs on, its fences are refused (the lease is no
+        longer active), and what it reports is judged by the database (I5).
+        """
+        self._progress = None if deadline is None else (deadline, why)
+        self._wake.set()
+
     def _renew_loop(self) -> None:
         every = self.renew_every or self.ttl / 3
         conn: psycopg.Connection[tuple[Any, ...]] | None = None
-        while not self._stop.wait(every):
+        # The renewal cadence is real time; a progress deadline is judged on `clock`.
+        next_renewal = time.monotonic() + every
+        while not self._stop.is_set():
+            progress = self._progress
+            wait = next_renewal - time.monotonic()
+            if progress is not None:
+                wait = min(wait, progress[0] - self.clock())
+            if wait > 0:
+                self._wake.wait(wait)
+                self._wake.clear()          # then read the state again: no wake-up is lost
+                continue
+            if progress is not None and self.clock() >= progress[0]:
+                # Checked before every renewal: none is sent for a holder past its deadline.
+                conn = self._abandon(conn, progress[1])
+                break
+            next_renewal = time.monotonic() + every
             try:
                 conn = conn or connect(self.dsn, f"{self.owner}-renew")
                 self.renew_once(conn)
@@ -118,6 +154,22 @@ class Owner:
                     break
         if conn is not None:
             conn.close()
+
+    def _abandon(self, conn: psycopg.Connection[tuple[Any, ...]] | None,
+                 why: str) -> psycopg.Connection[tuple[Any, ...]] | None:
+        """Past a progress deadline: stop trusting the lease, and drain it (not release: the
+        holder may still hold tasks, and monitoring should show a draining lease, not an
+        ended one). If the drain fails, the unrenewed lease expires within its ttl anyway."""
+        self.lost = f"renewal stopped: {why}"
+        try:
+            conn = conn or connect(self.dsn, f"{self.owner}-renew")
+            with _suppress_not_current():
+                conn.execute("select pgfence.drain(%s)", (self.lease_id,))
+        except psycopg.Error:
+            if conn is not None:
+                conn.close()
+            conn = None
+        return conn
 
     @contextmanager
     def fenced(self, conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
@@ -140,6 +192,7 @@ class Owner:
 
     def release(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._renewer is not None:
             self._renewer.join()
         if self.lease_id is not None:
@@ -159,7 +212,17 @@ def _suppress_not_current() -> Iterator[None]:
 
 @dataclass
 class Worker:
-    """Claims and handles tasks of one queue while its Owner is valid."""
+    """Claims and handles tasks of one queue while its Owner is valid.
+
+    Each handler call runs under a deadline, ``handler_timeout`` seconds on the owner's clock
+    (default: ``visibility``, after which the task may be handed to someone else anyway).
+    A handler still running at its deadline makes the owner stop renewing and drain
+    (``Owner.renew_until``): a hung handler cannot keep the lease alive forever. The worker
+    then starts no other handler; when the hung one returns, its result is reported (accepted
+    if nobody re-claimed the task, stale otherwise) and the worker releases and returns.
+    ``handler_timeout=math.inf`` disables the deadline. ``verdicts`` counts the database's
+    answers to the reports (accepted, duplicate, stale).
+    """
 
     owner: Owner
     queue: str
@@ -169,6 +232,8 @@ class Worker:
     idle_wait: float = 1.0
     stop: threading.Event = field(default_factory=threading.Event)
     handled: int = 0
+    handler_timeout: float | None = None     # default: visibility; math.inf: no deadline
+    verdicts: Counter[str] = field(default_factory=Counter)
 
     def install_sigterm(self) -> None:
         """SIGTERM drains: stop claiming, finish what is held, release."""
@@ -186,6 +251,10 @@ class Worker:
                         self.stop.wait(self.idle_wait)
                         continue
                     for attempt_id, payload in tasks:
+                        # After a handler ran past its deadline, start no other: the rest of
+                        # the batch returns to the queue when its visibility runs out.
+                        if not self.owner.valid:
+                            break
                         self._handle(conn, attempt_id, payload)
             finally:
                 self._leave()
@@ -210,17 +279,39 @@ class Worker:
                 return []
             raise
 
+    @contextmanager
+    def _deadline(self) -> Iterator[None]:
+        """The renewer keeps the lease for this handler call only until its deadline."""
+        timeout = self.visibility if self.handler_timeout is None else self.handler_timeout
+        if timeout != math.inf:
+            self.owner.renew_until(self.owner.clock() + timeout,
+                                   f"a handler ran past its deadline ({timeout:g} s)")
+        try:
+            yield
+        finally:
+            self.owner.renew_until(None)
+
     def _handle(self, conn: psycopg.Connection[tuple[Any, ...]], attempt_id: uuid.UUID,
                 payload: Any) -> None:
         try:
-            result = self.handler(payload)
+            with self._deadline():
+                result = self.handler(payload)
         except LeaseLost:
             raise
         except Exception as e:
-            conn.execute("select pgfence.fail(%s, %s)", (attempt_id, json.dumps({"error": str(e)})))
+            self._report(conn, "fail", attempt_id, {"error": str(e)})
         else:
-            conn.execute("select pgfence.complete(%s, %s)", (attempt_id, json.dumps(result)))
+            self._report(conn, "complete", attempt_id, result)
         self.handled += 1
+
+    def _report(self, conn: psycopg.Connection[tuple[Any, ...]], kind: str,
+                attempt_id: uuid.UUID, body: Any) -> None:
+        """complete or fail; the database's verdict (I5) is counted in ``verdicts``."""
+        query = ("select pgfence.complete(%s, %s)" if kind == "complete"
+                 else "select pgfence.fail(%s, %s)")
+        row = conn.execute(query, (attempt_id, json.dumps(body))).fetchone()
+        assert row is not None
+        self.verdicts[str(row[0])] += 1
 
 
 @dataclass

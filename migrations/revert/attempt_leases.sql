@@ -1,0 +1,7 @@
+-- Revert pgfence:attempt_leases
+
+begin;
+
+alter table pgfence.tasks drop column attempt_leases;
+
+commit;

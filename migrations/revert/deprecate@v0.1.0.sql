@@ -1,0 +1,7 @@
+-- Revert pgfence:deprecate
+
+begin;
+
+drop function pgfence.deprecate(text);
+
+commit;

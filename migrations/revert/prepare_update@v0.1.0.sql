@@ -1,0 +1,7 @@
+-- Revert pgfence:prepare_update
+
+begin;
+
+drop function pgfence.prepare_update(text[], uuid);
+
+commit;

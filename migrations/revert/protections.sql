@@ -1,0 +1,7 @@
+-- Revert pgfence:protections
+
+begin;
+
+drop table pgfence.protections;
+
+commit;

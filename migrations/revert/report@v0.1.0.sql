@@ -1,0 +1,7 @@
+-- Revert pgfence:report
+
+begin;
+
+drop function pgfence.report(uuid, text, jsonb);
+
+commit;

@@ -1,0 +1,11 @@
+-- Revert pgfence:stale_reports
+
+begin;
+
+drop index pgfence.stale_results_task_attempt;
+delete from pgfence.stale_results where report > 1;
+alter table pgfence.stale_results drop constraint stale_results_pkey;
+alter table pgfence.stale_results drop column report;
+alter table pgfence.stale_results add constraint stale_results_pkey primary key (attempt_id);
+
+commit;

@@ -1,0 +1,2 @@
+-- Verify pgfence:deprecate
+select 'pgfence.deprecate(text)'::regprocedure;

@@ -1,0 +1,2 @@
+-- Verify pgfence:lock_resources
+select 'pgfence.lock_resources(text[])'::regprocedure;

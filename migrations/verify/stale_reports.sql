@@ -1,0 +1,2 @@
+-- Verify pgfence:stale_reports
+select attempt_id, report from pgfence.stale_results where false;
