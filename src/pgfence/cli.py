@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import uuid
 from collections.abc import Sequence
@@ -25,7 +26,6 @@ from pgfence.transport import (
     Rows,
     Supabase,
     TransportFailure,
-    masked_url,
 )
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TRANSPORT, EXIT_UNCONFIRMED = 0, 1, 2, 3, 4
@@ -35,8 +35,11 @@ EPILOG = """\
 target (exactly one, never a default):
   --db-url URL                a PostgreSQL URL or conninfo string, reached with psycopg
   --supabase                  the local Supabase stack, through the installed `supabase` CLI
-  --supabase --remote         the project `supabase link` recorded
-  --supabase --remote=REF|URL a project ref, branch, or database URL
+  --supabase --remote         the linked project (SUPABASE_PROJECT_ID, else supabase link's)
+  --supabase --remote=REF|URL a project ref (a branch by its own ref) or a database URL
+
+Output never shows a URL or a password, only the target (host:port/db, a project ref, or
+local); the commands it prints for later say "$DATABASE_URL" where your URL goes.
 
 Mutations (install, upgrade, prepare-update, finish-update) show the resolved target and need
 the operator to confirm it: typed at the prompt, or --confirm TARGET. No environment variable
@@ -131,21 +134,18 @@ class Cli:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.json = bool(args.json)
+        # The transport resolves the target, once; the commands pgfence prints for later name
+        # it the same way, never with a URL or a password (transport.describe).
         if args.db_url:
             if args.remote is not None:
                 raise Exit(EXIT_USAGE, "--remote goes with --supabase, not --db-url")
             self.transport: Direct | Supabase = Direct(args.db_url)
-            self.target_args = f"--db-url '{masked_url(args.db_url)}'"
+            self.target_args = self.transport.command_args
         elif args.supabase:
-            if (args.remote not in (None, LINKED) and "://" not in args.remote
-                    and not sql.RESOURCE_NAME.fullmatch(args.remote)):
-                raise Exit(EXIT_USAGE, f"invalid --remote value {args.remote!r}")
             self.transport = Supabase(args.supabase_bin, args.remote)
-            remote = ("" if args.remote is None else " --remote" if args.remote == LINKED
-                      else f" --remote='{masked_url(args.remote)}'")
             binary = ("" if args.supabase_bin == "supabase"
-                      else f" --supabase-bin '{args.supabase_bin}'")
-            self.target_args = f"--supabase{remote}{binary}"
+                      else f" --supabase-bin {shlex.quote(args.supabase_bin)}")
+            self.target_args = self.transport.command_args + binary
         else:
             raise Exit(EXIT_USAGE, "no target: give --db-url URL or --supabase [--remote[=REF|URL]]"
                                    " (pgfence never picks a database by itself)")
@@ -164,7 +164,7 @@ class Cli:
 
     def confirm(self, given: str | None) -> None:
         target = self.transport.target
-        self.say(f"target: {target}")
+        self.say(f"target: {self.transport.shown}")
         if given is not None:
             if given != target:
                 raise Exit(EXIT_UNCONFIRMED,
