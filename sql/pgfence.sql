@@ -470,93 +470,6 @@ revoke all on table pgfence.stale_results from public;
 grant select on table pgfence.stale_results to pgfence_monitor, pgfence_operator;
 
 
--- change: attempt_id
--- Deploy pgfence:attempt_id
--- requires: signing_key
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- An attempt_id is a version-8 UUID (RFC 9562) that names its task and attempt and is signed
--- over them and the lease that claimed it:
---   task_id (48 bits) | version 8 | attempt (12 bits) | variant | signature (60 bits)
--- so a result finds its task by primary key, and the current attempt's id is checked exactly.
--- The lease is signed in because task ids and attempt numbers can be issued again after an
--- asynchronous failover lost a claim; lease ids never are (I3).
--- An expression its callers inline (see pgfence.sign, also for why every name in it is
--- qualified): claim signs every id it mints with one read of the key.
-create function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid, key bytea)
-returns uuid
-language sql
-stable
-as $$
-  select pg_catalog.format('%s8%s8%s',
-           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.task_id), 12, '0'),
-           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.attempt), 3, '0'),
-           pg_catalog.left(pgfence.sign(pg_catalog.format('attempt %s %s %s', attempt_uuid.task_id,
-                                                          attempt_uuid.attempt, attempt_uuid.lease_id),
-                                        attempt_uuid.key), 15))::pg_catalog.uuid;
-$$;
-
--- The same, reading the key itself: for checking one id.
-create function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid)
-returns uuid
-language plpgsql
-stable
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_attempt_id uuid;
-begin
-  select pgfence.attempt_uuid(attempt_uuid.task_id, attempt_uuid.attempt, attempt_uuid.lease_id, k.key)
-    into v_attempt_id
-    from pgfence.signing_key k;
-  return v_attempt_id;
-end
-$$;
-
--- The task id an attempt_id names (NULL for NULL), unchecked: an expression its callers inline
--- (see pgfence.sign) to find the task by primary key before they check the whole id.
-create function pgfence.attempt_task(attempt_id uuid)
-returns bigint
-language sql
-immutable
-as $$
-  select pg_catalog.textcat('x0000', pg_catalog.left(pg_catalog.replace(attempt_task.attempt_id::pg_catalog.text, '-', ''), 12))
-           ::pg_catalog.bit(64)::pg_catalog.int8;
-$$;
-
--- The task and attempt number an attempt_id names; 22023 for NULL or an id of another shape.
--- The signature is checked by the caller, against the lease that holds the task.
-create function pgfence.attempt_of(attempt_id uuid, out task_id bigint, out attempt int)
-language plpgsql
-immutable
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_hex text := replace(attempt_of.attempt_id::text, '-', '');
-begin
-  if v_hex is not null and substr(v_hex, 13, 1) = '8' and substr(v_hex, 17, 1) = '8' then
-    task_id := ('x' || lpad(substr(v_hex, 1, 12), 16, '0'))::bit(64)::bigint;
-    attempt := ('x' || lpad(substr(v_hex, 14, 3), 8, '0'))::bit(32)::int;
-    if attempt >= 1 then
-      return;
-    end if;
-  end if;
-  perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence.claim',
-                                   attempt_of.attempt_id::text);
-end
-$$;
-
-revoke all on function pgfence.attempt_uuid(bigint, int, uuid, bytea), pgfence.attempt_uuid(bigint, int, uuid),
-                       pgfence.attempt_task(uuid), pgfence.attempt_of(uuid)
-  from public;
-
-
 -- change: enqueue
 -- Deploy pgfence:enqueue
 -- requires: tasks
@@ -596,48 +509,6 @@ revoke all on function pgfence.enqueue(text, jsonb, int) from public;
 grant execute on function pgfence.enqueue(text, jsonb, int) to pgfence_worker, pgfence_operator;
 
 
--- change: complete
--- Deploy pgfence:complete
--- requires: report
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create function pgfence.complete(attempt_id uuid, result jsonb default null)
-returns text
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  -- The common case in one statement: the attempt that holds the task completes it, once (the
-  -- id is the current attempt's only if its signature matches the row's attempt and lease).
-  -- No clock in the condition, so a lock wait cannot make it wrong: a concurrent update of the
-  -- row is re-checked (EvalPlanQual), and a transaction that only locked it changed nothing.
-  update pgfence.tasks t
-     set state = 'completed', result = complete.result, reported = true,
-         visible_until = null, finished_at = clock_timestamp()
-    from pgfence.signing_key k
-   where t.task_id = pgfence.attempt_task(complete.attempt_id) and not t.reported
-     and pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id, k.key) = complete.attempt_id;
-  if found then
-    return 'accepted';
-  end if;
-  -- Everything else (a retry, a stale or unknown attempt, a bad id) by the rule of report.
-  return pgfence.report(complete.attempt_id, 'complete', complete.result);
-end
-$$;
-comment on function pgfence.complete(uuid, jsonb) is
-  'Finishes a task with result: accepted from the attempt that holds it (also after its lease expired), '
-  'duplicate for a retry of a reported attempt, stale (recorded in pgfence.stale_results) from a superseded attempt. Raises 22023 for an unknown attempt.';
-
-revoke all on function pgfence.complete(uuid, jsonb) from public;
-grant execute on function pgfence.complete(uuid, jsonb) to pgfence_worker;
-
-
 -- change: fail
 -- Deploy pgfence:fail
 -- requires: report
@@ -664,56 +535,6 @@ comment on function pgfence.fail(uuid, jsonb) is
 
 revoke all on function pgfence.fail(uuid, jsonb) from public;
 grant execute on function pgfence.fail(uuid, jsonb) to pgfence_worker;
-
-
--- change: extend
--- Deploy pgfence:extend
--- requires: tasks
--- requires: attempt_id
--- requires: checks
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create function pgfence.extend(attempt_id uuid, visibility interval)
-returns timestamptz
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_task_id bigint;
-  v_attempt int;
-  v_task pgfence.tasks;
-  v_until timestamptz;
-begin
-  perform pgfence.check_interval('visibility', extend.visibility);
-  select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(extend.attempt_id) a;
-  select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
-  if not found or v_attempt > v_task.attempt
-     or (v_attempt = v_task.attempt
-         and pgfence.attempt_uuid(v_task_id, v_attempt, v_task.lease_id) <> extend.attempt_id) then
-    perform pgfence.unknown_attempt(extend.attempt_id);
-  end if;
-  if v_attempt < v_task.attempt or v_task.state <> 'claimed' or v_task.reported then
-    return null;
-  end if;
-  update pgfence.tasks t
-     set visible_until = clock_timestamp() + extend.visibility
-   where t.task_id = v_task_id
-  returning t.visible_until into v_until;
-  return v_until;
-end
-$$;
-comment on function pgfence.extend(uuid, interval) is
-  'A long handler keeps its task: visibility from now. NULL when the attempt no longer holds the task. Raises 22023 for an unknown attempt.';
-
-revoke all on function pgfence.extend(uuid, interval) from public;
-grant execute on function pgfence.extend(uuid, interval) to pgfence_worker;
 
 
 -- change: requeue_expired
@@ -1020,6 +841,196 @@ comment on function pgfence.lock_resources(text[]) is
   'Locks the resource rows in name order, waiting at most lock_timeout (5 s when unset); raises 55P03 naming who holds them.';
 
 revoke all on function pgfence.lock_resources(text[]) from public;
+
+
+-- change: signing_key_hmac
+-- Deploy pgfence:signing_key_hmac
+-- requires: signing_key
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- The signing key prepared for HMAC-SHA256 (RFC 2104): the key, zero-padded to the hash's
+-- 64-byte block, XOR 0x36 (the inner pad), then XOR 0x5c (the outer pad), 128 bytes. Kept
+-- beside the key so that pgfence.hmac is one expression, computed nowhere else. The key
+-- itself stays: attempt ids minted by release 0.1.0 were signed with it directly.
+alter table pgfence.signing_key add column hmac_key bytea;
+do $$
+declare
+  v_key bytea := (select k.key from pgfence.signing_key k);
+  v_pad bytea;
+  v_inner bytea := '';
+  v_outer bytea := '';
+begin
+  v_pad := pg_catalog.byteacat(v_key, pg_catalog.decode(
+             pg_catalog.repeat('00', 64 operator(pg_catalog.-) pg_catalog.length(v_key)), 'hex'));
+  for i in 0..63 loop
+    v_inner := pg_catalog.byteacat(v_inner, pg_catalog.set_byte('\x00'::bytea, 0,
+                 pg_catalog.get_byte(v_pad, i) operator(pg_catalog.#) 54));  -- 0x36
+    v_outer := pg_catalog.byteacat(v_outer, pg_catalog.set_byte('\x00'::bytea, 0,
+                 pg_catalog.get_byte(v_pad, i) operator(pg_catalog.#) 92));  -- 0x5c
+  end loop;
+  update pgfence.signing_key set hmac_key = pg_catalog.byteacat(v_inner, v_outer);
+end
+$$;
+-- signing_key has one row.
+-- squawk-ignore adding-not-nullable-field
+alter table pgfence.signing_key alter column hmac_key set not null;
+
+
+-- change: hmac
+-- Deploy pgfence:hmac
+-- requires: signing_key_hmac
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- HMAC-SHA256 (RFC 2104) of message, hex, under the prepared key (signing_key.hmac_key: inner
+-- pad, then outer pad). It signs the fence marker and attempt ids. Inlined like pgfence.sign,
+-- and for the same reason every name in it is qualified.
+create function pgfence.hmac(message text, key bytea)
+returns text
+language sql
+stable  -- convert_to is stable; a function declared more strictly than its body is not inlined
+as $$
+  select pg_catalog.encode(
+           pg_catalog.sha256(pg_catalog.byteacat(
+             pg_catalog.substr(hmac.key, 65, 64),
+             pg_catalog.sha256(pg_catalog.byteacat(pg_catalog.substr(hmac.key, 1, 64),
+                                                   pg_catalog.convert_to(hmac.message, 'UTF8'))))),
+           'hex');
+$$;
+revoke all on function pgfence.hmac(text, bytea) from public;
+
+
+-- change: attempt_id
+-- Deploy pgfence:attempt_id
+-- requires: hmac
+-- requires: signing_key
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- An attempt_id is a version-8 UUID (RFC 9562) that names its task and attempt and is signed
+-- over them and the lease that claimed it:
+--   task_id (48 bits) | version 8 | attempt (12 bits) | variant, scheme | signature (60 bits)
+-- The two bits after the variant name the signature's scheme: 9 (hex) is HMAC-SHA256 under
+-- signing_key.hmac_key, from release 0.2.0 on; 8 is release 0.1.0's sha256(key || message),
+-- still recognised so that tasks claimed before an upgrade finish after it.
+-- so a result finds its task by primary key, and the current attempt's id is checked exactly.
+-- The lease is signed in because task ids and attempt numbers can be issued again after an
+-- asynchronous failover lost a claim; lease ids never are (I3).
+-- An expression its callers inline (see pgfence.sign, also for why every name in it is
+-- qualified): claim signs every id it mints with one read of the key.
+create or replace function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid, key bytea)
+returns uuid
+language sql
+stable
+as $$
+  select pg_catalog.format('%s8%s9%s',
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.task_id), 12, '0'),
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.attempt), 3, '0'),
+           pg_catalog.left(pgfence.hmac(pg_catalog.format('attempt %s %s %s', attempt_uuid.task_id,
+                                                          attempt_uuid.attempt, attempt_uuid.lease_id),
+                                        attempt_uuid.key), 15))::pg_catalog.uuid;
+$$;
+
+-- Release 0.1.0's attempt id for the same task, attempt and lease, under signing_key.key: to
+-- recognise ids minted before an upgrade. Nothing mints these any more.
+create or replace function pgfence.attempt_uuid_0_1(task_id bigint, attempt int, lease_id uuid, key bytea)
+returns uuid
+language sql
+stable
+as $$
+  select pg_catalog.format('%s8%s8%s',
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid_0_1.task_id), 12, '0'),
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid_0_1.attempt), 3, '0'),
+           pg_catalog.left(pgfence.sign(pg_catalog.format('attempt %s %s %s', attempt_uuid_0_1.task_id,
+                                                          attempt_uuid_0_1.attempt, attempt_uuid_0_1.lease_id),
+                                        attempt_uuid_0_1.key), 15))::pg_catalog.uuid;
+$$;
+
+-- The same, reading the key itself: for checking one id.
+create or replace function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid)
+returns uuid
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_attempt_id uuid;
+begin
+  select pgfence.attempt_uuid(attempt_uuid.task_id, attempt_uuid.attempt, attempt_uuid.lease_id, k.hmac_key)
+    into v_attempt_id
+    from pgfence.signing_key k;
+  return v_attempt_id;
+end
+$$;
+
+-- The task id an attempt_id names (NULL for NULL), unchecked: an expression its callers inline
+-- (see pgfence.sign) to find the task by primary key before they check the whole id.
+create or replace function pgfence.attempt_task(attempt_id uuid)
+returns bigint
+language sql
+immutable
+as $$
+  select pg_catalog.textcat('x0000', pg_catalog.left(pg_catalog.replace(attempt_task.attempt_id::pg_catalog.text, '-', ''), 12))
+           ::pg_catalog.bit(64)::pg_catalog.int8;
+$$;
+
+-- The task and attempt number an attempt_id names; 22023 for NULL or an id of another shape.
+-- The signature is checked by the caller, against the lease that holds the task.
+create or replace function pgfence.attempt_of(attempt_id uuid, out task_id bigint, out attempt int)
+language plpgsql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_hex text := replace(attempt_of.attempt_id::text, '-', '');
+begin
+  if v_hex is not null and substr(v_hex, 13, 1) = '8' and substr(v_hex, 17, 1) in ('8', '9') then
+    task_id := ('x' || lpad(substr(v_hex, 1, 12), 16, '0'))::bit(64)::bigint;
+    attempt := ('x' || lpad(substr(v_hex, 14, 3), 8, '0'))::bit(32)::int;
+    if attempt >= 1 then
+      return;
+    end if;
+  end if;
+  perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence.claim',
+                                   attempt_of.attempt_id::text);
+end
+$$;
+
+-- Whether attempt_id is the one claim minted for this task, attempt number and lease, under
+-- the scheme its id names (see above): the one check of complete, fail and extend.
+create or replace function pgfence.attempt_signed(attempt_id uuid, task_id bigint, attempt int, lease_id uuid)
+returns boolean
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select case when pg_catalog.substr(attempt_signed.attempt_id::pg_catalog.text, 20, 1) = '9'
+              then pgfence.attempt_uuid(attempt_signed.task_id, attempt_signed.attempt,
+                                        attempt_signed.lease_id, k.hmac_key)
+              else pgfence.attempt_uuid_0_1(attempt_signed.task_id, attempt_signed.attempt,
+                                            attempt_signed.lease_id, k.key)
+         end = attempt_signed.attempt_id
+    from pgfence.signing_key k;
+$$;
+
+revoke all on function pgfence.attempt_uuid_0_1(bigint, int, uuid, bytea), pgfence.attempt_signed(uuid, bigint, int, uuid),
+                       pgfence.attempt_uuid(bigint, int, uuid, bytea), pgfence.attempt_uuid(bigint, int, uuid),
+                       pgfence.attempt_task(uuid), pgfence.attempt_of(uuid)
+  from public;
 
 
 -- change: lease_judgement
@@ -1346,6 +1357,7 @@ grant execute on function pgfence.drain(uuid) to pgfence_worker;
 
 -- change: fence
 -- Deploy pgfence:fence
+-- requires: hmac
 -- requires: lease_judgement
 -- requires: leases
 -- requires: signing_key
@@ -1358,14 +1370,14 @@ set local lock_timeout = '5s';
 
 -- The proof that this transaction fenced resource: a keyed hash of the transaction id and the
 -- resource name. It is worthless in any other transaction, and from a session-level SET.
--- Inlined like sign: fence and the guard compute it on every fenced transaction and every
+-- Inlined like hmac: fence and the guard compute it on every fenced transaction and every
 -- protected write.
 create or replace function pgfence.fence_token(resource text, key bytea)
 returns text
 language sql
 stable
 as $$
-  select pgfence.sign(pg_catalog.format('fence %s %s', pg_catalog.pg_current_xact_id(), fence_token.resource),
+  select pgfence.hmac(pg_catalog.format('fence %s %s', pg_catalog.pg_current_xact_id(), fence_token.resource),
                       fence_token.key);
 $$;
 revoke all on function pgfence.fence_token(text, bytea) from public;
@@ -1384,7 +1396,7 @@ begin
   perform pgfence.check_not_null('lease_id', fence.lease_id);
   -- The lease row stays locked until the caller's transaction ends (I2).
   v_lease := pgfence.hold_current(fence.lease_id);
-  select pgfence.fence_token(v_lease.resource, k.key) into v_token from pgfence.signing_key k;
+  select pgfence.fence_token(v_lease.resource, k.hmac_key) into v_token from pgfence.signing_key k;
   -- A transaction-local marker for the guard of protected tables: it lives exactly as long
   -- as the row lock above (both end at commit, rollback or rollback to an earlier savepoint).
   v_marker := coalesce(nullif(current_setting('pgfence.fenced', true), ''), E'\n');
@@ -1717,6 +1729,7 @@ grant select, insert, update, delete on table pgfence.protections to pgfence_ope
 
 -- change: protect
 -- Deploy pgfence:protect
+-- requires: hmac
 -- requires: protections
 -- requires: fence
 -- requires: unfenced_writes
@@ -1741,7 +1754,7 @@ as $$
 begin
   if exists (select from pgfence.signing_key k
               where strpos(coalesce(current_setting('pgfence.fenced', true), ''),
-                           E'\n' || pgfence.fence_token(tg_argv[0], k.key) || E'\n') > 0) then
+                           E'\n' || pgfence.fence_token(tg_argv[0], k.hmac_key) || E'\n') > 0) then
     return null;
   end if;
   if tg_argv[1] = 'observe' then
@@ -2251,7 +2264,7 @@ begin
   select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
   if not found or v_attempt > v_task.attempt
      or (v_attempt = v_task.attempt
-         and pgfence.attempt_uuid(v_task_id, v_attempt, v_task.lease_id) <> report.attempt_id) then
+         and not pgfence.attempt_signed(report.attempt_id, v_task_id, v_attempt, v_task.lease_id)) then
     perform pgfence.unknown_attempt(report.attempt_id);
   end if;
   if v_attempt < v_task.attempt then
@@ -2261,7 +2274,7 @@ begin
     -- stale_results, and the bound below holds for them too).
     v_lease_id := v_task.attempt_leases[v_attempt];
     if v_lease_id is not null
-       and pgfence.attempt_uuid(v_task_id, v_attempt, v_lease_id) <> report.attempt_id then
+       and not pgfence.attempt_signed(report.attempt_id, v_task_id, v_attempt, v_lease_id) then
       perform pgfence.unknown_attempt(report.attempt_id);
     end if;
     -- Each different report is kept (I5); a retry of one already kept adds nothing.
@@ -2346,7 +2359,7 @@ begin
   -- locked until this transaction ends, so no successor can be granted between the check and
   -- the claim (I2 at the work boundary).
   perform pgfence.hold_current(claim.lease_id);
-  select k.key into v_key from pgfence.signing_key k;
+  select k.hmac_key into v_key from pgfence.signing_key k;
   -- SKIP LOCKED: claimers never wait for each other's rows. The ids are picked into an array
   -- so that the update finds its rows by primary key.
   return query
@@ -2373,6 +2386,100 @@ comment on function pgfence.claim(uuid, text, int, interval) is
 
 revoke all on function pgfence.claim(uuid, text, int, interval) from public;
 grant execute on function pgfence.claim(uuid, text, int, interval) to pgfence_worker;
+
+
+-- change: complete
+-- Deploy pgfence:complete
+-- requires: attempt_id
+-- requires: report
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.complete(attempt_id uuid, result jsonb default null)
+returns text
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  -- The common case in one statement: the attempt that holds the task completes it, once (the
+  -- id is the current attempt's only if its signature matches the row's attempt and lease).
+  -- No clock in the condition, so a lock wait cannot make it wrong: a concurrent update of the
+  -- row is re-checked (EvalPlanQual), and a transaction that only locked it changed nothing.
+  update pgfence.tasks t
+     set state = 'completed', result = complete.result, reported = true,
+         visible_until = null, finished_at = clock_timestamp()
+    from pgfence.signing_key k
+   where t.task_id = pgfence.attempt_task(complete.attempt_id) and not t.reported
+     and pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id, k.hmac_key) = complete.attempt_id;
+  if found then
+    return 'accepted';
+  end if;
+  -- Everything else (a retry, a stale or unknown attempt, a bad id) by the rule of report.
+  return pgfence.report(complete.attempt_id, 'complete', complete.result);
+end
+$$;
+comment on function pgfence.complete(uuid, jsonb) is
+  'Finishes a task with result: accepted from the attempt that holds it (also after its lease expired), '
+  'duplicate for a retry of a reported attempt, stale (recorded in pgfence.stale_results) from a superseded attempt. Raises 22023 for an unknown attempt.';
+
+revoke all on function pgfence.complete(uuid, jsonb) from public;
+grant execute on function pgfence.complete(uuid, jsonb) to pgfence_worker;
+
+
+-- change: extend
+-- Deploy pgfence:extend
+-- requires: attempt_id
+-- requires: tasks
+-- requires: attempt_id
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.extend(attempt_id uuid, visibility interval)
+returns timestamptz
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_task_id bigint;
+  v_attempt int;
+  v_task pgfence.tasks;
+  v_until timestamptz;
+begin
+  perform pgfence.check_interval('visibility', extend.visibility);
+  select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(extend.attempt_id) a;
+  select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
+  if not found or v_attempt > v_task.attempt
+     or (v_attempt = v_task.attempt
+         and not pgfence.attempt_signed(extend.attempt_id, v_task_id, v_attempt, v_task.lease_id)) then
+    perform pgfence.unknown_attempt(extend.attempt_id);
+  end if;
+  if v_attempt < v_task.attempt or v_task.state <> 'claimed' or v_task.reported then
+    return null;
+  end if;
+  update pgfence.tasks t
+     set visible_until = clock_timestamp() + extend.visibility
+   where t.task_id = v_task_id
+  returning t.visible_until into v_until;
+  return v_until;
+end
+$$;
+comment on function pgfence.extend(uuid, interval) is
+  'A long handler keeps its task: visibility from now. NULL when the attempt no longer holds the task. Raises 22023 for an unknown attempt.';
+
+revoke all on function pgfence.extend(uuid, interval) from public;
+grant execute on function pgfence.extend(uuid, interval) to pgfence_worker;
 
 
 -- change: version

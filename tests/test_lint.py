@@ -33,6 +33,8 @@ WITHOUT_SEARCH_PATH = (
     "pgfence.fence_token(resource text,key bytea)",
     "pgfence.attempt_uuid(task_id bigint,attempt integer,lease_id uuid,key bytea)",
     "pgfence.attempt_task(attempt_id uuid)",
+    "pgfence.hmac(message text,key bytea)",
+    "pgfence.attempt_uuid_0_1(task_id bigint,attempt integer,lease_id uuid,key bytea)",
     "pgfence.is_current(state text,expires_at timestamptz)",
     "pgfence.is_live(state text,expires_at timestamptz)",
     "pgfence.hold_current(lease_id uuid)",
@@ -82,10 +84,11 @@ as $$ select format('%s', current_user) $$;
 
 
 def test_negative_control_pgspot_checks_names_where_no_search_path(tmp_path: Path) -> None:
-    # pgfence.sign with one built-in left unqualified: an object in the caller's search_path
-    # could stand in for it, and pgspot must say so although sign may go without a SET.
+    # pgfence.sign and pgfence.hmac with their built-ins left unqualified: an object in the
+    # caller's search_path could stand in for them, and pgspot must say so although they may
+    # go without a SET.
     text = (ROOT / "sql/pgfence.sql").read_text()
-    assert text.count("pg_catalog.sha256(") == 1
+    assert text.count("pg_catalog.sha256(") == 3  # one in sign, two in hmac
     bundle = tmp_path / "pgfence.sql"
     bundle.write_text(text.replace("pg_catalog.sha256(", "sha256("))
     out = pgspot(bundle)

@@ -383,8 +383,8 @@ def test_replayed_marker_is_refused(db: Database) -> None:
 
 
 def test_negative_control_marker_of_resource_names(db: Database) -> None:
-    db.replace_in_function(FENCE, "pgfence.fence_token(v_lease.resource, k.key)",
+    db.replace_in_function(FENCE, "pgfence.fence_token(v_lease.resource, k.hmac_key)",
                            "v_lease.resource")
     db.replace_in_function("pgfence.guard()",
-                           "pgfence.fence_token(tg_argv[0], k.key)", "tg_argv[0]")
+                           "pgfence.fence_token(tg_argv[0], k.hmac_key)", "tg_argv[0]")
     assert replayed_marker(db) is None

@@ -39,7 +39,7 @@ def test_a_forged_stale_result_is_refused(db: Database) -> None:
 
 
 def test_negative_control_without_the_check_a_forged_result_is_recorded(db: Database) -> None:
-    db.replace_in_function(REPORT, "and pgfence.attempt_uuid(v_task_id, v_attempt, v_lease_id) <> "
-                                   "report.attempt_id then", "and false then")
+    db.replace_in_function(REPORT, "and not pgfence.attempt_signed(report.attempt_id, v_task_id, "
+                                   "v_attempt, v_lease_id) then", "and false then")
     assert forged_stale_result(db) == "stale"
     assert db.one("select count(*) from pgfence.stale_results") == 1

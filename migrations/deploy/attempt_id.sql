@@ -1,4 +1,5 @@
 -- Deploy pgfence:attempt_id
+-- requires: hmac
 -- requires: signing_key
 -- requires: errors
 
@@ -11,27 +12,45 @@ set local lock_timeout = '5s';
 
 -- An attempt_id is a version-8 UUID (RFC 9562) that names its task and attempt and is signed
 -- over them and the lease that claimed it:
---   task_id (48 bits) | version 8 | attempt (12 bits) | variant | signature (60 bits)
+--   task_id (48 bits) | version 8 | attempt (12 bits) | variant, scheme | signature (60 bits)
+-- The two bits after the variant name the signature's scheme: 9 (hex) is HMAC-SHA256 under
+-- signing_key.hmac_key, from release 0.2.0 on; 8 is release 0.1.0's sha256(key || message),
+-- still recognised so that tasks claimed before an upgrade finish after it.
 -- so a result finds its task by primary key, and the current attempt's id is checked exactly.
 -- The lease is signed in because task ids and attempt numbers can be issued again after an
 -- asynchronous failover lost a claim; lease ids never are (I3).
 -- An expression its callers inline (see pgfence.sign, also for why every name in it is
 -- qualified): claim signs every id it mints with one read of the key.
-create function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid, key bytea)
+create or replace function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid, key bytea)
+returns uuid
+language sql
+stable
+as $$
+  select pg_catalog.format('%s8%s9%s',
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.task_id), 12, '0'),
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.attempt), 3, '0'),
+           pg_catalog.left(pgfence.hmac(pg_catalog.format('attempt %s %s %s', attempt_uuid.task_id,
+                                                          attempt_uuid.attempt, attempt_uuid.lease_id),
+                                        attempt_uuid.key), 15))::pg_catalog.uuid;
+$$;
+
+-- Release 0.1.0's attempt id for the same task, attempt and lease, under signing_key.key: to
+-- recognise ids minted before an upgrade. Nothing mints these any more.
+create or replace function pgfence.attempt_uuid_0_1(task_id bigint, attempt int, lease_id uuid, key bytea)
 returns uuid
 language sql
 stable
 as $$
   select pg_catalog.format('%s8%s8%s',
-           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.task_id), 12, '0'),
-           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.attempt), 3, '0'),
-           pg_catalog.left(pgfence.sign(pg_catalog.format('attempt %s %s %s', attempt_uuid.task_id,
-                                                          attempt_uuid.attempt, attempt_uuid.lease_id),
-                                        attempt_uuid.key), 15))::pg_catalog.uuid;
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid_0_1.task_id), 12, '0'),
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid_0_1.attempt), 3, '0'),
+           pg_catalog.left(pgfence.sign(pg_catalog.format('attempt %s %s %s', attempt_uuid_0_1.task_id,
+                                                          attempt_uuid_0_1.attempt, attempt_uuid_0_1.lease_id),
+                                        attempt_uuid_0_1.key), 15))::pg_catalog.uuid;
 $$;
 
 -- The same, reading the key itself: for checking one id.
-create function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid)
+create or replace function pgfence.attempt_uuid(task_id bigint, attempt int, lease_id uuid)
 returns uuid
 language plpgsql
 stable
@@ -40,7 +59,7 @@ as $$
 declare
   v_attempt_id uuid;
 begin
-  select pgfence.attempt_uuid(attempt_uuid.task_id, attempt_uuid.attempt, attempt_uuid.lease_id, k.key)
+  select pgfence.attempt_uuid(attempt_uuid.task_id, attempt_uuid.attempt, attempt_uuid.lease_id, k.hmac_key)
     into v_attempt_id
     from pgfence.signing_key k;
   return v_attempt_id;
@@ -49,7 +68,7 @@ $$;
 
 -- The task id an attempt_id names (NULL for NULL), unchecked: an expression its callers inline
 -- (see pgfence.sign) to find the task by primary key before they check the whole id.
-create function pgfence.attempt_task(attempt_id uuid)
+create or replace function pgfence.attempt_task(attempt_id uuid)
 returns bigint
 language sql
 immutable
@@ -60,7 +79,7 @@ $$;
 
 -- The task and attempt number an attempt_id names; 22023 for NULL or an id of another shape.
 -- The signature is checked by the caller, against the lease that holds the task.
-create function pgfence.attempt_of(attempt_id uuid, out task_id bigint, out attempt int)
+create or replace function pgfence.attempt_of(attempt_id uuid, out task_id bigint, out attempt int)
 language plpgsql
 immutable
 set search_path = pg_catalog, pg_temp
@@ -68,7 +87,7 @@ as $$
 declare
   v_hex text := replace(attempt_of.attempt_id::text, '-', '');
 begin
-  if v_hex is not null and substr(v_hex, 13, 1) = '8' and substr(v_hex, 17, 1) = '8' then
+  if v_hex is not null and substr(v_hex, 13, 1) = '8' and substr(v_hex, 17, 1) in ('8', '9') then
     task_id := ('x' || lpad(substr(v_hex, 1, 12), 16, '0'))::bit(64)::bigint;
     attempt := ('x' || lpad(substr(v_hex, 14, 3), 8, '0'))::bit(32)::int;
     if attempt >= 1 then
@@ -80,7 +99,25 @@ begin
 end
 $$;
 
-revoke all on function pgfence.attempt_uuid(bigint, int, uuid, bytea), pgfence.attempt_uuid(bigint, int, uuid),
+-- Whether attempt_id is the one claim minted for this task, attempt number and lease, under
+-- the scheme its id names (see above): the one check of complete, fail and extend.
+create or replace function pgfence.attempt_signed(attempt_id uuid, task_id bigint, attempt int, lease_id uuid)
+returns boolean
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select case when pg_catalog.substr(attempt_signed.attempt_id::pg_catalog.text, 20, 1) = '9'
+              then pgfence.attempt_uuid(attempt_signed.task_id, attempt_signed.attempt,
+                                        attempt_signed.lease_id, k.hmac_key)
+              else pgfence.attempt_uuid_0_1(attempt_signed.task_id, attempt_signed.attempt,
+                                            attempt_signed.lease_id, k.key)
+         end = attempt_signed.attempt_id
+    from pgfence.signing_key k;
+$$;
+
+revoke all on function pgfence.attempt_uuid_0_1(bigint, int, uuid, bytea), pgfence.attempt_signed(uuid, bigint, int, uuid),
+                       pgfence.attempt_uuid(bigint, int, uuid, bytea), pgfence.attempt_uuid(bigint, int, uuid),
                        pgfence.attempt_task(uuid), pgfence.attempt_of(uuid)
   from public;
 

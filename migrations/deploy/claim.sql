@@ -37,7 +37,7 @@ begin
   -- locked until this transaction ends, so no successor can be granted between the check and
   -- the claim (I2 at the work boundary).
   perform pgfence.hold_current(claim.lease_id);
-  select k.key into v_key from pgfence.signing_key k;
+  select k.hmac_key into v_key from pgfence.signing_key k;
   -- SKIP LOCKED: claimers never wait for each other's rows. The ids are picked into an array
   -- so that the update finds its rows by primary key.
   return query

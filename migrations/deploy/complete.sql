@@ -1,4 +1,5 @@
 -- Deploy pgfence:complete
+-- requires: attempt_id
 -- requires: report
 
 begin;
@@ -8,7 +9,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.complete(attempt_id uuid, result jsonb default null)
+create or replace function pgfence.complete(attempt_id uuid, result jsonb default null)
 returns text
 language plpgsql
 security definer
@@ -24,7 +25,7 @@ begin
          visible_until = null, finished_at = clock_timestamp()
     from pgfence.signing_key k
    where t.task_id = pgfence.attempt_task(complete.attempt_id) and not t.reported
-     and pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id, k.key) = complete.attempt_id;
+     and pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id, k.hmac_key) = complete.attempt_id;
   if found then
     return 'accepted';
   end if;

@@ -1,4 +1,5 @@
 -- Deploy pgfence:extend
+-- requires: attempt_id
 -- requires: tasks
 -- requires: attempt_id
 -- requires: checks
@@ -11,7 +12,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.extend(attempt_id uuid, visibility interval)
+create or replace function pgfence.extend(attempt_id uuid, visibility interval)
 returns timestamptz
 language plpgsql
 security definer
@@ -28,7 +29,7 @@ begin
   select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
   if not found or v_attempt > v_task.attempt
      or (v_attempt = v_task.attempt
-         and pgfence.attempt_uuid(v_task_id, v_attempt, v_task.lease_id) <> extend.attempt_id) then
+         and not pgfence.attempt_signed(extend.attempt_id, v_task_id, v_attempt, v_task.lease_id)) then
     perform pgfence.unknown_attempt(extend.attempt_id);
   end if;
   if v_attempt < v_task.attempt or v_task.state <> 'claimed' or v_task.reported then

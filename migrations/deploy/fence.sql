@@ -1,4 +1,5 @@
 -- Deploy pgfence:fence
+-- requires: hmac
 -- requires: lease_judgement
 -- requires: leases
 -- requires: signing_key
@@ -12,14 +13,14 @@ set local lock_timeout = '5s';
 
 -- The proof that this transaction fenced resource: a keyed hash of the transaction id and the
 -- resource name. It is worthless in any other transaction, and from a session-level SET.
--- Inlined like sign: fence and the guard compute it on every fenced transaction and every
+-- Inlined like hmac: fence and the guard compute it on every fenced transaction and every
 -- protected write.
 create or replace function pgfence.fence_token(resource text, key bytea)
 returns text
 language sql
 stable
 as $$
-  select pgfence.sign(pg_catalog.format('fence %s %s', pg_catalog.pg_current_xact_id(), fence_token.resource),
+  select pgfence.hmac(pg_catalog.format('fence %s %s', pg_catalog.pg_current_xact_id(), fence_token.resource),
                       fence_token.key);
 $$;
 revoke all on function pgfence.fence_token(text, bytea) from public;
@@ -38,7 +39,7 @@ begin
   perform pgfence.check_not_null('lease_id', fence.lease_id);
   -- The lease row stays locked until the caller's transaction ends (I2).
   v_lease := pgfence.hold_current(fence.lease_id);
-  select pgfence.fence_token(v_lease.resource, k.key) into v_token from pgfence.signing_key k;
+  select pgfence.fence_token(v_lease.resource, k.hmac_key) into v_token from pgfence.signing_key k;
   -- A transaction-local marker for the guard of protected tables: it lives exactly as long
   -- as the row lock above (both end at commit, rollback or rollback to an earlier savepoint).
   v_marker := coalesce(nullif(current_setting('pgfence.fenced', true), ''), E'\n');

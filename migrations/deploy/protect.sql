@@ -1,4 +1,5 @@
 -- Deploy pgfence:protect
+-- requires: hmac
 -- requires: protections
 -- requires: fence
 -- requires: unfenced_writes
@@ -24,7 +25,7 @@ as $$
 begin
   if exists (select from pgfence.signing_key k
               where strpos(coalesce(current_setting('pgfence.fenced', true), ''),
-                           E'\n' || pgfence.fence_token(tg_argv[0], k.key) || E'\n') > 0) then
+                           E'\n' || pgfence.fence_token(tg_argv[0], k.hmac_key) || E'\n') > 0) then
     return null;
   end if;
   if tg_argv[1] = 'observe' then

@@ -32,7 +32,7 @@ begin
   select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
   if not found or v_attempt > v_task.attempt
      or (v_attempt = v_task.attempt
-         and pgfence.attempt_uuid(v_task_id, v_attempt, v_task.lease_id) <> report.attempt_id) then
+         and not pgfence.attempt_signed(report.attempt_id, v_task_id, v_attempt, v_task.lease_id)) then
     perform pgfence.unknown_attempt(report.attempt_id);
   end if;
   if v_attempt < v_task.attempt then
@@ -42,7 +42,7 @@ begin
     -- stale_results, and the bound below holds for them too).
     v_lease_id := v_task.attempt_leases[v_attempt];
     if v_lease_id is not null
-       and pgfence.attempt_uuid(v_task_id, v_attempt, v_lease_id) <> report.attempt_id then
+       and not pgfence.attempt_signed(report.attempt_id, v_task_id, v_attempt, v_lease_id) then
       perform pgfence.unknown_attempt(report.attempt_id);
     end if;
     -- Each different report is kept (I5); a retry of one already kept adds nothing.

@@ -1,0 +1,7 @@
+-- Revert pgfence:complete
+
+begin;
+
+drop function pgfence.complete(uuid, jsonb);
+
+commit;

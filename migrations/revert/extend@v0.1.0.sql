@@ -1,0 +1,7 @@
+-- Revert pgfence:extend
+
+begin;
+
+drop function pgfence.extend(uuid, interval);
+
+commit;

@@ -1,0 +1,7 @@
+-- Revert pgfence:hmac
+
+begin;
+
+drop function pgfence.hmac(text, bytea);
+
+commit;

@@ -1,0 +1,2 @@
+-- Verify pgfence:complete
+select 'pgfence.complete(uuid, jsonb)'::regprocedure;

@@ -1,0 +1,2 @@
+-- Verify pgfence:extend
+select 'pgfence.extend(uuid, interval)'::regprocedure;

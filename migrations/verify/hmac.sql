@@ -1,0 +1,2 @@
+-- Verify pgfence:hmac
+select 'pgfence.hmac(text, bytea)'::regprocedure;
