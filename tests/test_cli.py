@@ -160,6 +160,23 @@ def test_refused_finish_and_conflict(target: Target, tmp_path: Path) -> None:
     assert conflict.doc()["results"][0]["outcome"] == "conflict"
 
 
+def test_status_shows_protections_that_stopped_protecting(target: Target, tmp_path: Path) -> None:
+    seed(target.db)
+    target.db.sql("create table guarded (id int)")
+    target.db.sql("select pgfence.protect('guarded', 'mailer')")
+    healthy = run([*target.args, "--json", "status"], tmp_path)
+    assert healthy.code == 0 and healthy.doc()["protection_problems"] == []
+    target.db.sql("alter table guarded disable trigger pgfence_guard")
+    out = run([*target.args, "--json", "status"], tmp_path)
+    assert out.code == 0
+    assert out.doc()["protection_problems"] == [
+        {"table_name": "guarded", "resources": "mailer", "mode": "enforce",
+         "problem": "the guard trigger is disabled"}]
+    human = run([*target.args, "status"], tmp_path)
+    assert "protections that stopped protecting" in human.out
+    assert "the guard trigger is disabled" in human.out
+
+
 def test_status_runs_read_only(target: Target, tmp_path: Path) -> None:
     """Sabotage: make the status query write. A read-only status must be refused for it."""
     seed(target.db)

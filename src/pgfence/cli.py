@@ -192,7 +192,17 @@ class Cli:
         windows = self.read("select token::text as token, array_to_string(resources, ' ') as "
                             "resources, prepared_at::text as prepared_at from pgfence.open_updates "
                             "order by prepared_at", ["token", "resources", "prepared_at"])
-        return {"target": self.transport.target, "resources": resources, "open_updates": windows}
+        # Protections that stopped protecting (pgfence.protected_tables, from release 0.2.0 on).
+        has_view = self.read("select pg_catalog.to_regclass('pgfence.protected_tables') "
+                             "is not null as present", ["present"])
+        problems: Rows = []
+        if has_view and has_view[0]["present"]:
+            problems = self.read(
+                "select table_name, array_to_string(resources, ' ') as resources, mode, problem "
+                "from pgfence.protected_tables where not healthy order by table_name",
+                ["table_name", "resources", "mode", "problem"])
+        return {"target": self.transport.target, "resources": resources, "open_updates": windows,
+                "protection_problems": problems}
 
     def update_status(self, token: uuid.UUID) -> Rows:
         return self.read(
@@ -384,7 +394,10 @@ class Cli:
                 f"({', '.join(d['upgrade_files'])})."))
         if a.command == "status":
             return self.emit(self.status(), lambda d: table(d["resources"]) + "\n\nopen updates:\n"
-                             + table(d["open_updates"]))
+                             + table(d["open_updates"])
+                             + ("\n\nprotections that stopped protecting:\n"
+                                + table(d["protection_problems"]) if d["protection_problems"]
+                                else ""))
         if a.action == "update-status":
             token = sql.token(a.token)
             rows = self.update_status(token)
