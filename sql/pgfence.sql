@@ -654,39 +654,6 @@ revoke all on pgfence.open_updates from public;
 grant select on pgfence.open_updates to pgfence_operator, pgfence_monitor;
 
 
--- change: queue_status
--- Deploy pgfence:queue_status
--- requires: tasks
--- requires: stale_results
--- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- Queued tasks belong to a queue, not a resource: several resources may serve one queue.
-create view pgfence.queue_status as
-select t.queue,
-       count(*) filter (where t.state = 'queued') as queued,
-       count(*) filter (where t.state = 'queued' and t.ready_at <= clock_timestamp()) as ready,
-       count(*) filter (where t.state = 'claimed') as claimed,
-       count(*) filter (where t.state = 'claimed' and t.visible_until < clock_timestamp()) as overdue,
-       count(*) filter (where t.state = 'completed') as completed,
-       count(*) filter (where t.state = 'failed') as failed,
-       (select count(*) from pgfence.stale_results s
-          join pgfence.tasks st on st.task_id = s.task_id
-         where st.queue = t.queue) as stale_results
-  from pgfence.tasks t
- group by t.queue;
-comment on view pgfence.queue_status is
-  'One row per queue: tasks by state (ready = claimable now, overdue = visibility ran out, not yet requeued) and stale results.';
-
-revoke all on pgfence.queue_status from public;
-grant select on pgfence.queue_status to pgfence_monitor, pgfence_operator;
-
-
 -- change: checks
 -- Deploy pgfence:checks
 -- requires: errors
@@ -1382,6 +1349,31 @@ as $$
 $$;
 revoke all on function pgfence.fence_token(text, bytea) from public;
 
+-- Adds resource's marker to this transaction's fence markers (what the guard looks for), once,
+-- and returns the markers as they were. The markers are transaction-local: they end at
+-- commit, rollback or rollback to an earlier savepoint, exactly as the lease row lock that
+-- fence holds. A caller that admits only one write of its own (the pgmq layer's late archive,
+-- authorized by its attempt rather than a current lease) puts them back afterwards.
+create or replace function pgfence.mark_fenced(resource text, key bytea)
+returns text
+language plpgsql
+as $$
+declare
+  v_was text := coalesce(pg_catalog.current_setting('pgfence.fenced', true), '');
+  v_token text := pgfence.fence_token(mark_fenced.resource, mark_fenced.key);
+begin
+  if pg_catalog.strpos(v_was, E'\n' operator(pg_catalog.||) v_token operator(pg_catalog.||) E'\n')
+     operator(pg_catalog.=) 0 then
+    perform pg_catalog.set_config('pgfence.fenced',
+                                  coalesce(nullif(v_was, ''), E'\n')
+                                    operator(pg_catalog.||) v_token operator(pg_catalog.||) E'\n',
+                                  true);
+  end if;
+  return v_was;
+end
+$$;
+revoke all on function pgfence.mark_fenced(text, bytea) from public;
+
 create or replace function pgfence.fence(lease_id uuid)
 returns bigint
 language plpgsql
@@ -1390,19 +1382,11 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_lease pgfence.leases;
-  v_token text;
-  v_marker text;
 begin
   perform pgfence.check_not_null('lease_id', fence.lease_id);
   -- The lease row stays locked until the caller's transaction ends (I2).
   v_lease := pgfence.hold_current(fence.lease_id);
-  select pgfence.fence_token(v_lease.resource, k.hmac_key) into v_token from pgfence.signing_key k;
-  -- A transaction-local marker for the guard of protected tables: it lives exactly as long
-  -- as the row lock above (both end at commit, rollback or rollback to an earlier savepoint).
-  v_marker := coalesce(nullif(current_setting('pgfence.fenced', true), ''), E'\n');
-  if strpos(v_marker, E'\n' || v_token || E'\n') = 0 then
-    perform set_config('pgfence.fenced', v_marker || v_token || E'\n', true);
-  end if;
+  perform pgfence.mark_fenced(v_lease.resource, k.hmac_key) from pgfence.signing_key k;
   return v_lease.generation;
 end
 $$;
@@ -1745,43 +1729,64 @@ set local lock_timeout = '5s';
 -- row, and the lock that fence() holds keeps its answer true until commit. It runs AFTER the
 -- statement, so that a statement may fence itself (insert ... select pgfence.fence($1), ...):
 -- a fenced write in one round trip. A refused statement is undone whole.
+-- Arguments: the resources (a fence of any one of them admits the write), then the mode. A
+-- guard of release 0.1.0 has the same shape with one resource.
 create or replace function pgfence.guard()
 returns trigger
 language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+  v_markers text := coalesce(current_setting('pgfence.fenced', true), '');
+  v_key bytea;
+  v_mode text := tg_argv[tg_nargs - 1];
 begin
-  if exists (select from pgfence.signing_key k
-              where strpos(coalesce(current_setting('pgfence.fenced', true), ''),
-                           E'\n' || pgfence.fence_token(tg_argv[0], k.hmac_key) || E'\n') > 0) then
-    return null;
+  if v_markers <> '' then
+    select k.hmac_key into v_key from pgfence.signing_key k;
+    for i in 0 .. tg_nargs - 2 loop
+      if strpos(v_markers, E'\n' || pgfence.fence_token(tg_argv[i], v_key) || E'\n') > 0 then
+        return null;
+      end if;
+    end loop;
   end if;
-  if tg_argv[1] = 'observe' then
+  if v_mode = 'observe' then
     insert into pgfence.unfenced_writes (table_name, resource, operation, mode, transaction_id, role_name, application_name)
-    values (format('%I.%I', tg_table_schema, tg_table_name), tg_argv[0], tg_op, tg_argv[1],
-            pg_current_xact_id(), session_user, current_setting('application_name', true));
+    values (format('%I.%I', tg_table_schema, tg_table_name), array_to_string(tg_argv[0:tg_nargs - 2], ','),
+            tg_op, v_mode, pg_current_xact_id(), session_user, current_setting('application_name', true));
     return null;
   end if;
   raise exception 'pgfence: unfenced % on %.%, which is protected for resource %',
-                  tg_op, tg_table_schema, tg_table_name, tg_argv[0]
+                  tg_op, tg_table_schema, tg_table_name, array_to_string(tg_argv[0:tg_nargs - 2], ' or ')
     using errcode = 'PF007',
           hint = 'call pgfence.fence(lease_id) for that resource earlier in the same transaction';
 end
 $$;
 comment on function pgfence.guard() is
-  'Trigger of protected tables: rejects (enforce) or records (observe) a write in a transaction that has not fenced the resource.';
+  'Trigger of protected tables: rejects (enforce) or records (observe) a write in a transaction that has fenced none of its resources.';
 
-create or replace function pgfence.protect(tbl regclass, resource text, mode text default 'enforce')
+create or replace function pgfence.protect(tbl regclass, resources text[], mode text default 'enforce')
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 declare
+  v_resources text[];
+  v_unknown text[];
   v_renamed name;
+  v_queue boolean;
+  v_events text := 'insert or update or delete or truncate';
 begin
   perform pgfence.check_not_null('tbl', protect.tbl);
-  perform pgfence.check_name('resource', protect.resource);
+  if protect.resources is null or cardinality(protect.resources) not between 1 and 100
+     or array_position(protect.resources, null) is not null then
+    perform pgfence.invalid_argument('resources', 'must be 1 to 100 resource names, none of them NULL',
+                                     protect.resources::text);
+  end if;
+  for i in 1 .. cardinality(protect.resources) loop
+    perform pgfence.check_name('resources', protect.resources[i]);
+  end loop;
+  v_resources := array(select distinct r from unnest(protect.resources) r order by r);
   if protect.mode is null or protect.mode not in ('enforce', 'observe') then
     perform pgfence.invalid_argument('mode', 'must be enforce or observe', protect.mode);
   end if;
@@ -1797,8 +1802,23 @@ begin
   if (select c.relnamespace from pg_catalog.pg_class c where c.oid = protect.tbl) = 'pgfence'::regnamespace then
     perform pgfence.invalid_argument('tbl', 'must not be a table of pgfence itself', protect.tbl::text);
   end if;
-  if not exists (select from pgfence.resources r where r.resource = protect.resource) then
-    perform pgfence.resource_not_found(protect.resource);
+  v_unknown := array(select r from unnest(v_resources) r
+                      where not exists (select from pgfence.resources x where x.resource = r));
+  if cardinality(v_unknown) > 0 then
+    perform pgfence.resource_not_found(array_to_string(v_unknown, ', '));
+  end if;
+  -- A pgmq queue's table (pgmq.q_NAME of a queue in pgmq.meta) is guarded where its consumers
+  -- write: read, set_vt, archive and delete update or delete its rows. Producers insert
+  -- (pgmq.send) and need no lease.
+  if (select n.nspname = 'pgmq' and c.relname like 'q\_%'
+        from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+       where c.oid = protect.tbl)
+     and pg_catalog.to_regclass('pgmq.meta') is not null then
+    execute 'select exists (select from pgmq.meta m where ''q_'' || lower(m.queue_name) = $1)'
+       into strict v_queue using (select c.relname from pg_catalog.pg_class c where c.oid = protect.tbl);
+    if v_queue then
+      v_events := 'update or delete or truncate';
+    end if;
   end if;
   -- Runs as the caller: creating a trigger needs the caller's own TRIGGER privilege on tbl,
   -- and replacing it (to switch modes) no more than that, where dropping it would need
@@ -1811,13 +1831,29 @@ begin
   loop
     execute format('drop trigger %I on %s', v_renamed, protect.tbl);
   end loop;
-  execute format('create or replace trigger pgfence_guard after insert or update or delete or truncate on %s '
-                 'for each statement execute function pgfence.guard(%L, %L)',
-                 protect.tbl, protect.resource, protect.mode);
+  execute format('create or replace trigger pgfence_guard after %s on %s '
+                 'for each statement execute function pgfence.guard(%s)',
+                 v_events, protect.tbl,
+                 (select string_agg(quote_literal(a), ', ') from unnest(v_resources || protect.mode) a));
   insert into pgfence.protections as p (tbl, resources, mode)
-  values (protect.tbl, array[protect.resource], protect.mode)
+  values (protect.tbl, v_resources, protect.mode)
   on conflict on constraint protections_pkey
   do update set resources = excluded.resources, mode = excluded.mode, protected_at = clock_timestamp();
+end
+$$;
+comment on function pgfence.protect(regclass, text[], text) is
+  'Operator: writes to tbl are rejected with PF007 (enforce) or recorded in pgfence.unfenced_writes (observe) '
+  'unless the transaction fenced one of resources (replicas that serve one queue). A pgmq queue''s table is '
+  'guarded against its consumers'' writes only, not pgmq.send. Replaces an earlier protection of tbl. Raises PF002, 22023.';
+
+create or replace function pgfence.protect(tbl regclass, resource text, mode text default 'enforce')
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform pgfence.check_name('resource', protect.resource);
+  perform pgfence.protect(protect.tbl, array[protect.resource], protect.mode);
 end
 $$;
 comment on function pgfence.protect(regclass, text, text) is
@@ -1847,11 +1883,14 @@ comment on function pgfence.unprotect(regclass) is 'Operator: removes the protec
 
 revoke all on function pgfence.guard() from public;
 revoke all on function pgfence.protect(regclass, text, text) from public;
+revoke all on function pgfence.protect(regclass, text[], text) from public;
 revoke all on function pgfence.unprotect(regclass) from public;
 -- protect runs as the operator, who needs the guard (to create the trigger) and a look at
 -- the registered names; firing the trigger later needs no privilege of the writer.
 grant execute on function pgfence.guard() to pgfence_operator;
-grant execute on function pgfence.protect(regclass, text, text), pgfence.unprotect(regclass) to pgfence_operator;
+grant execute on function pgfence.protect(regclass, text, text), pgfence.protect(regclass, text[], text),
+                         pgfence.unprotect(regclass)
+   to pgfence_operator;
 
 
 -- change: protected_tables
@@ -1895,7 +1934,10 @@ select p.tbl::text as table_name,
                      when g.tgname is null then 'the guard trigger is missing'
                      when g.tgenabled not in ('O', 'A') then 'the guard trigger is disabled'
                      when g.tgname <> 'pgfence_guard' then pg_catalog.format('the guard trigger was renamed to %I', g.tgname)
-                     when g.args[1] <> all (p.resources) or g.args[2] is distinct from p.mode
+                     -- args: the resources, the mode, and an empty string after the last NUL
+                     when not (g.args[1:cardinality(g.args) - 2] @> p.resources
+                               and p.resources @> g.args[1:cardinality(g.args) - 2])
+                          or g.args[cardinality(g.args) - 1] is distinct from p.mode
                      then 'the guard trigger''s resource or mode differs from what protect set'
                      when c.relkind <> 'r' or c.relispartition or tree.member
                      then 'the table is no longer a plain table outside any inheritance or partition tree'
@@ -2230,12 +2272,36 @@ alter table pgfence.stale_results add constraint stale_results_pkey primary key 
 create index stale_results_task_attempt on pgfence.stale_results (task_id, attempt);
 
 
+-- change: stale_sources
+-- Deploy pgfence:stale_sources
+-- requires: stale_reports
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Stale results of pgmq messages (the optional pgmq layer) are kept here too, where operators
+-- already look: task_id is then the message's msg_id, attempt its read count, and pgmq_queue
+-- names the queue. NULL pgmq_queue: a task of pgfence's own queue.
+alter table pgfence.stale_results add column pgmq_queue text;
+alter table pgfence.stale_results drop constraint stale_results_kind_check;
+alter table pgfence.stale_results add constraint stale_results_kind_check
+  check (kind in ('complete', 'fail', 'archive', 'delete'));
+alter table pgfence.stale_results add constraint stale_results_source_check
+  check ((pgmq_queue is null) = (kind in ('complete', 'fail')));
+comment on column pgfence.stale_results.pgmq_queue is
+  'The pgmq queue of a message (task_id is its msg_id, attempt its read count); NULL for a task of pgfence''s queue.';
+
+
 -- change: report
 -- Deploy pgfence:report
 -- requires: attempt_leases
 -- requires: stale_reports
 -- requires: tasks
 -- requires: stale_results
+-- requires: stale_sources
 -- requires: attempt_id
 -- requires: errors
 
@@ -2282,7 +2348,7 @@ begin
                     where s.attempt_id = report.attempt_id and s.kind = report.kind
                       and s.body is not distinct from report.body) then
       select count(*) into v_reports from pgfence.stale_results s
-       where s.task_id = v_task_id and s.attempt = v_attempt;
+       where s.task_id = v_task_id and s.attempt = v_attempt and s.pgmq_queue is null;
       if v_reports >= 10 then
         raise exception 'pgfence: attempt % of task % has sent 10 stale results already', v_attempt, v_task_id
           using errcode = '54000',
@@ -2480,6 +2546,40 @@ comment on function pgfence.extend(uuid, interval) is
 
 revoke all on function pgfence.extend(uuid, interval) from public;
 grant execute on function pgfence.extend(uuid, interval) to pgfence_worker;
+
+
+-- change: queue_status
+-- Deploy pgfence:queue_status
+-- requires: tasks
+-- requires: stale_results
+-- requires: stale_sources
+-- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Queued tasks belong to a queue, not a resource: several resources may serve one queue.
+create or replace view pgfence.queue_status as
+select t.queue,
+       count(*) filter (where t.state = 'queued') as queued,
+       count(*) filter (where t.state = 'queued' and t.ready_at <= clock_timestamp()) as ready,
+       count(*) filter (where t.state = 'claimed') as claimed,
+       count(*) filter (where t.state = 'claimed' and t.visible_until < clock_timestamp()) as overdue,
+       count(*) filter (where t.state = 'completed') as completed,
+       count(*) filter (where t.state = 'failed') as failed,
+       (select count(*) from pgfence.stale_results s
+          join pgfence.tasks st on st.task_id = s.task_id
+         where st.queue = t.queue and s.pgmq_queue is null) as stale_results
+  from pgfence.tasks t
+ group by t.queue;
+comment on view pgfence.queue_status is
+  'One row per queue: tasks by state (ready = claimable now, overdue = visibility ran out, not yet requeued) and stale results.';
+
+revoke all on pgfence.queue_status from public;
+grant select on pgfence.queue_status to pgfence_monitor, pgfence_operator;
 
 
 -- change: version

@@ -38,6 +38,7 @@ WITHOUT_SEARCH_PATH = (
     "pgfence.is_current(state text,expires_at timestamptz)",
     "pgfence.is_live(state text,expires_at timestamptz)",
     "pgfence.hold_current(lease_id uuid)",
+    "pgfence.mark_fenced(resource text,key bytea)",
 )
 
 

@@ -25,6 +25,31 @@ as $$
 $$;
 revoke all on function pgfence.fence_token(text, bytea) from public;
 
+-- Adds resource's marker to this transaction's fence markers (what the guard looks for), once,
+-- and returns the markers as they were. The markers are transaction-local: they end at
+-- commit, rollback or rollback to an earlier savepoint, exactly as the lease row lock that
+-- fence holds. A caller that admits only one write of its own (the pgmq layer's late archive,
+-- authorized by its attempt rather than a current lease) puts them back afterwards.
+create or replace function pgfence.mark_fenced(resource text, key bytea)
+returns text
+language plpgsql
+as $$
+declare
+  v_was text := coalesce(pg_catalog.current_setting('pgfence.fenced', true), '');
+  v_token text := pgfence.fence_token(mark_fenced.resource, mark_fenced.key);
+begin
+  if pg_catalog.strpos(v_was, E'\n' operator(pg_catalog.||) v_token operator(pg_catalog.||) E'\n')
+     operator(pg_catalog.=) 0 then
+    perform pg_catalog.set_config('pgfence.fenced',
+                                  coalesce(nullif(v_was, ''), E'\n')
+                                    operator(pg_catalog.||) v_token operator(pg_catalog.||) E'\n',
+                                  true);
+  end if;
+  return v_was;
+end
+$$;
+revoke all on function pgfence.mark_fenced(text, bytea) from public;
+
 create or replace function pgfence.fence(lease_id uuid)
 returns bigint
 language plpgsql
@@ -33,19 +58,11 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_lease pgfence.leases;
-  v_token text;
-  v_marker text;
 begin
   perform pgfence.check_not_null('lease_id', fence.lease_id);
   -- The lease row stays locked until the caller's transaction ends (I2).
   v_lease := pgfence.hold_current(fence.lease_id);
-  select pgfence.fence_token(v_lease.resource, k.hmac_key) into v_token from pgfence.signing_key k;
-  -- A transaction-local marker for the guard of protected tables: it lives exactly as long
-  -- as the row lock above (both end at commit, rollback or rollback to an earlier savepoint).
-  v_marker := coalesce(nullif(current_setting('pgfence.fenced', true), ''), E'\n');
-  if strpos(v_marker, E'\n' || v_token || E'\n') = 0 then
-    perform set_config('pgfence.fenced', v_marker || v_token || E'\n', true);
-  end if;
+  perform pgfence.mark_fenced(v_lease.resource, k.hmac_key) from pgfence.signing_key k;
   return v_lease.generation;
 end
 $$;

@@ -16,43 +16,64 @@ set local lock_timeout = '5s';
 -- row, and the lock that fence() holds keeps its answer true until commit. It runs AFTER the
 -- statement, so that a statement may fence itself (insert ... select pgfence.fence($1), ...):
 -- a fenced write in one round trip. A refused statement is undone whole.
+-- Arguments: the resources (a fence of any one of them admits the write), then the mode. A
+-- guard of release 0.1.0 has the same shape with one resource.
 create or replace function pgfence.guard()
 returns trigger
 language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+  v_markers text := coalesce(current_setting('pgfence.fenced', true), '');
+  v_key bytea;
+  v_mode text := tg_argv[tg_nargs - 1];
 begin
-  if exists (select from pgfence.signing_key k
-              where strpos(coalesce(current_setting('pgfence.fenced', true), ''),
-                           E'\n' || pgfence.fence_token(tg_argv[0], k.hmac_key) || E'\n') > 0) then
-    return null;
+  if v_markers <> '' then
+    select k.hmac_key into v_key from pgfence.signing_key k;
+    for i in 0 .. tg_nargs - 2 loop
+      if strpos(v_markers, E'\n' || pgfence.fence_token(tg_argv[i], v_key) || E'\n') > 0 then
+        return null;
+      end if;
+    end loop;
   end if;
-  if tg_argv[1] = 'observe' then
+  if v_mode = 'observe' then
     insert into pgfence.unfenced_writes (table_name, resource, operation, mode, transaction_id, role_name, application_name)
-    values (format('%I.%I', tg_table_schema, tg_table_name), tg_argv[0], tg_op, tg_argv[1],
-            pg_current_xact_id(), session_user, current_setting('application_name', true));
+    values (format('%I.%I', tg_table_schema, tg_table_name), array_to_string(tg_argv[0:tg_nargs - 2], ','),
+            tg_op, v_mode, pg_current_xact_id(), session_user, current_setting('application_name', true));
     return null;
   end if;
   raise exception 'pgfence: unfenced % on %.%, which is protected for resource %',
-                  tg_op, tg_table_schema, tg_table_name, tg_argv[0]
+                  tg_op, tg_table_schema, tg_table_name, array_to_string(tg_argv[0:tg_nargs - 2], ' or ')
     using errcode = 'PF007',
           hint = 'call pgfence.fence(lease_id) for that resource earlier in the same transaction';
 end
 $$;
 comment on function pgfence.guard() is
-  'Trigger of protected tables: rejects (enforce) or records (observe) a write in a transaction that has not fenced the resource.';
+  'Trigger of protected tables: rejects (enforce) or records (observe) a write in a transaction that has fenced none of its resources.';
 
-create or replace function pgfence.protect(tbl regclass, resource text, mode text default 'enforce')
+create or replace function pgfence.protect(tbl regclass, resources text[], mode text default 'enforce')
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 declare
+  v_resources text[];
+  v_unknown text[];
   v_renamed name;
+  v_queue boolean;
+  v_events text := 'insert or update or delete or truncate';
 begin
   perform pgfence.check_not_null('tbl', protect.tbl);
-  perform pgfence.check_name('resource', protect.resource);
+  if protect.resources is null or cardinality(protect.resources) not between 1 and 100
+     or array_position(protect.resources, null) is not null then
+    perform pgfence.invalid_argument('resources', 'must be 1 to 100 resource names, none of them NULL',
+                                     protect.resources::text);
+  end if;
+  for i in 1 .. cardinality(protect.resources) loop
+    perform pgfence.check_name('resources', protect.resources[i]);
+  end loop;
+  v_resources := array(select distinct r from unnest(protect.resources) r order by r);
   if protect.mode is null or protect.mode not in ('enforce', 'observe') then
     perform pgfence.invalid_argument('mode', 'must be enforce or observe', protect.mode);
   end if;
@@ -68,8 +89,23 @@ begin
   if (select c.relnamespace from pg_catalog.pg_class c where c.oid = protect.tbl) = 'pgfence'::regnamespace then
     perform pgfence.invalid_argument('tbl', 'must not be a table of pgfence itself', protect.tbl::text);
   end if;
-  if not exists (select from pgfence.resources r where r.resource = protect.resource) then
-    perform pgfence.resource_not_found(protect.resource);
+  v_unknown := array(select r from unnest(v_resources) r
+                      where not exists (select from pgfence.resources x where x.resource = r));
+  if cardinality(v_unknown) > 0 then
+    perform pgfence.resource_not_found(array_to_string(v_unknown, ', '));
+  end if;
+  -- A pgmq queue's table (pgmq.q_NAME of a queue in pgmq.meta) is guarded where its consumers
+  -- write: read, set_vt, archive and delete update or delete its rows. Producers insert
+  -- (pgmq.send) and need no lease.
+  if (select n.nspname = 'pgmq' and c.relname like 'q\_%'
+        from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+       where c.oid = protect.tbl)
+     and pg_catalog.to_regclass('pgmq.meta') is not null then
+    execute 'select exists (select from pgmq.meta m where ''q_'' || lower(m.queue_name) = $1)'
+       into strict v_queue using (select c.relname from pg_catalog.pg_class c where c.oid = protect.tbl);
+    if v_queue then
+      v_events := 'update or delete or truncate';
+    end if;
   end if;
   -- Runs as the caller: creating a trigger needs the caller's own TRIGGER privilege on tbl,
   -- and replacing it (to switch modes) no more than that, where dropping it would need
@@ -82,13 +118,29 @@ begin
   loop
     execute format('drop trigger %I on %s', v_renamed, protect.tbl);
   end loop;
-  execute format('create or replace trigger pgfence_guard after insert or update or delete or truncate on %s '
-                 'for each statement execute function pgfence.guard(%L, %L)',
-                 protect.tbl, protect.resource, protect.mode);
+  execute format('create or replace trigger pgfence_guard after %s on %s '
+                 'for each statement execute function pgfence.guard(%s)',
+                 v_events, protect.tbl,
+                 (select string_agg(quote_literal(a), ', ') from unnest(v_resources || protect.mode) a));
   insert into pgfence.protections as p (tbl, resources, mode)
-  values (protect.tbl, array[protect.resource], protect.mode)
+  values (protect.tbl, v_resources, protect.mode)
   on conflict on constraint protections_pkey
   do update set resources = excluded.resources, mode = excluded.mode, protected_at = clock_timestamp();
+end
+$$;
+comment on function pgfence.protect(regclass, text[], text) is
+  'Operator: writes to tbl are rejected with PF007 (enforce) or recorded in pgfence.unfenced_writes (observe) '
+  'unless the transaction fenced one of resources (replicas that serve one queue). A pgmq queue''s table is '
+  'guarded against its consumers'' writes only, not pgmq.send. Replaces an earlier protection of tbl. Raises PF002, 22023.';
+
+create or replace function pgfence.protect(tbl regclass, resource text, mode text default 'enforce')
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform pgfence.check_name('resource', protect.resource);
+  perform pgfence.protect(protect.tbl, array[protect.resource], protect.mode);
 end
 $$;
 comment on function pgfence.protect(regclass, text, text) is
@@ -118,10 +170,13 @@ comment on function pgfence.unprotect(regclass) is 'Operator: removes the protec
 
 revoke all on function pgfence.guard() from public;
 revoke all on function pgfence.protect(regclass, text, text) from public;
+revoke all on function pgfence.protect(regclass, text[], text) from public;
 revoke all on function pgfence.unprotect(regclass) from public;
 -- protect runs as the operator, who needs the guard (to create the trigger) and a look at
 -- the registered names; firing the trigger later needs no privilege of the writer.
 grant execute on function pgfence.guard() to pgfence_operator;
-grant execute on function pgfence.protect(regclass, text, text), pgfence.unprotect(regclass) to pgfence_operator;
+grant execute on function pgfence.protect(regclass, text, text), pgfence.protect(regclass, text[], text),
+                         pgfence.unprotect(regclass)
+   to pgfence_operator;
 
 commit;

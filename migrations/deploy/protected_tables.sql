@@ -39,7 +39,10 @@ select p.tbl::text as table_name,
                      when g.tgname is null then 'the guard trigger is missing'
                      when g.tgenabled not in ('O', 'A') then 'the guard trigger is disabled'
                      when g.tgname <> 'pgfence_guard' then pg_catalog.format('the guard trigger was renamed to %I', g.tgname)
-                     when g.args[1] <> all (p.resources) or g.args[2] is distinct from p.mode
+                     -- args: the resources, the mode, and an empty string after the last NUL
+                     when not (g.args[1:cardinality(g.args) - 2] @> p.resources
+                               and p.resources @> g.args[1:cardinality(g.args) - 2])
+                          or g.args[cardinality(g.args) - 1] is distinct from p.mode
                      then 'the guard trigger''s resource or mode differs from what protect set'
                      when c.relkind <> 'r' or c.relispartition or tree.member
                      then 'the table is no longer a plain table outside any inheritance or partition tree'

@@ -63,4 +63,6 @@ comment on function pgfence.fence(uuid) is
 revoke all on function pgfence.fence(uuid) from public;
 grant execute on function pgfence.fence(uuid) to pgfence_worker;
 
+drop function pgfence.mark_fenced(text, bytea);
+
 commit;

@@ -7,6 +7,17 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
+-- Release 0.1.0's guard knows one resource per table.
+do $$
+begin
+  if exists (select from pgfence.protections p where cardinality(p.resources) > 1) then
+    raise exception 'pgfence: tables are protected for several resources; protect them for one first'
+      using errcode = '55000';
+  end if;
+end
+$$;
+drop function pgfence.protect(regclass, text[], text);
+
 -- Statement-level: the check costs one marker comparison per statement, not a lookup per
 -- row, and the lock that fence() holds keeps its answer true until commit. It runs AFTER the
 -- statement, so that a statement may fence itself (insert ... select pgfence.fence($1), ...):
