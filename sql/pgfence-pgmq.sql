@@ -206,6 +206,7 @@ set local lock_timeout = '5s';
 create function pgfence.pgmq_finish(attempt_id uuid, kind text)
 returns text
 language plpgsql
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_attempt pgfence.pgmq_attempts;

@@ -16,7 +16,7 @@ import pytest
 
 from pgfence.cluster import Cluster, PgBouncer
 from pgfence.harness import Database
-from tests.support import install_bundle, install_test_helpers
+from tests.support import install_bundle, install_pgmq, install_pgmq_layer, install_test_helpers
 
 
 @pytest.fixture(scope="session")
@@ -36,17 +36,34 @@ def cluster() -> Iterator[Cluster]:
         os.environ.update(saved)
 
 
-@pytest.fixture(scope="session")
-def template(cluster: Cluster) -> Iterator[str]:
+@contextmanager
+def made_template(cluster: Cluster, with_pgmq: bool) -> Iterator[str]:
     # Named per run: two runs on one cluster (PGFENCE_CLUSTER) must not drop each other's.
     name = f"pgfence_template_{uuid.uuid4().hex[:12]}"
     cluster.create_database(name)
     try:
+        if with_pgmq:
+            install_pgmq(cluster, name)
         install_bundle(cluster, name)
+        if with_pgmq:
+            install_pgmq_layer(cluster, name)
         install_test_helpers(cluster, name)
         yield name
     finally:
         cluster.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def template(cluster: Cluster) -> Iterator[str]:
+    with made_template(cluster, with_pgmq=False) as name:
+        yield name
+
+
+@pytest.fixture(scope="session")
+def mq_template(cluster: Cluster) -> Iterator[str]:
+    """pgmq (the extension), pgfence and its pgmq layer."""
+    with made_template(cluster, with_pgmq=True) as name:
+        yield name
 
 
 @pytest.fixture(scope="session")
@@ -75,21 +92,11 @@ def clone(cluster: Cluster, template: str) -> Iterator[str]:
         cluster.drop_database(name)
 
 
-@pytest.fixture
-def db(cluster: Cluster, template: str) -> Iterator[Database]:
+@contextmanager
+def fresh(request: pytest.FixtureRequest, cluster: Cluster, template: str,
+          how: str) -> Iterator[Database]:
     with clone(cluster, template) as name:
-        database = Database(cluster.dsn(name))
-        try:
-            yield database
-        finally:
-            database.close()
-
-
-@pytest.fixture(params=["direct", "pgbouncer"])
-def any_db(request: pytest.FixtureRequest, cluster: Cluster, template: str) -> Iterator[Database]:
-    """A fresh database, reached directly or through PgBouncer in transaction pooling mode."""
-    with clone(cluster, template) as name:
-        if request.param == "direct":
+        if how == "direct":
             database = Database(cluster.dsn(name))
         else:
             bouncer: PgBouncer = request.getfixturevalue("bouncer")
@@ -98,3 +105,31 @@ def any_db(request: pytest.FixtureRequest, cluster: Cluster, template: str) -> I
             yield database
         finally:
             database.close()
+
+
+@pytest.fixture
+def db(request: pytest.FixtureRequest, cluster: Cluster, template: str) -> Iterator[Database]:
+    with fresh(request, cluster, template, "direct") as database:
+        yield database
+
+
+@pytest.fixture(params=["direct", "pgbouncer"])
+def any_db(request: pytest.FixtureRequest, cluster: Cluster, template: str) -> Iterator[Database]:
+    """A fresh database, reached directly or through PgBouncer in transaction pooling mode."""
+    with fresh(request, cluster, template, request.param) as database:
+        yield database
+
+
+@pytest.fixture
+def mq(request: pytest.FixtureRequest, cluster: Cluster, mq_template: str) -> Iterator[Database]:
+    """A fresh database with pgmq and pgfence's pgmq layer."""
+    with fresh(request, cluster, mq_template, "direct") as database:
+        yield database
+
+
+@pytest.fixture(params=["direct", "pgbouncer"])
+def any_mq(request: pytest.FixtureRequest, cluster: Cluster,
+           mq_template: str) -> Iterator[Database]:
+    """The same, reached directly or through PgBouncer in transaction pooling mode."""
+    with fresh(request, cluster, mq_template, request.param) as database:
+        yield database

@@ -12,11 +12,26 @@ from pgfence.harness import Lease
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "sql/pgfence.sql"
 TEST_HELPERS = ROOT / "pgtap/helpers/pgfence_test.sql"
+PGMQ_SQL = ROOT / ".tools/pgmq/pgmq.sql"  # pgmq's own install, put there by scripts/setup
+PGMQ_LAYER = ROOT / "sql/pgfence-pgmq.sql"
 
 
 def install_bundle(cluster: Cluster, database: str) -> None:
     """pgfence from the one-file install, as `psql -f` installs it."""
     cluster.psql(database, "--single-transaction", "-f", BUNDLE)
+
+
+def install_pgmq(cluster: Cluster, database: str, how: str = "extension") -> None:
+    """The real pgmq: as the extension (Supabase's and pgflow's form) or from its SQL file."""
+    if how == "extension":
+        cluster.psql(database, "-c", "create extension pgmq")
+    else:
+        cluster.psql(database, "-f", PGMQ_SQL)
+
+
+def install_pgmq_layer(cluster: Cluster, database: str) -> None:
+    """pgfence's pgmq layer from its one-file install (after pgmq and pgfence)."""
+    cluster.psql(database, "--single-transaction", "-f", PGMQ_LAYER)
 
 
 def install_test_helpers(cluster: Cluster, database: str) -> None:

@@ -39,6 +39,8 @@ WITHOUT_SEARCH_PATH = (
     "pgfence.is_live(state text,expires_at timestamptz)",
     "pgfence.hold_current(lease_id uuid)",
     "pgfence.mark_fenced(resource text,key bytea)",
+    "pgfence.pgmq_attempt_uuid(queue text,msg_id bigint,read_ct integer,lease_id uuid,key bytea)",
+    "pgfence.pgmq_queue_table(queue text)",
 )
 
 
@@ -58,6 +60,13 @@ def test_pgspot_finds_nothing_in_the_bundle() -> None:
     report = out.stdout + out.stderr
     # A statement pgspot cannot parse ends its analysis there, so it must not happen either.
     assert out.returncode == 0 and "Errors: 0 Warnings: 0 Unknown: 0" in report, report
+
+
+def test_pgspot_finds_nothing_in_the_pgmq_layer() -> None:
+    # Read after pgfence itself (-a), which it is installed onto; pgmq's own SQL is pgmq's.
+    out = pgspot(ROOT / "sql/pgfence.sql", ROOT / "sql/pgfence-pgmq.sql", append=True)
+    report = out.stdout + out.stderr
+    assert out.returncode == 0 and "TOTAL: Errors: 0 Warnings: 0 Unknown: 0" in report, report
 
 
 UPGRADES = sorted((ROOT / "sql/upgrades").glob("*.sql"))
@@ -98,7 +107,8 @@ def test_negative_control_pgspot_checks_names_where_no_search_path(tmp_path: Pat
 
 
 def test_squawk_finds_nothing_in_the_migrations() -> None:
-    out = squawk(*sorted((ROOT / "migrations/deploy").glob("*.sql")))
+    out = squawk(*sorted((ROOT / "migrations/deploy").glob("*.sql")),
+                 *sorted((ROOT / "layers").glob("*/deploy/*.sql")))
     assert out.returncode == 0, out.stdout + out.stderr
 
 

@@ -41,7 +41,7 @@ begin
   if pg_catalog.strpos(v_was, E'\n' operator(pg_catalog.||) v_token operator(pg_catalog.||) E'\n')
      operator(pg_catalog.=) 0 then
     perform pg_catalog.set_config('pgfence.fenced',
-                                  coalesce(nullif(v_was, ''), E'\n')
+                                  (case when v_was operator(pg_catalog.=) '' then E'\n' else v_was end)
                                     operator(pg_catalog.||) v_token operator(pg_catalog.||) E'\n',
                                   true);
   end if;

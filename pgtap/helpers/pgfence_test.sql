@@ -111,3 +111,20 @@ as $$
                               coalesce((select t.lease_id from pgfence.tasks t where t.task_id = forged_attempt.task_id),
                                        gen_random_uuid())) a;
 $$;
+
+-- A pgmq message's visibility timeout ran out, as if its reader paused longer than vt. Past
+-- the guard of a protected queue table (replica mode skips triggers for this one statement).
+create or replace function pgfence_test.expire_message(queue text, msg_id bigint)
+returns void
+language plpgsql
+as $$
+declare
+  v_role text := current_setting('session_replication_role');
+begin
+  perform set_config('session_replication_role', 'replica', true);
+  execute format('update pgmq.%I set vt = clock_timestamp() - interval ''1 millisecond'' where msg_id = $1',
+                 'q_' || lower(queue))
+    using msg_id;
+  perform set_config('session_replication_role', v_role, true);
+end
+$$;
