@@ -58,7 +58,7 @@ def test_bundle_is_in_sync_with_the_plan() -> None:
 
 def test_negative_control_stale_bundle_is_detected(tmp_path: Path) -> None:
     copy = tmp_path / "repo"
-    for item in ["scripts", "migrations", "sql", "sqitch.plan"]:
+    for item in ["scripts", "migrations", "layers", "sql", "sqitch.plan"]:
         src = ROOT / item
         (shutil.copytree if src.is_dir() else shutil.copy)(src, copy / item)
     with (copy / "sql/pgfence.sql").open("a") as f:

@@ -383,8 +383,9 @@ def test_replayed_marker_is_refused(db: Database) -> None:
 
 
 def test_negative_control_marker_of_resource_names(db: Database) -> None:
-    db.replace_in_function(FENCE, "pgfence.fence_token(v_lease.resource, k.hmac_key)",
-                           "v_lease.resource")
+    db.replace_in_function("pgfence.mark_fenced(text,bytea)",
+                           "pgfence.fence_token(mark_fenced.resource, mark_fenced.key)",
+                           "mark_fenced.resource")
     db.replace_in_function("pgfence.guard()",
-                           "pgfence.fence_token(tg_argv[0], k.hmac_key)", "tg_argv[0]")
+                           "pgfence.fence_token(tg_argv[i], v_key)", "tg_argv[i]")
     assert replayed_marker(db) is None

@@ -255,10 +255,14 @@ def test_sqitch_upgrade_of_a_one_file_install_keeps_live_state(dbs: Databases,
 
 @pytest.mark.parametrize("start", OLDER)
 def test_pgtap_suite_passes_on_an_upgraded_database(dbs: Databases, start: str) -> None:
+    # With pgmq beside the release, and pgfence's pgmq layer installed onto the upgrade (the
+    # layer's tests are in the suite).
     name = dbs.fresh("pgtap")
+    dbs.psql(name, "-c", "create extension pgmq")
     dbs.install_release(name, start)
     make_live_state(dbs, name)
     dbs.upgrade_by_file(name, start)
+    dbs.psql(name, "--single-transaction", "-f", ROOT / "sql/pgfence-pgmq.sql")
     dbs.psql(name, "-c", "create extension pgtap", "-f", ROOT / "pgtap/helpers/pgfence_test.sql")
     files = sorted(str(p) for p in (ROOT / "pgtap").rglob("*.sql") if "helpers" not in p.parts)
     prove = subprocess.run(["pg_prove", "-d", name, *files], capture_output=True, text=True)
@@ -374,7 +378,7 @@ def test_negative_control_without_the_guard_psql_installs_unhardened(dbs: Databa
 
 def copy_repo(tmp_path: Path) -> Path:
     copy = tmp_path / "repo"
-    for item in ["scripts/bundle", "migrations", "sql", "sqitch.plan"]:
+    for item in ["scripts/bundle", "migrations", "layers", "sql", "sqitch.plan"]:
         src, dst = ROOT / item, copy / item
         dst.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)

@@ -1252,7 +1252,9 @@ begin
         from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
        where c.oid = protect.tbl)
      and pg_catalog.to_regclass('pgmq.meta') is not null then
-    execute 'select exists (select from pgmq.meta m where ''q_'' || lower(m.queue_name) = $1)'
+    -- (pgmq.meta named at run time: pgfence does not need pgmq to be there)
+    execute format('select exists (select from %s m where ''q_'' || lower(m.queue_name) = $1)',
+                   pg_catalog.to_regclass('pgmq.meta'))
        into strict v_queue using (select c.relname from pg_catalog.pg_class c where c.oid = protect.tbl);
     if v_queue then
       v_events := 'update or delete or truncate';
