@@ -14,7 +14,7 @@ create schema bench;
 -- one per claimer for the claim variant with a lease per client.
 select pgfence.register('renew-' || g) from generate_series(1, 1000) g;
 select pgfence.register(r)
-  from unnest(array['bench-claim', 'bench-fence', 'claim-0', 'claim-1', 'claim-2', 'claim-3',
+  from unnest(array['bench-claim', 'bench-fence', 'bench-pgmq', 'claim-0', 'claim-1', 'claim-2', 'claim-3',
                     'claim-4', 'claim-5', 'claim-6', 'claim-7']) r;
 select pgfence.acquire(r.resource, 'bench', interval '1 day') from pgfence.resources r;
 update pgfence.leases set lease_id = md5(resource)::uuid;
@@ -85,3 +85,8 @@ create table bench.plain_rows (like bench.fenced_rows including all);
 select pgfence.protect('bench.fenced_rows', 'bench-fence');
 
 vacuum analyze;
+
+-- pgmq (the pgmq layer's pairs): queue bench read through pgfence.pgmq_read under the lease of
+-- bench-pgmq, queue bench_raw of the same shape read by pgmq itself.
+select pgmq.create('bench');
+select pgmq.create('bench_raw');

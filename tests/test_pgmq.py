@@ -104,8 +104,8 @@ def test_the_stale_result_of_a_message_read_again_is_recorded(any_mq: Database, 
 
 
 def test_negative_control_without_the_read_count_the_stale_archive_lands(mq: Database) -> None:
-    mq.replace_in_function(FINISH, "if v_read_ct is distinct from v_attempt.read_ct then",
-                           "if v_read_ct is null then")
+    mq.replace_in_function(FINISH, "where m.msg_id = $1 and m.read_ct = $2'",
+                           "where m.msg_id = $1'")
     queue(mq, 1)
     a, b = mq.session("a"), mq.session("b")
     la = acquired(a.acquire("r1"))
@@ -155,8 +155,8 @@ def test_negative_control_a_late_result_judged_by_its_lease(mq: Database) -> Non
 
 
 def test_negative_control_a_late_result_without_its_marker_is_refused(mq: Database) -> None:
-    mq.replace_in_function(FINISH, "v_was := pgfence.mark_fenced(",
-                           "v_was := pg_catalog.format('%s %s', ")
+    mq.replace_in_function(FINISH, "v_was := pgfence.pgmq_mark(v_table, v_attempt.lease_id);",
+                           "v_was := null;")
     queue(mq, 1)
     mq.sql("select pgfence.protect('pgmq.q_jobs', array['r1'], 'enforce')")
     a = mq.session("a")

@@ -57,7 +57,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--only",
         type=lambda s: set(s.split(",")),
-        help="comma-separated subset of: renew, claim, complete, fence1, fence100, "
+        help="comma-separated subset of: renew, claim, complete, fence1, fence100, pgmq, "
         "cycle, renewals, takeover, history",
     )
     p.add_argument(
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
         groups: list[Group] = []
         pairs = Pairs(opts, server)
         if any(
-            opts.wanted(k) for k in ("renew", "claim", "complete", "fence1", "fence100", "cycle")
+            opts.wanted(k) for k in ("renew", "claim", "complete", "fence1", "fence100", "pgmq", "cycle")
         ):
             log(f"pairs: {opts.rounds} rounds of {opts.seconds:g} s per run")
             groups = pairs.run()

@@ -72,6 +72,15 @@ class Pairs:
 
         return check
 
+    def visible_left(self, queue: str) -> Callable[[Member], str | None]:
+        def check(member: Member) -> str | None:
+            ((left,),) = self.server.sql(
+                "bench", f"select count(*) from pgmq.q_{queue} where vt <= clock_timestamp()"
+            )
+            return None if int(str(left)) > 0 else "the queue ran dry"
+
+        return check
+
     def handles_left(self, seq: str) -> Callable[[Member], str | None]:
         def check(member: Member) -> str | None:
             ((last,),) = self.server.sql("bench", f"select last_value from {seq}")
@@ -184,6 +193,39 @@ class Pairs:
                     Member("INSERT 100 rows (plain table)", "insert_100.sql", rows),
                 ],
                 [Comparison("fence + insert 100 rows", 0, 1, 0.95)],
+            ),
+            Group(
+                "pgmq",
+                [
+                    Member(
+                        "pgmq_read 10 (pgfence.pgmq_read, shared lease)",
+                        "pgmq_read.sql",
+                        lambda m: self.fill("fill_pgmq.sql", m, 10),
+                        self.visible_left("bench"),
+                    ),
+                    Member(
+                        "pgmq.read 10",
+                        "pgmq_read_raw.sql",
+                        lambda m: self.fill("fill_pgmq.sql", m, 10),
+                        self.visible_left("bench_raw"),
+                    ),
+                    Member(
+                        "pgmq_archive (pgfence.pgmq_archive by attempt_id)",
+                        "pgmq_archive.sql",
+                        lambda m: self.fill("fill_pgmq_read.sql", m, 1),
+                        self.handles_left("bench.handles_seq"),
+                    ),
+                    Member(
+                        "pgmq.archive by msg_id",
+                        "pgmq_archive_raw.sql",
+                        lambda m: self.fill("fill_pgmq_read.sql", m, 1),
+                        self.handles_left("bench.handles_raw_seq"),
+                    ),
+                ],
+                [
+                    Comparison("pgmq: read 10 messages", 0, 1, 0.90),
+                    Comparison("pgmq: archive 1 message", 2, 3, 0.90),
+                ],
             ),
             Group(
                 "cycle",

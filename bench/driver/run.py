@@ -23,6 +23,7 @@ from pgfence.cluster import Cluster, Connection, connect
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 BUNDLE = ROOT / "sql/pgfence.sql"
+PGMQ_LAYER = ROOT / "sql/pgfence-pgmq.sql"
 CLIENTS, JOBS = 4, 2
 
 
@@ -134,7 +135,8 @@ class Server:
 
     def createdb(self, db: str) -> None:
         self.cluster.create_database(db)
-        for file in [BUNDLE, *self.applies]:
+        self.cluster.psql(db, "-c", "create extension pgmq")  # for the pgmq layer's pairs
+        for file in [BUNDLE, PGMQ_LAYER, *self.applies]:
             self.cluster.psql(db, "--single-transaction", "-f", file)
 
 

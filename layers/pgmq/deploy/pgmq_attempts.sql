@@ -17,12 +17,13 @@ begin
     raise exception 'pgfence pgmq layer: needs pgfence 0.2.0 or later installed first'
       using errcode = '55000', hint = 'install sql/pgfence.sql (or upgrade), then this file';
   end if;
-  -- pgmq 1.4 is the first with read_ct, vt and last_read_at as used here, and archive and
-  -- delete by (queue_name, msg_id); later releases keep them.
+  -- pgmq 1.5 is the first whose queues all have the columns used here (headers came last);
+  -- later releases keep them.
   if pg_catalog.to_regclass('pgmq.meta') is null
-     or pg_catalog.to_regprocedure('pgmq.archive(text, bigint)') is null
-     or pg_catalog.to_regprocedure('pgmq.delete(text, bigint)') is null then
-    raise exception 'pgfence pgmq layer: needs pgmq 1.4 or later installed first'
+     or not exists (select from pg_catalog.pg_attribute a
+                     where a.attrelid operator(pg_catalog.=) pg_catalog.to_regclass('pgmq.message_record')
+                       and a.attname operator(pg_catalog.=) 'headers' and not a.attisdropped) then
+    raise exception 'pgfence pgmq layer: needs pgmq 1.5 or later installed first'
       using errcode = '55000', hint = 'create extension pgmq (or run pgmq''s pgmq.sql), then this file';
   end if;
 end

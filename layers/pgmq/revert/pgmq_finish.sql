@@ -11,5 +11,6 @@ drop function pgfence.pgmq_set_vt(uuid, interval);
 drop function pgfence.pgmq_delete(uuid);
 drop function pgfence.pgmq_archive(uuid);
 drop function pgfence.pgmq_finish(uuid, text);
+drop function pgfence.pgmq_mark(text, uuid);
 
 commit;
