@@ -320,14 +320,16 @@ export class Owner {
     }
   }
 
-  /** A transaction that is the owner's only if fence() passes in it (I2); `fn`'s result. */
-  async fenced<T>(fn: (tx: TransactionSql) => Promise<T>): Promise<T> {
+  /**
+   * A transaction that is the owner's only if fence() passes in it (I2): `fn` gets it and the
+   * generation to stamp on rows; `fn`'s result.
+   */
+  async fenced<T>(fn: (tx: TransactionSql, generation: bigint) => Promise<T>): Promise<T> {
     this.check();
     let result: T | undefined;
     try {
       await this.sql.begin(async (tx) => {
-        await this.fence(tx);
-        result = await fn(tx);
+        result = await fn(tx, await this.fence(tx));
       });
     } catch (e) {
       throw this.#refused(e);
@@ -559,12 +561,14 @@ export class Worker {
     attemptId: string,
     body: unknown,
   ): Promise<Verdict> {
-    const json = JSON.stringify(body ?? null);
     const sql = this.owner.sql;
+    // sql.json: postgres.js serializes the value once (a string passed for jsonb would be
+    // encoded again, as a JSON string). null and undefined report SQL NULL.
+    const json = body === undefined || body === null ? null : sql.json(body as postgres.JSONValue);
     const [row] = await query(
       kind === "complete"
-        ? sql`select pgfence.complete(${attemptId}::uuid, ${json}::jsonb) as verdict`
-        : sql`select pgfence.fail(${attemptId}::uuid, ${json}::jsonb) as verdict`,
+        ? sql`select pgfence.complete(${attemptId}::uuid, ${json}) as verdict`
+        : sql`select pgfence.fail(${attemptId}::uuid, ${json}) as verdict`,
     );
     const verdict = row.verdict as Verdict;
     this.verdicts[verdict] += 1;
