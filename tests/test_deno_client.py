@@ -1,6 +1,6 @@
 """The Deno client (clients/deno): deno fmt, lint and check clean, with negative controls; then
 its own tests (`deno test`) against a fresh database of this run's cluster, reached directly
-and through PgBouncer in transaction pooling mode.
+and through PgBouncer in transaction pooling mode; and docs/deno.md's example, through PgBouncer.
 
 Deno and postgres.js are the versions pinned in .tools/package.json, installed by scripts/setup
 from npm. Each run gets an empty DENO_DIR, so nothing is found in a cache of an earlier run: the
@@ -21,6 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 from pgfence.cluster import LOOPBACK, USER, Cluster, PgBouncer
 from pgfence.harness import Database
 from tests.support import ROOT
+from tests.test_docs import example
 
 CLIENT = ROOT / "clients/deno"
 DENO = ROOT / ".tools/node_modules/@deno/linux-x64-glibc/deno"
@@ -87,3 +88,24 @@ def test_deno_client_tests_pass_directly_and_through_pgbouncer(
     through = {name for name, target in passed if target == "pgbouncer"}
     # Every test of the pooler's kind ran through PgBouncer as well as directly.
     assert direct and through == direct, out
+
+
+def test_docs_example_works_the_queue_through_pgbouncer(
+        db: Database, bouncer: PgBouncer, deno_env: dict[str, str], tmp_path: Path) -> None:
+    db.sql("select pgfence.register('mailer')")
+    for to in ("ada@example.org", "grace@example.org"):
+        db.sql("select pgfence.enqueue('emails', jsonb_build_object('to', %s::text))", (to,))
+    script = tmp_path / "worker.ts"
+    script.write_text(example("docs/deno.md", "deno example", "ts"))
+    name = conninfo_to_dict(db.dsn)["dbname"]
+    assert isinstance(name, str)
+    for args in (["fmt", "--check", "--line-width", "100"], ["lint"]):   # as clients/deno's
+        out = deno(deno_env, *args, str(script), cwd=tmp_path)
+        assert out.returncode == 0, out.stdout + out.stderr
+    env = {**deno_env, "DATABASE_URL": url(bouncer.port, name)}
+    out = deno(env, "run", "--check", "--config", str(CLIENT / "deno.json"), *PERMISSIONS,
+               str(script))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert db.sql("select state, result->>'to' from pgfence.tasks order by task_id") == [
+        ("completed", "ada@example.org"), ("completed", "grace@example.org")]
+    assert db.one("select status from pgfence.lease_status") == "released"

@@ -468,16 +468,25 @@ export class Worker {
     return () => Deno.removeSignalListener("SIGTERM", listener);
   }
 
-  /** The loop; drains and releases the lease when it ends, however it ends. */
-  async run(options: { maxTasks?: number } = {}): Promise<void> {
-    const { maxTasks } = options;
+  /**
+   * The loop; drains and releases the lease when it ends, however it ends. It ends after
+   * `maxTasks` handler calls, on `stop`, when ownership is in doubt, or (`untilIdle`) when the
+   * queue has nothing to claim: the shape of an Edge Function invocation that must not idle.
+   */
+  async run(options: { maxTasks?: number; untilIdle?: boolean } = {}): Promise<void> {
+    const { maxTasks, untilIdle = false } = options;
     try {
       while (!this.#stop && (maxTasks === undefined || this.handled < maxTasks)) {
         if (!this.owner.valid) break; // ownership in doubt: claim nothing more
         const tasks = await this.claim();
         if (tasks.length === 0) {
-          await query(this.owner.sql`select pgfence.requeue_expired()`);
-          await this.#idle();
+          const [{ requeued }] = await query(
+            this.owner.sql`select pgfence.requeue_expired() as requeued`,
+          );
+          if (requeued === 0) {
+            if (untilIdle) break;
+            await this.#idle();
+          }
           continue;
         }
         for (const task of tasks) {
