@@ -1,6 +1,7 @@
 """The Deno client (clients/deno): deno fmt, lint and check clean, with negative controls; then
 its own tests (`deno test`) against a fresh database of this run's cluster, reached directly
-and through PgBouncer in transaction pooling mode; and docs/deno.md's example, through PgBouncer.
+and through PgBouncer in transaction pooling mode; docs/deno.md's example, and a worker as a real
+process (paused past its lease with SIGSTOP, or drained with SIGTERM), through PgBouncer.
 
 Deno and postgres.js are the versions pinned in .tools/package.json, installed by scripts/setup
 from npm. Each run gets an empty DENO_DIR, so nothing is found in a cache of an earlier run: the
@@ -9,11 +10,14 @@ client resolves postgres.js from .tools/node_modules (clients/deno/deno.json), o
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict
@@ -46,7 +50,8 @@ def deno(env: dict[str, str], *args: str, cwd: Path = CLIENT) -> subprocess.Comp
 
 
 def test_fmt_lint_and_check_are_clean(deno_env: dict[str, str]) -> None:
-    for args in (["fmt", "--check"], ["lint"], ["check", "mod.ts", "client_test.ts"]):
+    for args in (["fmt", "--check"], ["lint"],
+                 ["check", "mod.ts", "client_test.ts", "testdata/worker_process.ts"]):
         out = deno(deno_env, *args)
         assert out.returncode == 0, f"deno {' '.join(args)}:\n{out.stdout}{out.stderr}"
 
@@ -108,4 +113,91 @@ def test_docs_example_works_the_queue_through_pgbouncer(
     assert out.returncode == 0, out.stdout + out.stderr
     assert db.sql("select state, result->>'to' from pgfence.tasks order by task_id") == [
         ("completed", "ada@example.org"), ("completed", "grace@example.org")]
+    assert db.one("select status from pgfence.lease_status") == "released"
+
+
+class WorkerProcess:
+    """clients/deno/testdata/worker_process.ts as a process of its own, through PgBouncer."""
+
+    def __init__(self, db: Database, bouncer: PgBouncer, env: dict[str, str]) -> None:
+        name = conninfo_to_dict(db.dsn)["dbname"]
+        assert isinstance(name, str)
+        self.proc = subprocess.Popen(
+            [str(DENO), "run", *PERMISSIONS, "testdata/worker_process.ts"], cwd=CLIENT,
+            env={**env, "DATABASE_URL": url(bouncer.port, name), "RESOURCE": "w"},
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def said(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"the worker exited ({self.proc.wait()}) without a word"
+        said: dict[str, Any] = json.loads(line)
+        return said
+
+    def unblock(self) -> None:
+        """The handler in hand returns."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def finish(self) -> dict[str, Any]:
+        said = self.said()
+        assert self.proc.wait(timeout=60) == 0
+        return said
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def worker_process(db: Database, bouncer: PgBouncer,
+                   deno_env: dict[str, str]) -> Iterator[WorkerProcess]:
+    db.sql("select pgfence.register('w')")
+    for _ in range(2):
+        db.sql("select pgfence.enqueue('q')")
+    process = WorkerProcess(db, bouncer, deno_env)
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+def test_a_paused_worker_process_resumes_claims_nothing_and_its_result_is_stale(
+        db: Database, worker_process: WorkerProcess) -> None:
+    attempt = worker_process.said()["started"]
+    worker_process.proc.send_signal(signal.SIGSTOP)        # paused in its handler ...
+    lease = db.one("select lease_id from pgfence.leases where owner = 'process'")
+    db.expire(lease)                                       # ... past its lease
+    successor = db.session("successor")
+    new = successor.acquire("w")
+    assert new is not None
+    db.expire_attempt(attempt)
+    successor.run("select pgfence.requeue_expired()")
+    # The successor takes the queue: the task the process started, and the other one.
+    assert len(successor.run("select * from pgfence.claim(%s, 'q', 10, '30 s')",
+                             (new.lease_id,))) == 2
+    db.sql("select pgfence.enqueue('q')")                 # a task for whoever may claim
+    worker_process.proc.send_signal(signal.SIGCONT)
+    worker_process.unblock()
+    said = worker_process.finish()
+    assert said["verdicts"] == {"accepted": 0, "duplicate": 0, "stale": 1}, said
+    assert said["handled"] == 1 and "refused" in said["lost"], said
+    # The successor holds the task the process started; the new one nobody claimed.
+    assert db.sql("select state, attempt, lease_id = %s from pgfence.tasks order by task_id",
+                  (new.lease_id,)) == [("claimed", 2, True), ("claimed", 1, True),
+                                       ("queued", 0, None)]
+    assert db.sql("select kind, body from pgfence.stale_results") == [
+        ("complete", {"by": "process"})]
+
+
+def test_sigterm_drains_a_worker_process(db: Database, worker_process: WorkerProcess) -> None:
+    worker_process.said()                                  # a handler in hand
+    worker_process.proc.send_signal(signal.SIGTERM)
+    worker_process.unblock()
+    said = worker_process.finish()
+    assert said["verdicts"]["accepted"] == 1 and said["handled"] == 1, said
+    assert db.sql("select state from pgfence.tasks order by task_id") == [
+        ("completed",), ("queued",)]
     assert db.one("select status from pgfence.lease_status") == "released"
