@@ -430,9 +430,9 @@ for (const reclaimed of [true, false]) {
     if (reclaimed) {
       await t.admin`select pgfence_test.expire_attempt(${hung.task.attemptId}::uuid)`;
       await t.admin`select pgfence.requeue_expired()`;
-      const claimed = await t.admin`select * from pgfence.claim(${successor
-        .lease_id as string}::uuid,
-                                                               ${hung.worker.queue}, 1, '30 s')`;
+      const lease = successor.lease_id as string;
+      const q = hung.worker.queue;
+      const claimed = await t.admin`select * from pgfence.claim(${lease}::uuid, ${q}, 1, '30 s')`;
       assertEquals(claimed.length, 1);
     }
     await hung.finish();

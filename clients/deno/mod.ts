@@ -218,8 +218,8 @@ export class Owner {
   /** Sends one renewal and returns the state it answered (active or draining). */
   protected async sendRenew(): Promise<string> {
     const [row] = await query(
-      this
-        .sql`select state from pgfence.renew(${this.leaseId}::uuid, make_interval(secs => ${this.ttl}))`,
+      this.sql`select state
+                 from pgfence.renew(${this.leaseId}::uuid, make_interval(secs => ${this.ttl}))`,
     );
     return row ? String(row.state) : "active";
   }
