@@ -1,0 +1,527 @@
+/**
+ * The Deno client (mod.ts) against a real cluster, directly and through PgBouncer in
+ * transaction pooling mode: the worker loop, the renew deadline, fenced writes, drain on
+ * SIGTERM, release in a finally, the handler deadline, typed errors. Each guarantee has a
+ * negative control: a deliberately broken variant of the client that the same test catches.
+ * The Python client's tests (tests/test_client.py) are the model.
+ */
+import {
+  connect,
+  InvalidArgument,
+  LeaseLost,
+  LeaseNotCurrent,
+  Owner,
+  type OwnerOptions,
+  pgfenceError,
+  ResourceDisabled,
+  ResourceUnknown,
+  type Task,
+  UnfencedWrite,
+  Worker,
+} from "./mod.ts";
+import {
+  assert,
+  assertEquals,
+  FakeClock,
+  gate,
+  rejects,
+  type Target,
+  test,
+  testDirect,
+} from "./test_support.ts";
+
+test("the worker handles the queue and releases", async (t) => {
+  const [r, q] = [t.name("w"), t.name("q")];
+  await t.admin`select pgfence.register(${r})`;
+  for (let n = 0; n < 5; n++) {
+    await t.admin`select pgfence.enqueue(${q}, ${t.admin.json({ n })})`;
+  }
+  const owner = new Owner({ sql: t.sql, resource: r, ttl: 30 });
+  assert(await owner.acquire());
+  assert(typeof owner.generation === "bigint" && owner.generation > 0n);
+  const worker = new Worker({
+    owner,
+    queue: q,
+    handler: (p) => ({ double: (p as { n: number }).n * 2 }),
+    qty: 2,
+  });
+  await worker.run({ maxTasks: 5 });
+  assertEquals(
+    await t.rows(
+      t.admin`select state, result from pgfence.tasks where queue = ${q} order by task_id`,
+    ),
+    [0, 2, 4, 6, 8].map((d) => ({ state: "completed", result: { double: d } })),
+  );
+  assertEquals(worker.verdicts, { accepted: 5, duplicate: 0, stale: 0 });
+  assertEquals(
+    await t.rows(t.admin`select status from pgfence.lease_status where resource = ${r}`),
+    [{ status: "released" }],
+  );
+  assert(!owner.valid);
+});
+
+test("the startup handshake: the invocation is acknowledged, a second owner waits", async (t) => {
+  const r = t.name("w");
+  await t.admin`select pgfence.register(${r})`;
+  const [{ id }] = await t.admin`select pgfence.request_start(${r}) as id`;
+  const first = new Owner({ sql: t.sql, resource: r, owner: "first" });
+  const second = new Owner({ sql: t.sql, resource: r, owner: "second" });
+  assert(await first.acquire(id as string));
+  const generation = first.generation!;
+  assert(!(await second.acquire()));
+  assertEquals(await t.rows(t.admin`select pgfence.request_start(${r}) as id`), [{ id: null }]);
+  await first.release();
+  assert(await second.acquire());
+  assert(second.generation! > generation, "a successor's generation is higher");
+  await second.release();
+});
+
+test("pgfence's SQLSTATEs come back as typed errors", async (t) => {
+  const [r, off] = [t.name("w"), t.name("off")];
+  await t.admin`select pgfence.register(${off}, false)`;
+  await rejects(
+    new Owner({ sql: t.sql, resource: r }).acquire(),
+    (e: unknown) => e instanceof ResourceUnknown && e.sqlstate === "PF002",
+  );
+  await rejects(
+    new Owner({ sql: t.sql, resource: off }).acquire(),
+    (e: unknown) => e instanceof ResourceDisabled && e.sqlstate === "PF003",
+  );
+  await rejects(
+    new Owner({ sql: t.sql, resource: off, ttl: -1 }).acquire(),
+    (e: unknown) => e instanceof InvalidArgument && e.message.includes("ttl"),
+  );
+  // The caller's own queries: the same mapping.
+  const e = await t.sql`select pgfence.fence(${crypto.randomUUID()}::uuid)`.catch(pgfenceError);
+  assert(e instanceof LeaseNotCurrent && e.sqlstate === "PF001", String(e));
+  assert(!(pgfenceError(new Error("other")) instanceof LeaseNotCurrent));
+});
+
+testDirect("the Owner refuses a client that prepares statements", async () => {
+  const sql = (await import("postgres")).default("postgres://nobody@127.0.0.1:1/none", {
+    prepare: true,
+  });
+  try {
+    let error: unknown;
+    try {
+      new Owner({ sql, resource: "r" });
+    } catch (e) {
+      error = e;
+    }
+    assert(error instanceof TypeError && error.message.includes("prepare: false"));
+    assert(!connect("postgres://nobody@127.0.0.1:1/none", {}).options.prepare);
+  } finally {
+    await sql.end();
+  }
+});
+
+// --- the renew deadline counts from the send ----------------------------------------------
+
+/** The renewal's answer arrives `delay` seconds (on the fake clock) after it was sent. */
+class SlowAnswer extends Owner {
+  constructor(options: OwnerOptions, readonly fake: FakeClock, readonly delay: number) {
+    super(options);
+  }
+
+  protected override async sendRenew(): Promise<string> {
+    const state = await super.sendRenew();
+    this.fake.now += this.delay;
+    return state;
+  }
+}
+
+/** Broken on purpose: the deadline counts from when the answer arrived. */
+class NaiveOwner extends SlowAnswer {
+  override async renewOnce(): Promise<string> {
+    const state = await super.renewOnce();
+    this.validUntil = this.clock() + this.ttl;
+    return state;
+  }
+}
+
+async function deadlineAfterSlowRenewal(
+  t: Target,
+  cls: typeof SlowAnswer,
+): Promise<[number, boolean]> {
+  const r = t.name("r");
+  await t.admin`select pgfence.register(${r})`;
+  const clock = new FakeClock();
+  const owner = new cls(
+    { sql: t.sql, resource: r, ttl: 10, renewEvery: 3600, clock: clock.read },
+    clock,
+    8,
+  );
+  assert(await owner.acquire());
+  clock.now = 105; // renewal sent at 105, answered at 113
+  assertEquals(await owner.renewOnce(), "active");
+  clock.now = 115.5; // after sent + ttl, before answered + ttl
+  const valid = owner.valid;
+  await owner.release();
+  return [owner.deadline, valid];
+}
+
+testDirect("the renew deadline is measured from the send", async (t) => {
+  assertEquals(await deadlineAfterSlowRenewal(t, SlowAnswer), [115, false]);
+});
+
+testDirect("negative control: a deadline from the answer stretches the lease", async (t) => {
+  assertEquals(await deadlineAfterSlowRenewal(t, NaiveOwner), [123, true]);
+});
+
+// --- refused and stale owners -------------------------------------------------------------
+
+test("a refused renewal stops claiming", async (t) => {
+  const [r, q] = [t.name("r"), t.name("q")];
+  await t.admin`select pgfence.register(${r})`;
+  await t.admin`select pgfence.enqueue(${q})`;
+  const owner = new Owner({ sql: t.sql, resource: r, ttl: 30, renewEvery: 3600 });
+  assert(await owner.acquire());
+  await t.admin`select pgfence_test.expire(${owner.leaseId}::uuid)`; // the owner was paused ...
+  await t.admin`select pgfence.acquire(${r}, 'successor', '30 s')`;
+  await rejects(owner.renewOnce(), LeaseNotCurrent);
+  assert(!owner.valid && owner.lost?.includes("refused"));
+  assert(owner.signal.aborted && owner.signal.reason instanceof LeaseLost);
+  const worker = new Worker({ owner, queue: q, handler: (p) => p });
+  await worker.run();
+  assertEquals(worker.handled, 0);
+  assertEquals(
+    await t.rows(t.admin`select state from pgfence.tasks where queue = ${q}`),
+    [{ state: "queued" }],
+  );
+});
+
+test("a fenced write after a takeover is refused with PF001", async (t) => {
+  const [r, table] = [t.name("r"), t.name("ledger")];
+  await t.admin`create table ${t.admin(table)} (note text, generation bigint)`;
+  await t.admin`select pgfence.register(${r})`;
+  await t.admin`select pgfence.protect(${table}::regclass, ${r})`;
+  const owner = new Owner({ sql: t.sql, resource: r, ttl: 30, renewEvery: 3600 });
+  assert(await owner.acquire());
+  // Control: the current owner writes, in fenced() and in its own sql.begin (a pgflow worker's way).
+  assertEquals(
+    await owner.fenced(async (tx, generation) =>
+      (await tx`insert into ${tx(table)} values ('mine', ${generation.toString()})`).count
+    ),
+    1,
+  );
+  await t.sql.begin(async (tx) => {
+    const generation = await owner.fence(tx);
+    await tx`insert into ${tx(table)} values ('also mine', ${generation.toString()})`;
+  });
+  // A write without fence is refused by the guard.
+  const unfenced = await t.sql`insert into ${t.sql(table)} values ('unfenced', null)`.catch(
+    pgfenceError,
+  );
+  assert(unfenced instanceof UnfencedWrite && unfenced.sqlstate === "PF007", String(unfenced));
+  await t.admin`select pgfence_test.expire(${owner.leaseId}::uuid)`;
+  await t.admin`select pgfence.acquire(${r}, 'successor', '30 s')`;
+  assert(owner.valid); // the owner does not know yet
+  const refused = await owner.fenced((tx) => tx`insert into ${tx(table)} values ('stale', 1)`)
+    .catch((e) => e);
+  assert(refused instanceof LeaseLost && refused.cause instanceof LeaseNotCurrent, String(refused));
+  assert(!owner.valid);
+  // Refused locally now, before any round trip.
+  await rejects(t.sql.begin((tx) => owner.fence(tx)), LeaseLost);
+  assertEquals(
+    await t.rows(t.admin`select note, generation from ${t.admin(table)} order by note`),
+    [{ note: "also mine", generation: `${owner.generation}` }, {
+      note: "mine",
+      generation: `${owner.generation}`,
+    }],
+  );
+  await owner.release();
+});
+
+testDirect("past its local deadline an owner fences nothing, without asking", async (t) => {
+  const r = t.name("r");
+  await t.admin`select pgfence.register(${r})`;
+  const clock = new FakeClock();
+  const owner = new Owner({
+    sql: t.sql,
+    resource: r,
+    ttl: 10,
+    renewEvery: 3600,
+    clock: clock.read,
+  });
+  assert(await owner.acquire());
+  assertEquals(await owner.fenced(() => Promise.resolve("ok")), "ok");
+  clock.now = 110; // sent at 100 + ttl: the database may already have a successor
+  assert(!owner.valid);
+  await rejects(owner.fenced(() => Promise.resolve("no")), /expired locally/);
+  await rejects(t.sql.begin((tx) => owner.fence(tx)), /expired locally/); // in a caller's transaction
+  // The database still holds it: the client stopped trusting it first, as it must.
+  assertEquals(
+    await t.rows(t.admin`select status from pgfence.lease_status where resource = ${r}`),
+    [{ status: "current" }],
+  );
+  await owner.release();
+});
+
+// --- leaving: drain on SIGTERM, release in a finally --------------------------------------
+
+test("SIGTERM drains: the task in hand is finished, nothing more claimed, released", async (t) => {
+  const [r, q] = [t.name("w"), t.name("q")];
+  await t.admin`select pgfence.register(${r})`;
+  for (let n = 0; n < 3; n++) await t.admin`select pgfence.enqueue(${q})`;
+  const owner = new Owner({ sql: t.sql, resource: r, ttl: 30, renewEvery: 3600 });
+  assert(await owner.acquire());
+  const seen = gate();
+  const worker = new Worker({
+    owner,
+    queue: q,
+    handler: async () => {
+      Deno.kill(Deno.pid, "SIGTERM");
+      await seen.promise; // the worker's listener, added first, has run by now
+      return { done: true };
+    },
+  });
+  const remove = worker.installSigterm();
+  const mark = () => seen.open();
+  Deno.addSignalListener("SIGTERM", mark);
+  try {
+    await worker.run();
+  } finally {
+    remove();
+    Deno.removeSignalListener("SIGTERM", mark);
+  }
+  assertEquals(
+    await t.rows(t.admin`select state, count(*)::int as n from pgfence.tasks where queue = ${q}
+                          group by state order by state`),
+    [{ state: "completed", n: 1 }, { state: "queued", n: 2 }],
+  );
+  assertEquals(
+    await t.rows(t.admin`select status from pgfence.lease_status where resource = ${r}`),
+    [{ status: "released" }],
+  );
+});
+
+class BrokenDrain extends Owner {
+  override drain(): Promise<void> {
+    return Promise.reject(new Error("drain is broken"));
+  }
+}
+
+/** Broken on purpose: a failing drain skips the release. */
+class DrainThenRelease extends Worker {
+  protected override async leave(): Promise<void> {
+    await this.owner.drain();
+    await this.owner.release();
+  }
+}
+
+async function workerWhoseDrainFails(t: Target, cls: typeof Worker): Promise<Owner> {
+  const r = t.name("w");
+  await t.admin`select pgfence.register(${r})`;
+  const owner = new BrokenDrain({ sql: t.sql, resource: r, ttl: 30, renewEvery: 0.01 });
+  assert(await owner.acquire());
+  await rejects(
+    new cls({ owner, queue: t.name("q"), handler: (p) => p }).run({ maxTasks: 0 }),
+    /drain is broken/,
+  );
+  return owner;
+}
+
+async function renewedAgain(t: Target, r: string): Promise<boolean> {
+  const [{ since }] = await t.admin`select clock_timestamp() as since`;
+  await t.waitUntil(async () => {
+    const [{ renewed }] = await t.admin`select coalesce(renewed_at > ${since as Date}, false)
+                                               or status <> 'current' as renewed
+                                          from pgfence.lease_status where resource = ${r}`;
+    return renewed as boolean;
+  }, "a renewal or the lease's end");
+  const [{ status }] = await t.admin`select status from pgfence.lease_status where resource = ${r}`;
+  return status === "current";
+}
+
+test("the worker releases even when drain fails", async (t) => {
+  const owner = await workerWhoseDrainFails(t, Worker);
+  assertEquals(
+    await t.rows(
+      t.admin`select status from pgfence.lease_status where resource = ${owner.resource}`,
+    ),
+    [{ status: "released" }],
+  );
+  assert(!owner.valid && owner.lost === "released");
+});
+
+test("negative control: a failing drain that skips the release leaves the lease renewed", async (t) => {
+  const owner = await workerWhoseDrainFails(t, DrainThenRelease);
+  assert(await renewedAgain(t, owner.resource), "the renewer still renews the lease");
+  assert(owner.valid);
+  await owner.release();
+});
+
+// --- a hung handler gives its lease up ----------------------------------------------------
+
+interface Hung {
+  owner: Owner;
+  worker: Worker;
+  task: Task;
+  signal: AbortSignal;
+  finish(): Promise<void>;
+}
+
+/**
+ * A worker whose handler waits on a gate the test opens; the owner's clock then moves past the
+ * handler's deadline (by default the task's visibility, 10 s), the lease's ttl (30 s) still
+ * ahead. Renewals run every 20 ms of real time.
+ */
+async function hungPastItsDeadline(t: Target, r: string, handlerTimeout?: number): Promise<Hung> {
+  const q = t.name("q");
+  await t.admin`select pgfence.register(${r})`;
+  await t.admin`select pgfence.enqueue(${q}, ${t.admin.json({ n: 1 })})`;
+  const clock = new FakeClock();
+  const owner = new Owner({
+    sql: t.sql,
+    resource: r,
+    owner: "hung",
+    ttl: 30,
+    renewEvery: 0.02,
+    clock: clock.read,
+  });
+  assert(await owner.acquire());
+  const started = gate<[Task, AbortSignal]>();
+  const unblock = gate();
+  const worker = new Worker({
+    owner,
+    queue: q,
+    visibility: 10,
+    handlerTimeout,
+    handler: async (payload, context) => {
+      started.open([context.task, context.signal]);
+      await unblock.promise;
+      return { ...(payload as object), late: true };
+    },
+  });
+  const running = worker.run({ maxTasks: 1 });
+  const [task, signal] = await started.promise;
+  clock.now += 11;
+  return {
+    owner,
+    worker,
+    task,
+    signal,
+    finish: async () => {
+      unblock.open();
+      await running;
+    },
+  };
+}
+
+/** Generation 1's status once it has been either renewed after the deadline passed or taken
+ * out of `current`. Two rounds: one renewal decided before the clock moved may still land
+ * after it; a second one can only have been decided after. */
+async function leaseAfterTheDeadline(t: Target, r: string): Promise<string> {
+  await renewedAgain(t, r);
+  return (await renewedAgain(t, r)) ? "current" : "draining";
+}
+
+for (const reclaimed of [true, false]) {
+  const verdict = reclaimed ? "stale" : "accepted";
+  test(`a hung handler past its deadline gives the lease up (re-claimed: ${verdict})`, async (t) => {
+    const r = t.name("w");
+    const hung = await hungPastItsDeadline(t, r);
+    assertEquals(await leaseAfterTheDeadline(t, r), "draining");
+    assert(!hung.owner.valid && hung.owner.lost?.includes("deadline"));
+    assert(hung.signal.aborted, "the handler's signal aborted at the deadline");
+    // A successor is admitted at once, not after the ttl.
+    const [successor] = await t.admin`select * from pgfence.acquire(${r}, 'successor', '30 s')`;
+    assert(BigInt(successor.generation as string) > hung.owner.generation!);
+    if (reclaimed) {
+      await t.admin`select pgfence_test.expire_attempt(${hung.task.attemptId}::uuid)`;
+      await t.admin`select pgfence.requeue_expired()`;
+      const lease = successor.lease_id as string;
+      const q = hung.worker.queue;
+      const claimed = await t.admin`select * from pgfence.claim(${lease}::uuid, ${q}, 1, '30 s')`;
+      assertEquals(claimed.length, 1);
+    }
+    await hung.finish();
+    // The late result is judged by I5: stale once re-claimed, accepted otherwise.
+    assertEquals(hung.worker.verdicts[verdict], 1);
+    assertEquals(hung.worker.handled, 1);
+    assertEquals(
+      await t.rows(
+        t.admin`select rank() over (order by generation)::int as generation, owner, status, coalesce(renewed_at, acquired_at)
+                                   <= drained_at as quiet_after_drain
+                              from pgfence.lease_status where resource = ${r} order by 1`,
+      ),
+      [
+        { generation: 1, owner: "hung", status: "released", quiet_after_drain: true },
+        { generation: 2, owner: "successor", status: "current", quiet_after_drain: null },
+      ],
+    );
+    const q = hung.worker.queue;
+    if (reclaimed) {
+      assertEquals(
+        await t.rows(t.admin`select state, attempt from pgfence.tasks where queue = ${q}`),
+        [{ state: "claimed", attempt: 2 }],
+      );
+      assertEquals(
+        await t.rows(t.admin`select kind, body from pgfence.stale_results
+                              where attempt_id = ${hung.task.attemptId}::uuid`),
+        [{ kind: "complete", body: { n: 1, late: true } }],
+      );
+    } else {
+      assertEquals(
+        await t.rows(t.admin`select state, result from pgfence.tasks where queue = ${q}`),
+        [{ state: "completed", result: { n: 1, late: true } }],
+      );
+    }
+  });
+}
+
+test("negative control: without a deadline a hung handler keeps the lease", async (t) => {
+  const r = t.name("w");
+  const hung = await hungPastItsDeadline(t, r, Infinity);
+  assertEquals(await leaseAfterTheDeadline(t, r), "current");
+  assert(hung.owner.valid && !hung.signal.aborted);
+  assertEquals(
+    await t.rows(t.admin`select lease_id from pgfence.acquire(${r}, 'successor', '30 s')`),
+    [{ lease_id: null }],
+  );
+  await hung.finish();
+  assertEquals(hung.worker.verdicts.accepted, 1);
+  assertEquals(
+    await t.rows(
+      t.admin`select count(*)::int as leases, min(status) as status from pgfence.lease_status where resource = ${r}`,
+    ),
+    [{ leases: 1, status: "released" }],
+  );
+});
+
+// --- failures and extend -------------------------------------------------------------------
+
+test("a throwing handler fails its task; extend keeps it until another attempt holds it", async (t) => {
+  const [r, other, q] = [t.name("w"), t.name("other"), t.name("q")];
+  await t.admin`select pgfence.register(${r})`;
+  await t.admin`select pgfence.register(${other})`;
+  await t.admin`select pgfence.enqueue(${q}, ${t.admin.json({ n: 1 })})`;
+  const owner = new Owner({ sql: t.sql, resource: r, ttl: 30, renewEvery: 3600 });
+  assert(await owner.acquire());
+  const extended: (Date | null)[] = [];
+  const worker = new Worker({
+    owner,
+    queue: q,
+    handler: async (_payload, context) => {
+      extended.push(await context.extend(60));
+      // Its visibility runs out, and a replica's attempt takes the task over.
+      await t.admin`select pgfence_test.expire_attempt(${context.task.attemptId}::uuid)`;
+      await t.admin`select pgfence.requeue_expired()`;
+      const [lease] = await t.admin`select * from pgfence.acquire(${other}, 'replica', '30 s')`;
+      await t.admin`select * from pgfence.claim(${lease
+        .lease_id as string}::uuid, ${q}, 1, '30 s')`;
+      extended.push(await context.extend(60));
+      throw new Error("the handler gave up");
+    },
+  });
+  await worker.run({ maxTasks: 1 });
+  assert(extended[0] instanceof Date && extended[1] === null, String(extended));
+  assertEquals(worker.verdicts, { accepted: 0, duplicate: 0, stale: 1 });
+  assertEquals(
+    await t.rows(
+      t.admin`select kind, body from pgfence.stale_results s join pgfence.tasks using (task_id)
+                          where queue = ${q}`,
+    ),
+    [{ kind: "fail", body: { error: "the handler gave up" } }],
+  );
+});

@@ -1,0 +1,34 @@
+/**
+ * A worker as a process of its own, for tests/test_deno_client.py (pause, SIGTERM): it works
+ * queue `q` of $RESOURCE at $DATABASE_URL; each handler call prints `{"started": attemptId}`
+ * and waits for a line on stdin before it returns. At the end it prints what it saw.
+ */
+import { connect, Owner, Worker } from "pgfence";
+
+const sql = connect(Deno.env.get("DATABASE_URL")!);
+const owner = new Owner({
+  sql,
+  resource: Deno.env.get("RESOURCE")!,
+  owner: "process",
+  renewEvery: 0.05,
+});
+const stdin = Deno.stdin.readable.getReader();
+const worker = new Worker({
+  owner,
+  queue: "q",
+  handler: async (_payload, { task }) => {
+    console.log(JSON.stringify({ started: task.attemptId }));
+    await stdin.read();
+    return { by: "process" };
+  },
+});
+worker.installSigterm();
+try {
+  if (!(await owner.acquire())) throw new Error("not acquired");
+  await worker.run({ untilIdle: true });
+} finally {
+  console.log(
+    JSON.stringify({ verdicts: worker.verdicts, handled: worker.handled, lost: owner.lost }),
+  );
+  await sql.end();
+}
