@@ -72,3 +72,16 @@ def test_operations_procedure_runs_as_written(db: Database) -> None:
         ("billing", False), ("mailer", True)]
     assert db.sql("select outcome from pgfence.update_items order by resource") == [
         ("kept_disabled",), ("restored",)]
+
+
+def test_pgmq_python_worker_loop_runs_as_written(mq: Database) -> None:
+    mq.sql("select pgmq.create('jobs'); select pgfence.register('resize-worker')")
+    mq.sql("select pgmq.send('jobs', jsonb_build_object('n', n)) from generate_series(1, 12) n")
+    namespace: dict[str, Any] = {}
+    exec(example("docs/pgmq.md", "pgmq Python example", "python"), namespace)
+    seen: list[Any] = []
+    namespace["work"](mq.dsn, seen.append)
+    assert sorted(m["n"] for m in seen) == list(range(1, 13))
+    assert mq.one("select count(*) from pgmq.a_jobs") == 12
+    assert mq.one("select count(*) from pgmq.q_jobs") == 0
+    assert mq.one("select status from pgfence.lease_status") == "released"

@@ -394,3 +394,17 @@ def test_sqitch_and_the_bundle_install_the_same_layer(cluster: Cluster) -> None:
     finally:
         cluster.drop_database(by_sqitch)
         cluster.drop_database(by_bundle)
+
+
+def test_the_layer_leaves_pgfences_fingerprint_alone(mq: Database, db: Database) -> None:
+    # pgfence's next upgrade checks the schema against its release's fingerprint: the layer's
+    # objects (pgmq_*) must not make a database with the layer look changed by hand.
+    query = (ROOT / "migrations/fingerprint.sql").read_text()
+    assert mq.one(query) == db.one(query)
+    assert mq.one("select count(*) from pg_proc where proname like 'pgmq\\_%'") > 0
+
+
+def test_negative_control_a_fingerprint_that_counts_the_layer(mq: Database, db: Database) -> None:
+    query = (ROOT / "migrations/fingerprint.sql").read_text().replace(
+        "operator(pg_catalog.!~~) 'pgmq\\_%'", "operator(pg_catalog.!~~) 'no such name'")
+    assert mq.one(query) != db.one(query)

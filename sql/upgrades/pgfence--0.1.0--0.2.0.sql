@@ -55,10 +55,12 @@ begin
                                  p.proconfig, pg_catalog.md5(p.prosrc))
           from pg_catalog.pg_proc p
          where p.pronamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
+           and p.proname operator(pg_catalog.!~~) 'pgmq\_%'
         union all
         select pg_catalog.format('relation %s %s', c.relname, c.relkind)
           from pg_catalog.pg_class c
          where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
+           and c.relname operator(pg_catalog.!~~) 'pgmq\_%'
         union all
         select pg_catalog.format('column %s.%s %s notnull=%s default=%s identity=%s', c.relname, a.attname,
                                  pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull,
@@ -68,18 +70,21 @@ begin
           left join pg_catalog.pg_attrdef d
                  on d.adrelid operator(pg_catalog.=) a.attrelid and d.adnum operator(pg_catalog.=) a.attnum
          where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
+           and c.relname operator(pg_catalog.!~~) 'pgmq\_%'
            and a.attnum operator(pg_catalog.>) 0 and not a.attisdropped
         union all
         select pg_catalog.format('constraint %s.%s %s', c.relname, k.conname, pg_catalog.pg_get_constraintdef(k.oid))
           from pg_catalog.pg_constraint k
           join pg_catalog.pg_class c on c.oid operator(pg_catalog.=) k.conrelid
          where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
+           and c.relname operator(pg_catalog.!~~) 'pgmq\_%'
            and k.contype operator(pg_catalog.<>) 'n'  -- PostgreSQL 18 lists NOT NULL here too (attnotnull has it)
         union all
         select pg_catalog.format('index %s', pg_catalog.pg_get_indexdef(i.indexrelid))
           from pg_catalog.pg_index i
           join pg_catalog.pg_class c on c.oid operator(pg_catalog.=) i.indrelid
-         where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace) s(x)) into v_fingerprint;
+         where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
+           and c.relname operator(pg_catalog.!~~) 'pgmq\_%') s(x)) into v_fingerprint;
   if coalesce(v_fingerprint, '') operator(pg_catalog.<>) 'f1e191063432c8ad23b452e5c5b9ebaf' then
     raise exception 'pgfence: the pgfence schema differs from release 0.1.0 '
                     'as released (changed by hand?)'
