@@ -6,9 +6,8 @@
 update pgmq.q_bench set read_ct = 1, last_read_at = clock_timestamp(), vt = clock_timestamp() + interval '1 day';
 update pgmq.q_bench_raw set read_ct = 1, last_read_at = clock_timestamp(), vt = clock_timestamp() + interval '1 day';
 insert into pgfence.pgmq_attempts (attempt_id, queue, msg_id, read_ct, lease_id)
-select pgfence.pgmq_attempt_uuid('bench', m.msg_id, 1, md5('bench-pgmq')::uuid, k.hmac_key), 'bench', m.msg_id, 1,
-       md5('bench-pgmq')::uuid
-  from pgmq.q_bench m, pgfence.signing_key k;
+select pgfence.pgmq_attempt_uuid(m.msg_id, 1), 'bench', m.msg_id, 1, md5('bench-pgmq')::uuid
+  from pgmq.q_bench m;
 truncate bench.handles, bench.handles_raw;
 insert into bench.handles (n, attempt_id) select a.msg_id, a.attempt_id from pgfence.pgmq_attempts a;
 insert into bench.handles_raw (n, task_id) select m.msg_id, m.msg_id from pgmq.q_bench_raw m;

@@ -78,20 +78,19 @@ comment on table pgfence.pgmq_attempts is
   'Reads of pgmq messages under a lease (pgmq_read), and the result each attempt had accepted. Not a public interface.';
 
 -- The attempt id of a read: the message id and read count in the clear (12 and 3 hex digits,
--- as pgfence's task attempt ids), scheme digit a, and 60 bits of an HMAC over the queue,
--- message, read count and lease, so nobody can make one up for a message it did not read.
-create function pgfence.pgmq_attempt_uuid(queue text, msg_id bigint, read_ct int, lease_id uuid, key bytea)
+-- as pgfence's task attempt ids), scheme digit a, and 60 random bits. It needs no signature:
+-- pgfence.pgmq_attempts holds what each id stands for, so an id nobody minted names nothing,
+-- and guessing one is a 1 in 2^60 chance. (An HMAC, as task attempt ids carry because no row
+-- holds them, costs about 70 µs here: per message read, it was most of the read's time.)
+create function pgfence.pgmq_attempt_uuid(msg_id bigint, read_ct int)
 returns uuid
 language sql
-stable
+volatile
 as $$
   select pg_catalog.format('%s8%sa%s',
            pg_catalog.lpad(pg_catalog.to_hex(pgmq_attempt_uuid.msg_id operator(pg_catalog.&) 281474976710655), 12, '0'),
            pg_catalog.lpad(pg_catalog.to_hex(pgmq_attempt_uuid.read_ct operator(pg_catalog.&) 4095), 3, '0'),
-           pg_catalog.left(pgfence.hmac(pg_catalog.format('pgmq %s %s %s %s', pgmq_attempt_uuid.queue,
-                                                          pgmq_attempt_uuid.msg_id, pgmq_attempt_uuid.read_ct,
-                                                          pgmq_attempt_uuid.lease_id),
-                                        pgmq_attempt_uuid.key), 15))::pg_catalog.uuid;
+           pg_catalog.left(pg_catalog.md5(pg_catalog.gen_random_uuid()::pg_catalog.text), 15))::pg_catalog.uuid;
 $$;
 
 -- The table of a queue, by name: the name is checked against pgmq's own rules for what it
@@ -115,7 +114,7 @@ $$;
 
 revoke all on table pgfence.pgmq_attempts from public;
 grant select on table pgfence.pgmq_attempts to pgfence_monitor, pgfence_operator;
-revoke all on function pgfence.pgmq_attempt_uuid(text, bigint, int, uuid, bytea), pgfence.pgmq_queue_table(text)
+revoke all on function pgfence.pgmq_attempt_uuid(bigint, int), pgfence.pgmq_queue_table(text)
   from public;
 
 
@@ -136,54 +135,40 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_table text;
-  v_key bytea;
   v_lease pgfence.leases;
 begin
   perform pgfence.check_not_null('lease_id', pgmq_read.lease_id);
-  v_table := pgfence.pgmq_queue_table(pgmq_read.queue);
+  perform pgfence.pgmq_queue_table(pgmq_read.queue);
   perform pgfence.check_interval('vt', pgmq_read.vt);
   if pgmq_read.qty is null or pgmq_read.qty not between 1 and 1000 then
     perform pgfence.invalid_argument('qty', 'must be 1 to 1000', pgmq_read.qty::text);
   end if;
-  select k.hmac_key into v_key from pgfence.signing_key k;
   -- What fence() does, in the transaction of the read (as claim): the lease row stays locked
   -- until this transaction ends, so no successor is granted between the check and the read
   -- (I2), and the transaction is marked fenced for the lease's resource, so the read's update
   -- passes the guard of a protected queue table (and so does the rest of the transaction).
   v_lease := pgfence.hold_current(pgmq_read.lease_id);
-  perform pgfence.mark_fenced(v_lease.resource, v_key);
-  -- pgmq.read's own selection (visible messages in msg_id order, SKIP LOCKED so readers never
-  -- wait for each other), with the visibility as an interval, and each read recorded with its
-  -- attempt id in the same statement.
-  return query execute format(
-    $q$
-    with picked as (
-      select m.msg_id from pgmq.%1$I m
-       where m.vt <= clock_timestamp()
-       order by m.msg_id
-       limit $2
-         for update skip locked),
-    did_read as (
-      update pgmq.%1$I m
-         set last_read_at = clock_timestamp(), vt = clock_timestamp() + $3, read_ct = m.read_ct + 1
-        from picked
-       where m.msg_id = picked.msg_id
-      returning m.msg_id, m.read_ct, m.enqueued_at, m.message),
-    attempts as (
-      insert into pgfence.pgmq_attempts (attempt_id, queue, msg_id, read_ct, lease_id)
-      select pgfence.pgmq_attempt_uuid($4, r.msg_id, r.read_ct, $1, $5), $4, r.msg_id, r.read_ct, $1
-        from did_read r
-      returning pgmq_attempts.attempt_id, pgmq_attempts.msg_id)
-    select a.attempt_id, r.msg_id, r.read_ct, r.enqueued_at, r.message
-      from did_read r join attempts a on a.msg_id = r.msg_id
-     order by r.msg_id
-    $q$, v_table)
-  using pgmq_read.lease_id, pgmq_read.qty, pgmq_read.vt, pgmq_read.queue, v_key;
+  perform pgfence.mark_fenced(v_lease.resource, k.hmac_key) from pgfence.signing_key k;
+  -- pgmq's own read (visible messages in msg_id order, SKIP LOCKED so that readers never wait
+  -- for each other; vt in whole seconds, as pgmq counts it, rounded up), each message
+  -- recorded with its attempt id in the same statement.
+  return query
+  with did_read as (
+    select r.msg_id, r.read_ct, r.enqueued_at, r.message
+      from pgmq.read(pgmq_read.queue, ceil(date_part('epoch', pgmq_read.vt))::int, pgmq_read.qty) r),
+  attempts as (
+    insert into pgfence.pgmq_attempts as a (attempt_id, queue, msg_id, read_ct, lease_id)
+    select pgfence.pgmq_attempt_uuid(d.msg_id, d.read_ct), pgmq_read.queue, d.msg_id, d.read_ct,
+           pgmq_read.lease_id
+      from did_read d
+    returning a.attempt_id, a.msg_id)
+  select a.attempt_id, d.msg_id, d.read_ct, d.enqueued_at, d.message
+    from did_read d join attempts a on a.msg_id = d.msg_id
+   order by d.msg_id;
 end
 $$;
 comment on function pgfence.pgmq_read(uuid, text, interval, int) is
-  'Reads up to qty visible messages of a pgmq queue for vt, only under the resource''s active, unexpired lease, '
+  'Reads up to qty visible messages of a pgmq queue (pgmq.read) for vt, in whole seconds rounded up, only under the resource''s active, unexpired lease, '
   'checked and held to the end of the transaction (as claim). Raises PF001, 22023.';
 
 revoke all on function pgfence.pgmq_read(uuid, text, interval, int) from public;

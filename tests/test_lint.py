@@ -39,7 +39,7 @@ WITHOUT_SEARCH_PATH = (
     "pgfence.is_live(state text,expires_at timestamptz)",
     "pgfence.hold_current(lease_id uuid)",
     "pgfence.mark_fenced(resource text,key bytea)",
-    "pgfence.pgmq_attempt_uuid(queue text,msg_id bigint,read_ct integer,lease_id uuid,key bytea)",
+    "pgfence.pgmq_attempt_uuid(msg_id bigint,read_ct integer)",
     "pgfence.pgmq_queue_table(queue text)",
     "pgfence.pgmq_archive(attempt_id uuid)",
     "pgfence.pgmq_mark(queue_table text,lease_id uuid)",

@@ -198,7 +198,10 @@ def test_two_resources_on_one_queue_read_in_parallel(mq: Database) -> None:
 
 
 def test_negative_control_readers_that_wait_for_each_other(mq: Database) -> None:
-    mq.replace_in_function(READ, "for update skip locked),", "for update),")
+    # One lock per queue, as a reader that serialized its readers would take.
+    mq.replace_in_function(READ, "  v_lease := pgfence.hold_current(pgmq_read.lease_id);",
+                           "  perform pg_advisory_xact_lock(hashtext(pgmq_read.queue));\n"
+                           "  v_lease := pgfence.hold_current(pgmq_read.lease_id);")
     queue(mq, 4, resources=("r1", "r2"))
     a, b = mq.session("a"), mq.session("b")
     la, lb = acquired(a.acquire("r1")), acquired(b.acquire("r2"))
@@ -236,8 +239,8 @@ def test_a_reader_killed_mid_read_loses_nothing(mq: Database) -> None:
 
 
 def test_negative_control_a_read_that_never_gives_the_message_back(mq: Database) -> None:
-    mq.replace_in_function(READ, "vt = clock_timestamp() + $3,",
-                           "vt = clock_timestamp() + interval '100 years',")
+    mq.replace_in_function(READ, "ceil(date_part('epoch', pgmq_read.vt))::int",
+                           "ceil(date_part('epoch', pgmq_read.vt))::int * 1000")
     queue(mq, 1)
     a = mq.session("a")
     [(_, msg, _)] = read(a, acquired(a.acquire("r1")))

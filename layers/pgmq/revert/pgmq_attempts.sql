@@ -8,7 +8,7 @@ set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
 drop function pgfence.pgmq_queue_table(text);
-drop function pgfence.pgmq_attempt_uuid(text, bigint, int, uuid, bytea);
+drop function pgfence.pgmq_attempt_uuid(bigint, int);
 drop table pgfence.pgmq_attempts;
 delete from pgfence.stale_results where pgmq_queue is not null;
 
