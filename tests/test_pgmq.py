@@ -307,7 +307,7 @@ def test_negative_control_a_guard_blind_to_consumers(mq: Database) -> None:
     assert mq.one("select count(*) from pgfence.unfenced_writes") == 0
 
 
-def test_a_partitioned_queue_is_refused_by_protect(mq: Database) -> None:
+def test_a_partitioned_queue_is_read_but_not_protected(mq: Database) -> None:
     # pgmq makes partitioned queues with pg_partman, which is not installed here: the same
     # shape by hand.
     mq.sql("""
@@ -323,6 +323,14 @@ def test_a_partitioned_queue_is_refused_by_protect(mq: Database) -> None:
         with pytest.raises(psycopg.Error, match="must be a plain table") as e:
             mq.sql("select pgfence.protect(%s::regclass, array['r1'], 'enforce')", (tbl,))
         assert e.value.sqlstate == "22023"
+    # The layer reads and finishes it as any other queue.
+    mq.sql("select pgmq.send('parted', '{\"n\": 1}'::jsonb)")
+    s = mq.session("s")
+    lease = acquired(s.acquire("r1"))
+    [(attempt, msg)] = s.run("select attempt_id, msg_id from pgfence.pgmq_read(%s, 'parted', "
+                             "'30 seconds', 5)", (lease.lease_id,))
+    assert s.one("select pgfence.pgmq_delete(%s)", (attempt,)) == "accepted"
+    assert mq.one("select count(*) from pgmq.q_parted where msg_id = %s", (msg,)) == 0
 
 
 # -- arguments and installs --------------------------------------------------------------------

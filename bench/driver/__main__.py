@@ -116,9 +116,8 @@ def main(argv: list[str]) -> int:
         report = [f"Command: `{command}`", "", "Environment:", "", *environment(server), ""]
         groups: list[Group] = []
         pairs = Pairs(opts, server)
-        if any(
-            opts.wanted(k) for k in ("renew", "claim", "complete", "fence1", "fence100", "pgmq", "cycle")
-        ):
+        pair_keys = ("renew", "claim", "complete", "fence1", "fence100", "pgmq", "cycle")
+        if any(opts.wanted(k) for k in pair_keys):
             log(f"pairs: {opts.rounds} rounds of {opts.seconds:g} s per run")
             groups = pairs.run()
             report += ["### Pairs", "", *pairs_report(groups), ""]
