@@ -44,6 +44,14 @@ alter default privileges for role {OWNER} grant all on tables to anon, authentic
 alter default privileges for role {OWNER} grant usage on schemas to anon, authenticated;
 """
 
+PGMQ_FOR_OWNER = f"""
+grant usage on schema pgmq to {OWNER};
+grant all on all tables in schema pgmq to {OWNER};
+grant all on all sequences in schema pgmq to {OWNER};
+alter default privileges in schema pgmq grant all on tables to {OWNER};
+alter default privileges in schema pgmq grant all on sequences to {OWNER};
+"""
+
 FOREIGN_GRANTS = """
 select count(*) from (
   select p.oid from pg_proc p where p.pronamespace = 'pgfence'::regnamespace
@@ -56,10 +64,14 @@ select count(*) from (
 """
 
 
-def push(database: str, migration: str, workdir: Path) -> subprocess.CompletedProcess[str]:
+def push(database: str, migration: str, workdir: Path,
+         *more: str) -> subprocess.CompletedProcess[str]:
+    """`supabase db push` of pgfence's migration, and of `more` after it, in order."""
     migrations = workdir / "supabase" / "migrations"
     migrations.mkdir(parents=True)
     (migrations / "20261129000000_pgfence.sql").write_text(migration)
+    for n, text in enumerate(more, start=1):
+        (migrations / f"20261129{n:06d}_pgfence_layer.sql").write_text(text)
     url = f"postgresql://{OWNER}@127.0.0.1:{os.environ['PGPORT']}/{database}"
     return subprocess.run([str(SUPABASE), "db", "push", "--workdir", str(workdir),
                            f"--remote={url}", "--yes", "--agent", "no"],
@@ -104,7 +116,14 @@ def test_negative_control_without_lockdown_anon_gets_in(cluster: Cluster, supaba
 
 def test_pgtap_suite_passes_on_the_supabase_install(cluster: Cluster, supabase_db: str,
                                                      tmp_path: Path) -> None:
-    out = push(supabase_db, (ROOT / "sql/pgfence.sql").read_text(), tmp_path)
+    # With Supabase Queues (pgmq, enabled from the dashboard as the extension) and pgfence's
+    # pgmq layer as a second migration, whose pgTAP tests are in the suite.
+    # On Supabase the postgres role, which runs migrations, may use pgmq's schema and its queue
+    # tables (and owns the queues it creates): the same for the owner here, also for queues the
+    # tests create later as a superuser.
+    cluster.psql(supabase_db, "-c", "create extension pgmq", "-c", PGMQ_FOR_OWNER)
+    out = push(supabase_db, (ROOT / "sql/pgfence.sql").read_text(), tmp_path,
+               (ROOT / "sql/pgfence-pgmq.sql").read_text())
     assert out.returncode == 0, out.stdout + out.stderr
     cluster.psql(supabase_db, "-c", "create extension pgtap")
     install_test_helpers(cluster, supabase_db)

@@ -112,6 +112,14 @@ class Pairs:
                 self.ready_left("bench.queue"),
             ),
         ]
+        claim.append(
+            Member(
+                "same claim with the lease check inline (FOR KEY SHARE)",
+                "claim_floor.sql",
+                lambda m: self.fill("fill_tasks.sql", m, 10),
+                self.ready_left("pgfence.tasks"),
+            )
+        )
         if self.opts.own_lease:
             claim.append(
                 Member(
@@ -127,8 +135,12 @@ class Pairs:
                 [
                     Member("renew (pgfence.renew)", "renew.sql"),
                     Member("raw UPDATE ... SET expires_at by key", "renew_raw.sql"),
+                    Member("hand-written renew: the same judgement, inline", "renew_floor.sql"),
                 ],
-                [Comparison("renew 1 of 1,000 leases", 0, 1, 0.95)],
+                [
+                    Comparison("renew 1 of 1,000 leases", 0, 1, 0.95),
+                    Comparison("renew: vs the hand-written floor", 0, 2, 0.85),
+                ],
             ),
             Group(
                 "claim",
@@ -136,12 +148,13 @@ class Pairs:
                 [
                     Comparison("claim 10 tasks: cost of fencing alone", 0, 1, 0.95),
                     Comparison("claim 10 tasks: vs a hand-written queue", 0, 2, 0.80),
+                    Comparison("claim 10 tasks: vs the hand-written floor", 0, 3, 0.85),
                 ]
                 + (
                     [
                         Comparison(
                             "claim 10 tasks, a lease per client: vs a hand-written queue",
-                            3,
+                            4,
                             2,
                             0.80,
                         )
@@ -165,8 +178,17 @@ class Pairs:
                         lambda m: self.fill("fill_claimed_raw.sql", m, 1),
                         self.handles_left("bench.handles_raw_seq"),
                     ),
+                    Member(
+                        "hand-written attempt-checked UPDATE",
+                        "complete_floor.sql",
+                        lambda m: self.fill("fill_claimed_raw.sql", m, 1),
+                        self.handles_left("bench.handles_raw_seq"),
+                    ),
                 ],
-                [Comparison("complete by attempt id", 0, 1, 0.90)],
+                [
+                    Comparison("complete by attempt id", 0, 1, 0.90),
+                    Comparison("complete: vs the hand-written floor", 0, 2, 0.85),
+                ],
             ),
             Group(
                 "fence1",
@@ -178,10 +200,25 @@ class Pairs:
                         "fence_insert_1_one_statement.sql",
                         rows,
                     ),
+                    Member(
+                        "INSERT 1 row ... SELECT pgfence.fence(...) (unprotected table)",
+                        "fence_insert_1_unprotected.sql",
+                        rows,
+                    ),
+                    Member(
+                        "hand-written fence: INSERT ... SELECT generation FROM leases"
+                        " ... FOR KEY SHARE",
+                        "fence_insert_1_floor.sql",
+                        rows,
+                    ),
                 ],
                 [
                     Comparison("fence + insert 1 row", 0, 1, 0.75),
                     Comparison("fence + insert 1 row, in one statement", 2, 1, 0.75),
+                    Comparison("fenced 1-row write, 1 statement, protected: vs the floor", 2, 4,
+                               0.80),
+                    Comparison("fenced 1-row write, 1 statement, unprotected: vs the floor", 3, 4,
+                               0.80),
                 ],
             ),
             Group(
