@@ -22,6 +22,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from psycopg.pq import TransactionStatus
+from psycopg.types.json import Jsonb
+
 from pgfence.cluster import connect
 from pgfence.harness import Database, Session
 from pgfence.harness import Step as Running
@@ -138,6 +141,9 @@ begin
   end if;
   perform set_config('pgfence_perm.time_passes', '', true);
 end $$;
+-- The writes are protected for resource r (the guard stays when a reset deletes the rows).
+select pgfence.register('r');
+select pgfence.protect('pgfence_perm.writes', 'r');
 -- Time passes, and another owner acquires the resource: one step where the order of the two
 -- is not what a scenario is about.
 create function pgfence_perm.takeover(lease_id uuid, attempt_id uuid, owner text)
@@ -175,7 +181,8 @@ with work as (
   select 'claim', c.lease_id, c.not_before, pg_xact_commit_timestamp(c.xmin)
     from pgfence_perm.claims c)
 select w.kind, w.not_before, w.committed, l.resource, l.generation, l.lease_id,
-       least(l.drained_at, l.ended_at, l.expires_at) as term_end, least(l.drained_at, l.ended_at) as ended
+       least(l.drained_at, l.ended_at, l.expires_at) as term_end,
+       least(l.drained_at, l.ended_at) as ended
   from work w join pgfence.leases l on l.lease_id = w.lease_id
 """
 
@@ -214,7 +221,8 @@ select format('I2: a write stamped generation %s under the lease of generation %
  where w.generation <> l.generation
 """,
     "I5 accepted from a superseded attempt": """
-select format('I5: %s of attempt %s of task %s accepted (committed %s) after attempt %s was claimed (committed %s)',
+select format('I5: %s of attempt %s of task %s accepted (committed %s) '
+              'after attempt %s was claimed (committed %s)',
               r.kind, a.attempt, a.task_id, pg_xact_commit_timestamp(r.xmin), c.attempt,
               pg_xact_commit_timestamp(c.xmin))
   from pgfence_perm.answers r
@@ -231,7 +239,8 @@ select format('I5: task %s completed with the result of %s, not of its attempt %
    and t.result->>'by' is distinct from pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id)::text
 """,
     "I5 accepted kept": """
-select format('I5: the accepted result of %s is lost (task %s is %s)', r.attempt_id, t.task_id, t.state)
+select format('I5: the accepted result of %s is lost (task %s is %s)',
+              r.attempt_id, t.task_id, t.state)
   from pgfence_perm.answers r
   join pgfence.tasks t on t.task_id = pgfence.attempt_task(r.attempt_id)
  where r.kind = 'complete' and r.answer = 'accepted'
@@ -258,16 +267,21 @@ ALL_CHECKS = "\nunion all\n".join(f"({q.strip()})" for q in CHECKS.values())
 def check_i4(db: Database, scenario: Scenario, ctx: Mapping[str, Any]) -> list[str]:
     """I4: a worker session changes only the lease it presents, but for superseding a stale
     lease when it acquires."""
-    out: list[str] = []
-    for session, key in scenario.presents.items():
-        rows = db.sql("""
-            select c.lease_id, c.old_state, c.new_state from pgfence_perm.lease_changes c
-             where c.by = %s and not c.time_passes and c.lease_id is distinct from %s
-               and not (c.old_state = 'active' and c.new_state = 'superseded'
-                        and c.old_expires_at <= c.at)""", (session, ctx.get(key)))
-        out += [f"I4: session {session}, presenting {key}, changed lease {lid} ({old} -> {new})"
-                for lid, old, new in rows]
-    return out
+    presented = [(session, key, ctx.get(key)) for session, key in scenario.presents.items()]
+    if not presented:
+        return []
+    rows = db.sql("""
+        select format('I4: session %%s, presenting %%s, changed lease %%s (%%s -> %%s)',
+                      p.session, p.key, c.lease_id, c.old_state, c.new_state)
+          from pgfence_perm.lease_changes c
+          join jsonb_to_recordset(%s) as p(session text, key text, lease_id uuid)
+            on p.session = c.by
+         where not c.time_passes and c.lease_id is distinct from p.lease_id
+           and not (c.old_state = 'active' and c.new_state = 'superseded'
+                    and c.old_expires_at <= c.at)""",
+                  (Jsonb([{"session": s, "key": k, "lease_id": str(v) if v else None}
+                          for s, k, v in presented]),))
+    return [sentence for (sentence,) in rows]
 
 
 def violations(db: Database, scenario: Scenario, ctx: Mapping[str, Any]) -> list[str]:
@@ -339,7 +353,8 @@ class _Permutation:
                         # Ended by the server: the idle limit fence sets, for an owner that
                         # idled inside its fenced transaction past its lease's expiry.
                         session.conn = connect(self.db.dsn, session.name)
-                    session.rollback()
+                    elif session.conn.info.transaction_status != TransactionStatus.IDLE:
+                        session.rollback()
             if not self.waiting:
                 return
             self.settle()
