@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
@@ -349,12 +350,15 @@ class _Permutation:
         for _ in range(10):
             for name, session in self.sessions.items():
                 if name not in self.waiting:
-                    if session.conn.closed or session.conn.broken:
+                    try:
+                        if session.conn.info.transaction_status != TransactionStatus.IDLE:
+                            session.rollback()
+                    except psycopg.OperationalError:
                         # Ended by the server: the idle limit fence sets, for an owner that
                         # idled inside its fenced transaction past its lease's expiry.
+                        session.conn.close()
+                    if session.conn.closed:
                         session.conn = connect(self.db.dsn, session.name)
-                    elif session.conn.info.transaction_status != TransactionStatus.IDLE:
-                        session.rollback()
             if not self.waiting:
                 return
             self.settle()
