@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pgfence.harness import Database
-from pgfence.permutations import Report, Scenario, Step, count, run
+from pgfence.permutations import Report, Scenario, Step, count, install, run, violations
 from tests.support import ROOT
 
 LEVELS = ["read committed", "repeatable read", "serializable"]
@@ -302,3 +302,34 @@ def test_negative_control_update_window(db: Database, enabled: bool, mutant: str
     mutate(db, signature, mutant)
     report = checked(db, window(enabled))
     assert report.violations
+
+
+# ---- the checks themselves ------------------------------------------------------------------
+
+def test_negative_control_each_check_flags_a_history_that_breaks_it(db: Database) -> None:
+    """A forged history, one breach per rule the mutants above do not already show failing."""
+    install(db)
+    g = "(select last_value + 1000 from pgfence.generation)"
+    db.sql(f"""
+        select pgfence.register('r'), pgfence.enqueue('q');
+        -- I1: generation +2 granted 5 s into the term of generation +1, which ended at 10 s.
+        insert into pgfence.leases (lease_id, resource, generation, owner, state, acquired_at,
+                                    expires_at, ended_at)
+        values ('00000000-0000-0000-0000-000000000001', 'r', {g}, 'x', 'superseded',
+                now() - interval '60 s', now() - interval '30 s', now() - interval '50 s'),
+               ('00000000-0000-0000-0000-000000000002', 'r', {g} + 1, 'y', 'active',
+                now() - interval '55 s', now() + interval '30 s', null);
+        -- I2: a write stamped with another generation than its lease's, begun after its term.
+        select set_config('session_replication_role', 'replica', true);
+        insert into pgfence_perm.writes
+        values ('00000000-0000-0000-0000-000000000001', 'r', 1, now());
+        -- I5: told stale, not recorded; a completed task holding someone else's result.
+        insert into pgfence_perm.answers
+        values ('00000000-0000-8001-9000-000000000000', 'complete', 'stale');
+        update pgfence.tasks set state = 'completed', attempt = 1, result = '{{"by": "x"}}',
+               lease_id = '00000000-0000-0000-0000-000000000002';
+    """)
+    found = violations(db, Scenario("forged", {}, setup=lambda _: {}), {})
+    for rule in ["I1: r: generation", "I2: a write stamped generation", "I2: write of generation",
+                 "I5: complete of", "I5: task"]:
+        assert any(v.startswith(rule) for v in found), (rule, found)
