@@ -353,9 +353,9 @@ class _Permutation:
                     try:
                         if session.conn.info.transaction_status != TransactionStatus.IDLE:
                             session.rollback()
-                    except psycopg.OperationalError:
-                        # Ended by the server: the idle limit fence sets, for an owner that
-                        # idled inside its fenced transaction past its lease's expiry.
+                    except psycopg.Error:
+                        # Ended by the server (25P03): the idle limit fence sets, for an owner
+                        # that idled inside its fenced transaction past its lease's expiry.
                         session.conn.close()
                     if session.conn.closed:
                         session.conn = connect(self.db.dsn, session.name)
