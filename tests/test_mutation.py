@@ -7,6 +7,7 @@ survivor and an invalid mutant from a killed one (its negative control).
 from __future__ import annotations
 
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -18,8 +19,9 @@ LIST = tomllib.loads((ROOT / "tests/mutation/mutants.toml").read_text())
 
 
 def mutate(cluster: Cluster, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(MUTATE), *map(str, args)], env=cluster.env(), capture_output=True,
-                          text=True, timeout=900)
+    # With this interpreter, whose environment has pgfence (scripts/mutate would look for .venv).
+    return subprocess.run([sys.executable, str(MUTATE), *map(str, args)], env=cluster.env(),
+                          capture_output=True, text=True, timeout=900)
 
 
 def test_every_mutant_applies_to_the_scripts_as_they_are(cluster: Cluster) -> None:
