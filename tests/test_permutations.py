@@ -89,13 +89,27 @@ C_STEPS = {
 }
 
 
+def pgmq_read(lease: str) -> str:
+    """A read of the pgmq layer, recorded as a claim (its message and read count)."""
+    return (f"insert into pgfence_perm.claims select %({lease})s, r.msg_id, r.read_ct,"
+            f" r.attempt_id, statement_timestamp()"
+            f" from pgfence.pgmq_read(%({lease})s, 'jobs', '30 seconds') r returning attempt_id")
+
+
+WORK = {"write": Step("a_write", write("la")), "claim": Step("a_claim", claim("la")),
+        "pgmq": Step("a_pgmq_read", pgmq_read("la"))}
+
+
 def core(work: str, third: str, level: str = "read committed") -> Scenario:
-    """A: begin → fence+write (or claim) → commit. B: A's lease expires → acquire → write.
-    C: one drain, deprecate, renew or claim under A's lease."""
+    """A: begin → fence+write (or claim, or a pgmq read) → commit. B: A's lease expires →
+    acquire → write. C: one drain, deprecate, renew or claim under A's lease."""
     def setup(db: Database) -> dict[str, Any]:
         db.sql("select pgfence.enqueue('q'); select pgfence.enqueue('q')")
+        if work == "pgmq":
+            db.sql("select pgmq.create('jobs'); select pgmq.purge_queue('jobs');"
+                   " select pgmq.send('jobs', '{}')")
         return {"la": lease(db)}
-    a_work = Step("a_write", write("la")) if work == "write" else Step("a_claim", claim("la"))
+    a_work = WORK[work]
     presents = {"a": "la", "b": "lb"} | ({} if third == "deprecate" else {"c": "la"})
     return Scenario(
         f"core {work}/{third} ({level})",
@@ -126,6 +140,25 @@ def test_negative_control_core_catches_a_check_without_its_lock(db: Database, wo
     mutate(db, signature, mutant)
     report = checked(db, core(work, "drain"))
     assert any("after generation" in v for _, found in report.violations for v in found)
+
+
+PGMQ_LAYER = (ROOT / "layers/pgmq").is_dir()
+
+
+@pytest.mark.skipif(not PGMQ_LAYER, reason="the pgmq layer is not in this tree")
+@pytest.mark.parametrize("mutant", [None, "pgmq-read-check-without-lock"])
+def test_core_every_interleaving_of_a_pgmq_read(request: pytest.FixtureRequest,
+                                                 mutant: str | None) -> None:
+    # A pgmq read inside a longer transaction holds its lease as claim does; the negative
+    # control reads after a check that holds nothing.
+    mq: Database = request.getfixturevalue("mq")  # tests/conftest.py, with the layer
+    if mutant:
+        mutate(mq, "pgfence.pgmq_read(uuid,text,interval,integer)", mutant)
+    report = checked(mq, core("pgmq", "drain"))
+    if mutant:
+        assert any("after generation" in v for _, found in report.violations for v in found)
+    else:
+        assert not report.violations, report.violations[:3]
 
 
 def test_negative_control_core_catches_a_renewal_of_another_lease(db: Database) -> None:
