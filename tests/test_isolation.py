@@ -8,7 +8,8 @@ the caller would judge the version its snapshot holds. So (1) every path that en
 changes the state, which such a caller meets as a serialization failure (40001: an acceptable
 refusal); and (2) a renewal, whose FOR NO KEY UPDATE does not conflict, never moves expires_at
 backwards, so the expiry a snapshot holds is never later than the real one. A stale lease
-passing is never acceptable. Each has a negative control.
+passing is never acceptable. Each has a negative control. Every interleaving of a fence or a
+claim at these levels with a lease's end and a takeover: tests/test_permutations.py.
 """
 
 from __future__ import annotations

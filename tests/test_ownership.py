@@ -60,6 +60,44 @@ def test_negative_control_acquire_without_locks_lets_two_win(db: Database) -> No
     assert len(racing_acquirers(db)) > 1
 
 
+def takeover_racing_a_renewal(db: Database) -> tuple[Lease | None, str]:
+    """The owner renews inside a transaction just before its lease expires, and commits after
+    the expiry; meanwhile a standby, which saw the lease expired, waits for the lease row.
+    Returns what the standby got and the state of the owner's lease afterwards."""
+    db.sql("select pgfence.register('r')")
+    a, b = db.session("a"), db.session("b")
+    la = acquired(a.acquire("r"))
+    db.sql("update pgfence.leases set expires_at = clock_timestamp() + interval '1 second' "
+           "where lease_id = %s", (la.lease_id,))
+    a.begin()
+    a.renew(la, ttl="30 seconds")  # written before the expiry, committed after it
+    db.wait_until("select clock_timestamp() > expires_at from pgfence.leases "
+                  "where lease_id = %s", (la.lease_id,))
+    step = b.start("select * from pgfence.acquire('r', 'b', '30 seconds')")
+    assert step.settle() and a.pid in step.blocked_by, "the takeover must wait for the renewal"
+    a.commit()
+    row = step.result()[0]
+    state = db.one("select status from pgfence.lease_status where generation = %s",
+                   (la.generation,))
+    return (Lease(*row) if row[0] else None), str(state)
+
+
+def test_takeover_judged_after_its_lock_wait_leaves_a_renewed_lease(db: Database) -> None:
+    # Judged on the row as it is after the wait: renewed, so current, so no takeover (I1, I7).
+    assert takeover_racing_a_renewal(db) == (None, "current")
+
+
+def test_negative_control_takeover_judged_before_its_lock_wait(db: Database) -> None:
+    # The re-check after the lock wait left out: the takeover trusts its look before the wait.
+    recheck = """    if pgfence.is_current(v_current.state, v_current.expires_at) then
+      return null;
+    end if;
+"""
+    db.replace_in_function(ACQUIRE, recheck, "")
+    successor, state = takeover_racing_a_renewal(db)
+    assert successor is not None and state == "superseded", "a renewed lease was taken over"
+
+
 # --------------------------------------------------------------------------------------------
 # I2: a takeover waits for the old owner's open fenced transaction
 

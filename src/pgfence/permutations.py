@@ -1,0 +1,410 @@
+"""Every interleaving of a bounded scenario, after PostgreSQL's isolation tester.
+
+A scenario names 2-3 sessions with a few steps each. :func:`run` runs every order of the steps
+that keeps each session's own order (all permutations, the isolation tester's default), each
+from the same starting state. A step that waits on a lock (``pg_blocking_pids()``, never a
+sleep) is left waiting while the others go on, and completes when it is unblocked; a
+permutation whose next step belongs to a session that is still waiting cannot happen, and is
+counted as invalid and skipped, as the isolation tester does. After each permutation the
+committed history is judged (I1, I2, I4, I5 and what the scenario adds) from the database's
+own records: lease rows, rows written in the same transaction as the work they stand for
+(``pgfence_perm.writes``, ``claims``, ``answers``), row changes logged by triggers, and commit
+times (``pg_xact_commit_timestamp``, so ``track_commit_timestamp`` must be on).
+
+    scenario = Scenario("core", sessions={"a": (...), "b": (...)}, setup=..., presents=...)
+    report = run(db, scenario)
+    assert report.permutations == 20 and not report.violations
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.types.json import Jsonb
+
+from pgfence.cluster import connect
+from pgfence.harness import Database, Session
+from pgfence.harness import Step as Running
+
+
+@dataclass(frozen=True)
+class Step:
+    """One statement of a session. ``sql`` takes the context's values as ``%(name)s``; the
+    first value the step returns (None if no row, or on an error) is saved as ``save``."""
+
+    name: str
+    sql: str
+    save: str | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    sessions: Mapping[str, tuple[Step, ...]]
+    # Sets the starting state (after the reset) and returns the context: lease ids, attempt ids.
+    setup: Callable[[Database], dict[str, Any]]
+    # The context key of the lease each worker session presents (I4: it changes no other);
+    # sessions not named here are operators, who may drain any lease.
+    presents: Mapping[str, str] = field(default_factory=dict)
+    # Further checks of the committed history: sentences, one per violation.
+    check: Callable[[Database, dict[str, Any]], list[str]] | None = None
+
+
+@dataclass
+class Report:
+    scenario: str
+    permutations: int = 0   # run to the end and judged
+    invalid: int = 0        # a step of a session that was still waiting came up
+    violations: list[tuple[str, list[str]]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return (f"{self.scenario}: {self.permutations} permutations run, {self.invalid} invalid "
+                f"(a step of a waiting session), {len(self.violations)} with a violation")
+
+
+def interleavings(lengths: Mapping[str, int]) -> Iterator[tuple[str, ...]]:
+    """Every sequence in which session s occurs lengths[s] times, in a fixed order."""
+    if not any(lengths.values()):
+        yield ()
+        return
+    for s in sorted(lengths):
+        if lengths[s]:
+            rest = dict(lengths, **{s: lengths[s] - 1})
+            for tail in interleavings(rest):
+                yield (s, *tail)
+
+
+def count(lengths: Mapping[str, int]) -> int:
+    """How many interleavings there are: the multinomial coefficient."""
+    n, total = 1, 0
+    for k in lengths.values():
+        for i in range(1, k + 1):
+            total += 1
+            n = n * total // i
+    return n
+
+
+SCHEMA = """
+create schema if not exists pgfence_perm;
+-- Work done under a lease, each row written in the same transaction as the work itself, so it
+-- commits with it or not at all: protected writes, claims, and what complete/fail/extend said.
+create table pgfence_perm.writes (lease_id uuid, resource text, generation bigint,
+                                  not_before timestamptz);
+create table pgfence_perm.claims (lease_id uuid, task_id bigint, attempt int, attempt_id uuid,
+                                  not_before timestamptz);
+create table pgfence_perm.answers (attempt_id uuid, kind text, answer text);
+-- Every change of a lease or task row, with who made it (the session's application_name) and
+-- whether it was the test's clock helper (time passing, not a pgfence call).
+create table pgfence_perm.lease_changes (lease_id uuid, old_state text, new_state text,
+                                         old_expires_at timestamptz, new_expires_at timestamptz,
+                                         old_renewed_at timestamptz, new_renewed_at timestamptz,
+                                         by text, at timestamptz, time_passes boolean);
+create table pgfence_perm.task_changes (task_id bigint, old_state text, new_state text,
+                                        old_visible_until timestamptz, new_reported boolean,
+                                        by text, at timestamptz, time_passes boolean);
+create function pgfence_perm.log_lease() returns trigger language plpgsql as $$
+begin
+  insert into pgfence_perm.lease_changes
+  values (new.lease_id, old.state, new.state, old.expires_at, new.expires_at, old.renewed_at,
+          new.renewed_at, current_setting('application_name'), clock_timestamp(),
+          coalesce(current_setting('pgfence_perm.time_passes', true), '') = 'on');
+  return null;
+end $$;
+create trigger log after update on pgfence.leases for each row
+  execute function pgfence_perm.log_lease();
+create function pgfence_perm.log_task() returns trigger language plpgsql as $$
+begin
+  insert into pgfence_perm.task_changes
+  values (new.task_id, old.state, new.state, old.visible_until, new.reported,
+          current_setting('application_name'), clock_timestamp(),
+          coalesce(current_setting('pgfence_perm.time_passes', true), '') = 'on');
+  return null;
+end $$;
+create trigger log after update on pgfence.tasks for each row
+  execute function pgfence_perm.log_task();
+-- Time passes for the owner of a lease, and for the handler of an attempt (either may be NULL).
+create function pgfence_perm.time_passes(lease_id uuid, attempt_id uuid default null)
+returns void language plpgsql as $$
+begin
+  perform set_config('pgfence_perm.time_passes', 'on', true);
+  -- As pgfence_test.expire and expire_attempt, but to this very moment: steps follow each
+  -- other within a millisecond, and the end of a term must not precede the step before.
+  update pgfence.leases l set expires_at = least(l.expires_at, clock_timestamp())
+   where l.lease_id = time_passes.lease_id;
+  if attempt_id is not null then
+    update pgfence.tasks t set visible_until = least(t.visible_until, clock_timestamp())
+      from pgfence.attempt_of(time_passes.attempt_id) a
+     where t.task_id = a.task_id and t.attempt = a.attempt;
+  end if;
+  perform set_config('pgfence_perm.time_passes', '', true);
+end $$;
+-- The writes are protected for resource r (the guard stays when a reset deletes the rows).
+select pgfence.register('r');
+select pgfence.protect('pgfence_perm.writes', 'r');
+-- Time passes, and another owner acquires the resource: one step where the order of the two
+-- is not what a scenario is about.
+create function pgfence_perm.takeover(lease_id uuid, attempt_id uuid, owner text)
+returns uuid language plpgsql as $$
+begin
+  perform pgfence_perm.time_passes(lease_id, attempt_id);
+  return (select a.lease_id from pgfence.acquire('r', owner, '30 s') a);
+end $$;
+-- Real time passing, for callers whose snapshot must not see expiry moved back: waits on the
+-- database clock until it is later than t.
+create function pgfence_perm.wait_past(t timestamptz) returns void language plpgsql as $$
+begin
+  while clock_timestamp() <= t loop perform pg_sleep(0.002); end loop;
+end $$;
+"""
+
+# Every row pgfence holds but the signing key, and the records of the checks: deletes, which
+# cost far less than a truncate on tables this small. One implicit transaction; the guard of
+# the protected writes table does not fire (replica mode disables ordinary triggers).
+RESET = """
+select set_config('session_replication_role', 'replica', true);
+delete from pgfence.update_items; delete from pgfence.updates; delete from pgfence.invocations;
+delete from pgfence.leases; delete from pgfence.tasks; delete from pgfence.stale_results;
+delete from pgfence.unfenced_writes; delete from pgfence.protections; delete from pgfence.resources;
+delete from pgfence_perm.writes; delete from pgfence_perm.claims; delete from pgfence_perm.answers;
+delete from pgfence_perm.lease_changes; delete from pgfence_perm.task_changes;
+"""
+
+# Work under a lease: when it committed, and what it stood for.
+WORK = """
+with work as (
+  select 'write' as kind, w.lease_id, w.not_before, pg_xact_commit_timestamp(w.xmin) as committed
+    from pgfence_perm.writes w
+  union all
+  select 'claim', c.lease_id, c.not_before, pg_xact_commit_timestamp(c.xmin)
+    from pgfence_perm.claims c)
+select w.kind, w.not_before, w.committed, l.resource, l.generation, l.lease_id,
+       least(l.drained_at, l.ended_at, l.expires_at) as term_end,
+       least(l.drained_at, l.ended_at) as ended
+  from work w join pgfence.leases l on l.lease_id = w.lease_id
+"""
+
+CHECKS = {
+    "I1": """
+select format('I1: %s: generation %s granted at %s, inside the term of generation %s (to %s)',
+              b.resource, b.generation, b.acquired_at, a.generation,
+              least(a.drained_at, a.ended_at, a.expires_at))
+  from pgfence.leases a
+  join pgfence.leases b on b.resource = a.resource and b.generation > a.generation
+ where b.acquired_at < least(a.drained_at, a.ended_at, a.expires_at)
+""",
+    "I2 after a successor": f"""
+select format('I2: %s of generation %s committed at %s, after generation %s was granted at %s',
+              w.kind, w.generation, w.committed, l.generation, l.acquired_at)
+  from ({WORK}) w
+  join pgfence.leases l on l.resource = w.resource and l.generation > w.generation
+ where l.acquired_at < w.committed
+""",
+    "I2 after the term": f"""
+select format('I2: %s of generation %s began at %s, after its term ended at %s',
+              w.kind, w.generation, w.not_before, w.term_end)
+  from ({WORK}) w
+ where w.not_before >= w.term_end
+""",
+    "I2 after the end": f"""
+select format('I2: %s of generation %s committed at %s, after its lease was drained or ended at %s',
+              w.kind, w.generation, w.committed, w.ended)
+  from ({WORK}) w
+ where w.committed > w.ended
+""",
+    "I2 generation": """
+select format('I2: a write stamped generation %s under the lease of generation %s',
+              w.generation, l.generation)
+  from pgfence_perm.writes w join pgfence.leases l on l.lease_id = w.lease_id
+ where w.generation <> l.generation
+""",
+    "I5 accepted from a superseded attempt": """
+select format('I5: %s of attempt %s of task %s accepted (committed %s) '
+              'after attempt %s was claimed (committed %s)',
+              r.kind, a.attempt, a.task_id, pg_xact_commit_timestamp(r.xmin), c.attempt,
+              pg_xact_commit_timestamp(c.xmin))
+  from pgfence_perm.answers r
+  cross join lateral pgfence.attempt_of(r.attempt_id) a
+  join pgfence_perm.claims c on c.task_id = a.task_id and c.attempt > a.attempt
+ where (r.answer = 'accepted' or (r.kind = 'extend' and r.answer is not null))
+   and pg_xact_commit_timestamp(c.xmin) < pg_xact_commit_timestamp(r.xmin)
+""",
+    "I5 result of the holder": """
+select format('I5: task %s completed with the result of %s, not of its attempt %s',
+              t.task_id, t.result->>'by', t.attempt)
+  from pgfence.tasks t
+ where t.state = 'completed'
+   and t.result->>'by' is distinct from pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id)::text
+""",
+    "I5 accepted kept": """
+select format('I5: the accepted result of %s is lost (task %s is %s)',
+              r.attempt_id, t.task_id, t.state)
+  from pgfence_perm.answers r
+  join pgfence.tasks t on t.task_id = pgfence.attempt_task(r.attempt_id)
+ where r.kind = 'complete' and r.answer = 'accepted'
+   and (t.state <> 'completed' or t.result->>'by' <> r.attempt_id::text)
+""",
+    "I5 stale recorded": """
+select format('I5: %s of %s was told stale but is not in stale_results', r.kind, r.attempt_id)
+  from pgfence_perm.answers r
+ where r.answer = 'stale'
+   and not exists (select from pgfence.stale_results s where s.attempt_id = r.attempt_id)
+""",
+    "I5 requeued within visibility": """
+select format('I5: task %s requeued at %s by %s while its attempt held it until %s',
+              c.task_id, c.at, c.by, c.old_visible_until)
+  from pgfence_perm.task_changes c
+ where c.old_state = 'claimed' and c.new_state in ('queued', 'failed') and not c.new_reported
+   and not c.time_passes and c.old_visible_until > c.at
+""",
+}
+
+ALL_CHECKS = "\nunion all\n".join(f"({q.strip()})" for q in CHECKS.values())
+
+
+def check_i4(db: Database, scenario: Scenario, ctx: Mapping[str, Any]) -> list[str]:
+    """I4: a worker session changes only the lease it presents, but for superseding a stale
+    lease when it acquires."""
+    presented = [(session, key, ctx.get(key)) for session, key in scenario.presents.items()]
+    if not presented:
+        return []
+    rows = db.sql("""
+        select format('I4: session %%s, presenting %%s, changed lease %%s (%%s -> %%s)',
+                      p.session, p.key, c.lease_id, c.old_state, c.new_state)
+          from pgfence_perm.lease_changes c
+          join jsonb_to_recordset(%s) as p(session text, key text, lease_id uuid)
+            on p.session = c.by
+         where not c.time_passes and c.lease_id is distinct from p.lease_id
+           and not (c.old_state = 'active' and c.new_state = 'superseded'
+                    and c.old_expires_at <= c.at)""",
+                  (Jsonb([{"session": s, "key": k, "lease_id": str(v) if v else None}
+                          for s, k, v in presented]),))
+    return [sentence for (sentence,) in rows]
+
+
+def violations(db: Database, scenario: Scenario, ctx: Mapping[str, Any]) -> list[str]:
+    out = [sentence for (sentence,) in db.sql(ALL_CHECKS)]
+    out += check_i4(db, scenario, ctx)
+    if scenario.check is not None:
+        out += scenario.check(db, dict(ctx))
+    return out
+
+
+def install(db: Database) -> None:
+    """The schema pgfence_perm of the checks, once per database (pgfence_test must be there)."""
+    if db.one("show track_commit_timestamp") != "on":
+        raise RuntimeError("track_commit_timestamp is off: commit order cannot be judged "
+                           "(pgfence.cluster starts clusters with it on)")
+    if not db.one("select exists (select from pg_namespace where nspname = 'pgfence_perm')"):
+        db.sql(SCHEMA)
+
+
+class _Permutation:
+    def __init__(self, db: Database, scenario: Scenario, sessions: dict[str, Session],
+                 ctx: dict[str, Any]) -> None:
+        self.db = db
+        self.scenario = scenario
+        self.sessions = sessions
+        self.ctx = ctx
+        self.waiting: dict[str, tuple[Step, Running]] = {}
+        self.log: list[str] = []
+
+    def step(self, name: str, step: Step) -> None:
+        params = dict(self.ctx) if "%(" in step.sql else None
+        running = Running(self.sessions[name], step.sql, params)
+        if running.settle():
+            self.waiting[name] = (step, running)
+            self.log.append(f"{step.name} waits")
+        else:
+            self._done(step, running)
+        self.settle()
+
+    def settle(self) -> None:
+        """Lets every step that a finished one unblocked finish (or wait again)."""
+        changed = True
+        while changed:
+            changed = False
+            for name, (step, running) in list(self.waiting.items()):
+                if not running.settle():
+                    del self.waiting[name]
+                    self._done(step, running)
+                    changed = True
+
+    def _done(self, step: Step, running: Running) -> None:
+        try:
+            rows = running.result()
+            value = rows[0][0] if rows and rows[0] else None
+            self.log.append(step.name)
+        except Exception as e:  # a refusal is an outcome, judged by the checks
+            value = None
+            self.log.append(f"{step.name}: {getattr(e, 'sqlstate', None) or type(e).__name__}")
+        if step.save:
+            self.ctx[step.save] = value
+
+    def end(self) -> None:
+        """Every session back outside a transaction: the idle ones roll back, which unblocks
+        the waiting ones; until none is left waiting."""
+        for _ in range(10):
+            for name, session in self.sessions.items():
+                if name not in self.waiting:
+                    try:
+                        if session.conn.info.transaction_status != TransactionStatus.IDLE:
+                            session.rollback()
+                    except psycopg.Error:
+                        # Ended by the server (25P03): the idle limit fence sets, for an owner
+                        # that idled inside its fenced transaction past its lease's expiry.
+                        session.conn.close()
+                    if session.conn.closed:
+                        session.conn = connect(self.db.dsn, session.name)
+            if not self.waiting:
+                return
+            self.settle()
+        raise AssertionError(f"steps still waiting after every session ended: {self.log}")
+
+
+def run(db: Database, scenario: Scenario) -> Report:
+    """Runs every permutation of ``scenario`` on ``db``; the report lists the violations."""
+    install(db)
+    # Named as the checks know them (application_name): unique in the cluster while it runs.
+    sessions = {name: db.session(name) for name in scenario.sessions}
+    try:
+        return _run(db, scenario, sessions)
+    finally:
+        for s in sessions.values():
+            s.close()
+
+
+def _run(db: Database, scenario: Scenario, sessions: dict[str, Session]) -> Report:
+    report = Report(scenario.name)
+    saves = {st.save: None for steps in scenario.sessions.values() for st in steps if st.save}
+    lengths = {name: len(steps) for name, steps in scenario.sessions.items()}
+    for order in interleavings(lengths):
+        db.sql(RESET)
+        ctx: dict[str, Any] = {**saves, **scenario.setup(db)}
+        p = _Permutation(db, scenario, sessions, ctx)
+        next_step = dict.fromkeys(lengths, 0)
+        valid = True
+        for name in order:
+            if name in p.waiting:
+                valid = False
+                break
+            p.step(name, scenario.sessions[name][next_step[name]])
+            next_step[name] += 1
+        stuck = [st.name for st, _ in p.waiting.values()] if valid else []
+        p.end()
+        if not valid:
+            report.invalid += 1
+            continue
+        report.permutations += 1
+        found = violations(db, scenario, p.ctx)
+        if stuck:
+            found.append(f"steps still waiting when every step had run: {', '.join(stuck)}")
+        if found:
+            report.violations.append((" ".join(p.log), found))
+    return report
+
+
+__all__ = ["Report", "Scenario", "Step", "count", "install", "interleavings", "run"]
