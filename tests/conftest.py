@@ -16,7 +16,14 @@ import pytest
 
 from pgfence.cluster import Cluster, PgBouncer
 from pgfence.harness import Database
-from tests.support import install_bundle, install_pgmq, install_pgmq_layer, install_test_helpers
+from tests.support import (
+    install_bundle,
+    install_pgflow,
+    install_pgflow_layer,
+    install_pgmq,
+    install_pgmq_layer,
+    install_test_helpers,
+)
 
 
 @pytest.fixture(scope="session")
@@ -37,16 +44,20 @@ def cluster() -> Iterator[Cluster]:
 
 
 @contextmanager
-def made_template(cluster: Cluster, with_pgmq: bool) -> Iterator[str]:
+def made_template(cluster: Cluster, with_pgmq: bool, with_pgflow: bool = False) -> Iterator[str]:
     # Named per run: two runs on one cluster (PGFENCE_CLUSTER) must not drop each other's.
     name = f"pgfence_template_{uuid.uuid4().hex[:12]}"
     cluster.create_database(name)
     try:
         if with_pgmq:
             install_pgmq(cluster, name)
+        if with_pgflow:
+            install_pgflow(cluster, name)
         install_bundle(cluster, name)
         if with_pgmq:
             install_pgmq_layer(cluster, name)
+        if with_pgflow:
+            install_pgflow_layer(cluster, name)
         install_test_helpers(cluster, name)
         yield name
     finally:
@@ -63,6 +74,14 @@ def template(cluster: Cluster) -> Iterator[str]:
 def mq_template(cluster: Cluster) -> Iterator[str]:
     """pgmq (the extension), pgfence and its pgmq layer."""
     with made_template(cluster, with_pgmq=True) as name:
+        yield name
+
+
+@pytest.fixture(scope="session")
+def flow_template(cluster: Cluster) -> Iterator[str]:
+    """pgmq, pgflow (its migrations from npm, with the test-only realtime.send stand-in),
+    pgfence, its pgmq layer and its pgflow layer."""
+    with made_template(cluster, with_pgmq=True, with_pgflow=True) as name:
         yield name
 
 
@@ -132,4 +151,20 @@ def any_mq(request: pytest.FixtureRequest, cluster: Cluster,
            mq_template: str) -> Iterator[Database]:
     """The same, reached directly or through PgBouncer in transaction pooling mode."""
     with fresh(request, cluster, mq_template, request.param) as database:
+        yield database
+
+
+@pytest.fixture
+def flow(request: pytest.FixtureRequest, cluster: Cluster,
+         flow_template: str) -> Iterator[Database]:
+    """A fresh database with pgflow and pgfence's pgmq and pgflow layers."""
+    with fresh(request, cluster, flow_template, "direct") as database:
+        yield database
+
+
+@pytest.fixture(params=["direct", "pgbouncer"])
+def any_flow(request: pytest.FixtureRequest, cluster: Cluster,
+             flow_template: str) -> Iterator[Database]:
+    """The same, reached directly or through PgBouncer in transaction pooling mode."""
+    with fresh(request, cluster, flow_template, request.param) as database:
         yield database
