@@ -17,6 +17,8 @@ import pytest
 from pgfence.cluster import Cluster, PgBouncer
 from pgfence.harness import Database
 from tests.support import (
+    DENO,
+    ROOT,
     install_bundle,
     install_pgflow,
     install_pgflow_layer,
@@ -83,6 +85,17 @@ def flow_template(cluster: Cluster) -> Iterator[str]:
     pgfence, its pgmq layer and its pgflow layer."""
     with made_template(cluster, with_pgmq=True, with_pgflow=True) as name:
         yield name
+
+
+@pytest.fixture(scope="session")
+def deno_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """For Deno processes: a clean environment (no PG* settings or secrets of ours) and a
+    DENO_DIR of this run, so nothing comes from an earlier run's cache."""
+    if not os.access(DENO, os.X_OK):
+        pytest.fail(f"{DENO} is missing: run scripts/setup")
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(ROOT),
+            "DENO_DIR": str(tmp_path_factory.mktemp("deno-dir")), "NO_COLOR": "1",
+            "DENO_NO_UPDATE_CHECK": "1"}
 
 
 @pytest.fixture(scope="session")

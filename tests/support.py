@@ -19,6 +19,8 @@ PGFLOW_LAYER = ROOT / "sql/pgfence-pgflow.sql"
 PGFLOW_MIGRATIONS = ROOT / ".tools/node_modules/@pgflow/core/dist/supabase/migrations"
 # TEST-ONLY: Supabase Realtime's realtime.send, which pgflow's migrations call, as a stand-in
 # that records its calls (realtime.stand_in_calls).
+# Deno's own binary from npm's platform package (scripts/setup), not npm's .bin/deno shim.
+DENO = ROOT / ".tools/node_modules/@deno/linux-x64-glibc/deno"
 REALTIME_STAND_IN = ROOT / "tests/sql/realtime_stand_in.sql"
 
 

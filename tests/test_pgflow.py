@@ -243,7 +243,8 @@ def test_negative_control_a_late_result_judged_by_its_lease(flow: Database) -> N
 
 
 def test_negative_control_a_late_result_without_its_marker_is_refused(flow: Database) -> None:
-    flow.replace_in_function(FINISH, "select pgfence.mark_fenced(l.resource, k.hmac_key) into v_was",
+    flow.replace_in_function(FINISH,
+                             "select pgfence.mark_fenced(l.resource, k.hmac_key) into v_was",
                              "select '' into v_was")
     two_steps(flow)
     protect(flow, "enforce")
