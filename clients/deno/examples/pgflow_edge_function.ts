@@ -10,7 +10,8 @@
  *   202 {"started": true, "generation": "7"}  |  409 {"started": false}  |  503 (paused)
  *
  * Environment: DATABASE_URL (the transaction pooler, port 6543 on Supabase), PGFENCE_RESOURCE
- * (the function's resource, default `pgflow-two`), FLOW (default `two`), PORT (default 8000).
+ * (the function's resource, default `pgflow-two`), FLOW (default `two`), HOST and PORT (default
+ * 0.0.0.0:8000; Supabase's runtime chooses its own).
  */
 import { connect, Owner, ResourceDisabled } from "pgfence";
 import { FlowWorker } from "pgfence/pgflow";
@@ -32,7 +33,11 @@ function answer(status: number, body: unknown): Response {
   });
 }
 
-Deno.serve({ port: Number(Deno.env.get("PORT") ?? 8000) }, async (request) => {
+const listen = {
+  hostname: Deno.env.get("HOST") ?? "0.0.0.0",
+  port: Number(Deno.env.get("PORT") ?? 8000),
+};
+Deno.serve(listen, async (request) => {
   const { invocation_id: invocationId } = await request.json() as { invocation_id?: string };
   const owner = new Owner({ sql, resource, owner: `edge-${crypto.randomUUID()}` });
   try {
