@@ -174,10 +174,17 @@ begin
   end if;
   v_msgs := v_reads.msgs;
   select k.hmac_key into v_key from pgfence.signing_key k;
-  insert into pgflow.workers as w (worker_id, queue_name, function_name)
-  select pgfence_pgflow.worker_id(l.lease_id, v_key), start_tasks.queue, l.resource
-    from pgfence.leases l where l.lease_id = start_tasks.lease_id
-  on conflict (worker_id) do update set last_heartbeat_at = now();
+  -- The worker row pgflow's start_tasks refers to, and its heartbeat, at most every 5 seconds:
+  -- an upsert locks the row to the end of the transaction, and would queue every start of
+  -- the lease behind the one before.
+  if not exists (select from pgflow.workers w
+                  where w.worker_id = pgfence_pgflow.worker_id(start_tasks.lease_id, v_key)
+                    and w.last_heartbeat_at > now() - interval '5 seconds') then
+    insert into pgflow.workers as w (worker_id, queue_name, function_name)
+    select pgfence_pgflow.worker_id(l.lease_id, v_key), start_tasks.queue, l.resource
+      from pgfence.leases l where l.lease_id = start_tasks.lease_id
+    on conflict (worker_id) do update set last_heartbeat_at = now();
+  end if;
   -- The takeover. pgflow starts only queued tasks; a task whose message came back while it is
   -- still started was started by an attempt that never finished it (its worker died, or was
   -- paused past its lease and its message's visibility): that attempt no longer holds the
