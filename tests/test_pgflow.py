@@ -423,6 +423,20 @@ def test_the_update_window_drains_and_restores_exactly(any_flow: Database) -> No
     assert step == "second"
 
 
+def test_negative_control_a_draining_worker_judged_live_starts_during_the_window(
+        flow: Database) -> None:
+    flow.replace_in_function("pgfence.hold_current(uuid)",
+                             "not pgfence.is_current(v_lease.state, v_lease.expires_at)",
+                             "not pgfence.is_live(v_lease.state, v_lease.expires_at)")
+    two_steps(flow)
+    w = flow.session("w")
+    lease = acquired(w.acquire("fn"))
+    [(attempt, _, _)] = start(w, lease)
+    flow.sql("select pgfence.prepare_update(array['fn'], %s)", (uuid.uuid4(),))
+    assert complete(w, attempt, "{}") == "accepted"
+    assert [step for _, step, _ in start(w, lease)] == ["second"], "it started work in the window"
+
+
 # -- arguments, grants and installs ------------------------------------------------------------
 
 @pytest.mark.parametrize(("flow_slug", "queue"), [("nosuch", "nosuch"), ("two", "other"),
