@@ -14,7 +14,7 @@ create schema bench;
 -- one per claimer for the claim variant with a lease per client.
 select pgfence.register('renew-' || g) from generate_series(1, 1000) g;
 select pgfence.register(r)
-  from unnest(array['bench-claim', 'bench-fence', 'bench-pgmq', 'claim-0', 'claim-1', 'claim-2', 'claim-3',
+  from unnest(array['bench-claim', 'bench-fence', 'bench-pgmq', 'bench-pgflow', 'claim-0', 'claim-1', 'claim-2', 'claim-3',
                     'claim-4', 'claim-5', 'claim-6', 'claim-7']) r;
 select pgfence.acquire(r.resource, 'bench', interval '1 day') from pgfence.resources r;
 update pgfence.leases set lease_id = md5(resource)::uuid;
@@ -90,3 +90,13 @@ vacuum analyze;
 -- bench-pgmq, queue bench_raw of the same shape read by pgmq itself.
 select pgmq.create('bench');
 select pgmq.create('bench_raw');
+
+-- pgflow (the pgflow layer's pair): two flows of one step each, bench_flow worked through
+-- pgfence_pgflow under the lease of bench-pgflow, bench_flow_raw by pgflow's own protocol with
+-- a worker row of its own, as pgflow's edge worker registers one.
+select pgflow.create_flow('bench_flow');
+select pgflow.add_step('bench_flow', 'only');
+select pgflow.create_flow('bench_flow_raw');
+select pgflow.add_step('bench_flow_raw', 'only');
+insert into pgflow.workers (worker_id, queue_name, function_name)
+values (md5('bench-pgflow-raw')::uuid, 'bench_flow_raw', 'bench-pgflow-raw');

@@ -16,7 +16,16 @@ import pytest
 
 from pgfence.cluster import Cluster, PgBouncer
 from pgfence.harness import Database
-from tests.support import install_bundle, install_pgmq, install_pgmq_layer, install_test_helpers
+from tests.support import (
+    DENO,
+    ROOT,
+    install_bundle,
+    install_pgflow,
+    install_pgflow_layer,
+    install_pgmq,
+    install_pgmq_layer,
+    install_test_helpers,
+)
 
 
 @pytest.fixture(scope="session")
@@ -37,16 +46,20 @@ def cluster() -> Iterator[Cluster]:
 
 
 @contextmanager
-def made_template(cluster: Cluster, with_pgmq: bool) -> Iterator[str]:
+def made_template(cluster: Cluster, with_pgmq: bool, with_pgflow: bool = False) -> Iterator[str]:
     # Named per run: two runs on one cluster (PGFENCE_CLUSTER) must not drop each other's.
     name = f"pgfence_template_{uuid.uuid4().hex[:12]}"
     cluster.create_database(name)
     try:
         if with_pgmq:
             install_pgmq(cluster, name)
+        if with_pgflow:
+            install_pgflow(cluster, name)
         install_bundle(cluster, name)
         if with_pgmq:
             install_pgmq_layer(cluster, name)
+        if with_pgflow:
+            install_pgflow_layer(cluster, name)
         install_test_helpers(cluster, name)
         yield name
     finally:
@@ -64,6 +77,25 @@ def mq_template(cluster: Cluster) -> Iterator[str]:
     """pgmq (the extension), pgfence and its pgmq layer."""
     with made_template(cluster, with_pgmq=True) as name:
         yield name
+
+
+@pytest.fixture(scope="session")
+def flow_template(cluster: Cluster) -> Iterator[str]:
+    """pgmq, pgflow (its migrations from npm, with the test-only realtime.send stand-in),
+    pgfence, its pgmq layer and its pgflow layer."""
+    with made_template(cluster, with_pgmq=True, with_pgflow=True) as name:
+        yield name
+
+
+@pytest.fixture(scope="session")
+def deno_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """For Deno processes: a clean environment (no PG* settings or secrets of ours) and a
+    DENO_DIR of this run, so nothing comes from an earlier run's cache."""
+    if not os.access(DENO, os.X_OK):
+        pytest.fail(f"{DENO} is missing: run scripts/setup")
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(ROOT),
+            "DENO_DIR": str(tmp_path_factory.mktemp("deno-dir")), "NO_COLOR": "1",
+            "DENO_NO_UPDATE_CHECK": "1"}
 
 
 @pytest.fixture(scope="session")
@@ -132,4 +164,20 @@ def any_mq(request: pytest.FixtureRequest, cluster: Cluster,
            mq_template: str) -> Iterator[Database]:
     """The same, reached directly or through PgBouncer in transaction pooling mode."""
     with fresh(request, cluster, mq_template, request.param) as database:
+        yield database
+
+
+@pytest.fixture
+def flow(request: pytest.FixtureRequest, cluster: Cluster,
+         flow_template: str) -> Iterator[Database]:
+    """A fresh database with pgflow and pgfence's pgmq and pgflow layers."""
+    with fresh(request, cluster, flow_template, "direct") as database:
+        yield database
+
+
+@pytest.fixture(params=["direct", "pgbouncer"])
+def any_flow(request: pytest.FixtureRequest, cluster: Cluster,
+             flow_template: str) -> Iterator[Database]:
+    """The same, reached directly or through PgBouncer in transaction pooling mode."""
+    with fresh(request, cluster, flow_template, request.param) as database:
         yield database

@@ -11,7 +11,6 @@ client resolves postgres.js from .tools/node_modules (clients/deno/deno.json), o
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -24,24 +23,13 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgfence.cluster import LOOPBACK, USER, Cluster, PgBouncer
 from pgfence.harness import Database
-from tests.support import ROOT
+from tests.support import DENO, ROOT
 from tests.test_docs import example
 
 CLIENT = ROOT / "clients/deno"
-DENO = ROOT / ".tools/node_modules/@deno/linux-x64-glibc/deno"
 # What the tests need and no more: the cluster and PgBouncer on loopback, their own env
 # variables, and the files of the client and of postgres.js.
 PERMISSIONS = ["--allow-net=" + LOOPBACK, "--allow-env", "--allow-read", "--allow-sys"]
-
-
-@pytest.fixture(scope="session")
-def deno_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A clean environment: no PG* settings or secrets of ours, a DENO_DIR of this run."""
-    if not os.access(DENO, os.X_OK):
-        pytest.fail(f"{DENO} is missing: run scripts/setup")
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(ROOT),
-            "DENO_DIR": str(tmp_path_factory.mktemp("deno-dir")), "NO_COLOR": "1",
-            "DENO_NO_UPDATE_CHECK": "1"}
 
 
 def deno(env: dict[str, str], *args: str, cwd: Path = CLIENT) -> subprocess.CompletedProcess[str]:
@@ -51,7 +39,8 @@ def deno(env: dict[str, str], *args: str, cwd: Path = CLIENT) -> subprocess.Comp
 
 def test_fmt_lint_and_check_are_clean(deno_env: dict[str, str]) -> None:
     for args in (["fmt", "--check"], ["lint"],
-                 ["check", "mod.ts", "client_test.ts", "testdata/worker_process.ts"]):
+                 ["check", "mod.ts", "pgflow.ts", "client_test.ts", "testdata/worker_process.ts",
+                  "testdata/pgflow_worker_process.ts", "examples/pgflow_edge_function.ts"]):
         out = deno(deno_env, *args)
         assert out.returncode == 0, f"deno {' '.join(args)}:\n{out.stdout}{out.stderr}"
 

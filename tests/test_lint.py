@@ -44,6 +44,9 @@ WITHOUT_SEARCH_PATH = (
     "pgfence.pgmq_archive(attempt_id uuid)",
     "pgfence.pgmq_mark(queue_table text,lease_id uuid)",
     "pgfence.pgmq_delete(attempt_id uuid)",
+    "pgfence_pgflow.worker_id(lease_id uuid,key bytea)",
+    "pgfence_pgflow.complete_task(attempt_id uuid,output jsonb)",
+    "pgfence_pgflow.fail_task(attempt_id uuid,error_message text)",
 )
 
 
@@ -68,6 +71,15 @@ def test_pgspot_finds_nothing_in_the_bundle() -> None:
 def test_pgspot_finds_nothing_in_the_pgmq_layer() -> None:
     # Read after pgfence itself (-a), which it is installed onto; pgmq's own SQL is pgmq's.
     out = pgspot(ROOT / "sql/pgfence.sql", ROOT / "sql/pgfence-pgmq.sql", append=True)
+    report = out.stdout + out.stderr
+    assert out.returncode == 0 and "TOTAL: Errors: 0 Warnings: 0 Unknown: 0" in report, report
+
+
+def test_pgspot_finds_nothing_in_the_pgflow_layer() -> None:
+    # Read after pgfence and its pgmq layer (-a), which it is installed onto; pgflow's own SQL
+    # is pgflow's.
+    out = pgspot(ROOT / "sql/pgfence.sql", ROOT / "sql/pgfence-pgmq.sql",
+                 ROOT / "sql/pgfence-pgflow.sql", append=True)
     report = out.stdout + out.stderr
     assert out.returncode == 0 and "TOTAL: Errors: 0 Warnings: 0 Unknown: 0" in report, report
 

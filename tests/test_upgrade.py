@@ -21,7 +21,13 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from pgfence.cluster import Cluster, connect
-from tests.support import ROOT, install_bundle
+from tests.support import (
+    ROOT,
+    install_bundle,
+    install_pgflow,
+    install_pgflow_layer,
+    install_pgmq_layer,
+)
 from tests.test_install import schema_dump as dump
 from tests.test_install import sqitch
 
@@ -255,14 +261,15 @@ def test_sqitch_upgrade_of_a_one_file_install_keeps_live_state(dbs: Databases,
 
 @pytest.mark.parametrize("start", OLDER)
 def test_pgtap_suite_passes_on_an_upgraded_database(dbs: Databases, start: str) -> None:
-    # With pgmq beside the release, and pgfence's pgmq layer installed onto the upgrade (the
-    # layer's tests are in the suite).
+    # With pgmq and pgflow beside the release, and pgfence's pgmq and pgflow layers installed
+    # onto the upgrade (the layers' tests are in the suite).
     name = dbs.fresh("pgtap")
-    dbs.psql(name, "-c", "create extension pgmq")
+    install_pgflow(dbs.cluster, name)
     dbs.install_release(name, start)
     make_live_state(dbs, name)
     dbs.upgrade_by_file(name, start)
-    dbs.psql(name, "--single-transaction", "-f", ROOT / "sql/pgfence-pgmq.sql")
+    install_pgmq_layer(dbs.cluster, name)
+    install_pgflow_layer(dbs.cluster, name)
     dbs.psql(name, "-c", "create extension pgtap", "-f", ROOT / "pgtap/helpers/pgfence_test.sql")
     files = sorted(str(p) for p in (ROOT / "pgtap").rglob("*.sql") if "helpers" not in p.parts)
     prove = subprocess.run(["pg_prove", "-d", name, *files], capture_output=True, text=True)

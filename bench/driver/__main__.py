@@ -58,7 +58,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--only",
         type=lambda s: set(s.split(",")),
         help="comma-separated subset of: renew, claim, complete, fence1, fence100, pgmq, "
-        "cycle, renewals, takeover, history",
+        "pgflow, cycle, renewals, takeover, history",
     )
     p.add_argument(
         "--own-lease",
@@ -116,8 +116,8 @@ def main(argv: list[str]) -> int:
         report = [f"Command: `{command}`", "", "Environment:", "", *environment(server), ""]
         groups: list[Group] = []
         pairs = Pairs(opts, server)
-        pair_keys = ("renew", "claim", "complete", "fence1", "fence100", "pgmq", "cycle")
-        if any(opts.wanted(k) for k in pair_keys):
+        keys = ("renew", "claim", "complete", "fence1", "fence100", "pgmq", "pgflow", "cycle")
+        if any(opts.wanted(k) for k in keys):
             log(f"pairs: {opts.rounds} rounds of {opts.seconds:g} s per run")
             groups = pairs.run()
             report += ["### Pairs", "", *pairs_report(groups), ""]

@@ -265,6 +265,24 @@ class Pairs:
                 ],
             ),
             Group(
+                "pgflow",
+                [
+                    Member(
+                        "pgflow start + complete (pgfence_pgflow, shared lease)",
+                        "pgflow_cycle.sql",
+                        lambda m: self.fill("fill_pgflow_fenced.sql", m, 1),
+                        self.visible_left("bench_flow"),
+                    ),
+                    Member(
+                        "pgflow's own read + start_tasks + complete_task",
+                        "pgflow_cycle_raw.sql",
+                        lambda m: self.fill("fill_pgflow_raw.sql", m, 1),
+                        self.visible_left("bench_flow_raw"),
+                    ),
+                ],
+                [Comparison("pgflow: start + complete 1 task", 0, 1, 0.85)],
+            ),
+            Group(
                 "cycle",
                 [
                     Member(

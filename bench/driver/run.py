@@ -19,11 +19,13 @@ from pathlib import Path
 from types import FrameType
 
 from pgfence.cluster import Cluster, Connection, connect
+from tests.support import install_pgflow
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 BUNDLE = ROOT / "sql/pgfence.sql"
 PGMQ_LAYER = ROOT / "sql/pgfence-pgmq.sql"
+PGFLOW_LAYER = ROOT / "sql/pgfence-pgflow.sql"
 CLIENTS, JOBS = 4, 2
 
 
@@ -135,8 +137,10 @@ class Server:
 
     def createdb(self, db: str) -> None:
         self.cluster.create_database(db)
-        self.cluster.psql(db, "-c", "create extension pgmq")  # for the pgmq layer's pairs
-        for file in [BUNDLE, PGMQ_LAYER, *self.applies]:
+        # pgmq and pgflow (with the tests' stand-in for Realtime's realtime.send), for the
+        # layers' pairs, installed as the tests install them.
+        install_pgflow(self.cluster, db)
+        for file in [BUNDLE, PGMQ_LAYER, PGFLOW_LAYER, *self.applies]:
             self.cluster.psql(db, "--single-transaction", "-f", file)
 
 

@@ -109,6 +109,13 @@ begin
       v_events := 'update or delete or truncate';
     end if;
   end if;
+  -- pgflow's step_tasks likewise: pgflow.start_flow inserts a run's tasks (producers, no
+  -- lease); its workers update them (start_tasks, complete_task, fail_task).
+  if (select n.nspname = 'pgflow' and c.relname = 'step_tasks'
+        from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+       where c.oid = protect.tbl) then
+    v_events := 'update or delete or truncate';
+  end if;
   -- Runs as the caller: creating a trigger needs the caller's own TRIGGER privilege on tbl,
   -- and replacing it (to switch modes) no more than that, where dropping it would need
   -- ownership. The guard is found by its function, so one renamed by hand is replaced, not
@@ -133,7 +140,7 @@ $$;
 comment on function pgfence.protect(regclass, text[], text) is
   'Operator: writes to tbl are rejected with PF007 (enforce) or recorded in pgfence.unfenced_writes (observe) '
   'unless the transaction fenced one of resources (replicas that serve one queue). A pgmq queue''s table is '
-  'guarded against its consumers'' writes only, not pgmq.send. Replaces an earlier protection of tbl. Raises PF002, 22023.';
+  'guarded against its consumers'' writes only, not pgmq.send, and so is pgflow.step_tasks (not pgflow.start_flow). Replaces an earlier protection of tbl. Raises PF002, 22023.';
 
 create or replace function pgfence.protect(tbl regclass, resource text, mode text default 'enforce')
 returns void

@@ -1,0 +1,80 @@
+/**
+ * A pgflow worker as a process of its own, for tests/test_deno_pgflow.py (pause, kill, update
+ * window): it works flow `two` for $RESOURCE at $DATABASE_URL; each step handler prints
+ * `{"started": attemptId, "step": slug}` and waits for a line on stdin before it returns
+ * `{"by": $NAME}`. At the end it prints what it saw.
+ *
+ * With UNFENCED=1 it is the negative control: the same worker speaking pgflow's own protocol
+ * (pgmq.read_with_poll, pgflow.start_tasks, pgflow.complete_task), which no lease fences.
+ */
+import postgres from "postgres";
+import { connect, Owner } from "pgfence";
+import { FlowWorker, type StepTask } from "pgfence/pgflow";
+import type { Verdict } from "pgfence";
+
+class UnfencedFlowWorker extends FlowWorker {
+  readonly workerId = crypto.randomUUID();
+
+  protected override async start(): Promise<StepTask[]> {
+    const sql = this.owner.sql;
+    await sql`insert into pgflow.workers (worker_id, queue_name, function_name)
+              values (${this.workerId}::uuid, ${this.flowSlug}, ${this.owner.resource})
+              on conflict do nothing`;
+    const read = await sql`select msg_id from pgmq.read_with_poll(${this.flowSlug}, 30, 1, 1, 100)`;
+    if (read.length === 0) return [];
+    const rows = await sql`select run_id, step_slug, task_index, input, msg_id
+                             from pgflow.start_tasks(${this.flowSlug},
+                                    ${read.map((r) => r.msg_id as string)}::bigint[],
+                                    ${this.workerId}::uuid)`;
+    return rows.map((r) => ({
+      attemptId: JSON.stringify([r.run_id, r.step_slug, r.task_index]),
+      runId: r.run_id as string,
+      stepSlug: r.step_slug as string,
+      taskIndex: r.task_index as number,
+      input: r.input,
+      msgId: BigInt(r.msg_id as string),
+    }));
+  }
+
+  protected override async report(
+    _kind: "complete" | "fail",
+    attemptId: string,
+    body: unknown,
+  ): Promise<Verdict> {
+    const sql = this.owner.sql;
+    const [runId, stepSlug, taskIndex] = JSON.parse(attemptId) as [string, string, number];
+    await sql`select pgflow.complete_task(${runId}::uuid, ${stepSlug}, ${taskIndex},
+                                          ${sql.json(body as postgres.JSONValue)})`;
+    this.verdicts.accepted += 1; // pgflow gives no verdict: whatever it did, it did
+    return "accepted";
+  }
+}
+
+const sql = connect(Deno.env.get("DATABASE_URL")!);
+const name = Deno.env.get("NAME")!;
+const owner = new Owner({
+  sql,
+  resource: Deno.env.get("RESOURCE")!,
+  owner: name,
+  renewEvery: 0.05,
+});
+const stdin = Deno.stdin.readable.getReader();
+const step = async (_input: unknown, { task }: { task: StepTask }) => {
+  console.log(JSON.stringify({ started: task.attemptId, step: task.stepSlug }));
+  await stdin.read();
+  return { by: name };
+};
+const options = { owner, flowSlug: "two", handlers: { first: step, second: step } };
+const worker = Deno.env.get("UNFENCED") === "1"
+  ? new UnfencedFlowWorker(options)
+  : new FlowWorker(options);
+try {
+  if (!(await owner.acquire())) throw new Error("not acquired");
+  console.log(JSON.stringify({ acquired: owner.leaseId }));
+  await worker.run({ untilIdle: true });
+} finally {
+  console.log(
+    JSON.stringify({ verdicts: worker.verdicts, handled: worker.handled, lost: owner.lost }),
+  );
+  await sql.end();
+}

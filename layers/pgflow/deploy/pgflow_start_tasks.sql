@@ -1,0 +1,103 @@
+-- Deploy pgfence_pgflow:pgflow_start_tasks
+-- requires: pgflow_attempts
+
+begin;
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- pgflow's worker row for a lease: pgflow records who started a task (step_tasks.last_worker_id)
+-- and expects a pgflow.workers row for it. Its id is derived from the lease by a keyed hash,
+-- never the lease id itself, which is the owner's capability and must not be readable there.
+create function pgfence_pgflow.worker_id(lease_id uuid, key bytea)
+returns uuid
+language sql
+stable
+as $$
+  select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s', worker_id.lease_id), worker_id.key), 32)::pg_catalog.uuid;
+$$;
+revoke all on function pgfence_pgflow.worker_id(uuid, bytea) from public;
+
+create function pgfence_pgflow.start_tasks(lease_id uuid, flow_slug text, queue text, vt interval, qty int default 1)
+returns table (attempt_id uuid, run_id uuid, step_slug text, task_index int, input jsonb, msg_id bigint)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_reads record;
+  v_msgs bigint[];
+  v_tasks pgflow.step_task_record[];
+  v_key bytea;
+begin
+  perform pgfence.check_not_null('lease_id', start_tasks.lease_id);
+  if not exists (select from pgflow.flows f where f.flow_slug = start_tasks.flow_slug) then
+    perform pgfence.invalid_argument('flow_slug', 'no such pgflow flow', start_tasks.flow_slug);
+  end if;
+  -- pgflow queues a flow's tasks on the queue named after the flow, and its start_tasks sets
+  -- the visibility of messages of that queue only.
+  if start_tasks.queue is distinct from start_tasks.flow_slug then
+    perform pgfence.invalid_argument('queue', 'must be the flow''s queue, named as the flow', start_tasks.queue);
+  end if;
+  -- The fenced read (pgmq layer): only under the resource's current lease, held to the end of
+  -- this transaction, which it marks fenced for the resource, so the writes below (and
+  -- pgflow's own) pass the guards of a protected step_tasks and queue table.
+  select array_agg(r.msg_id order by r.msg_id) as msgs, array_agg(r.attempt_id order by r.msg_id) as attempts
+    into v_reads
+    from pgfence.pgmq_read(start_tasks.lease_id, start_tasks.queue, start_tasks.vt, start_tasks.qty) r;
+  if v_reads.msgs is null then
+    return;
+  end if;
+  v_msgs := v_reads.msgs;
+  select k.hmac_key into v_key from pgfence.signing_key k;
+  -- The worker row pgflow's start_tasks refers to, and its heartbeat, at most every 5 seconds:
+  -- an upsert locks the row to the end of the transaction, and would queue every start of
+  -- the lease behind the one before.
+  if not exists (select from pgflow.workers w
+                  where w.worker_id = pgfence_pgflow.worker_id(start_tasks.lease_id, v_key)
+                    and w.last_heartbeat_at > now() - interval '5 seconds') then
+    insert into pgflow.workers as w (worker_id, queue_name, function_name)
+    select pgfence_pgflow.worker_id(l.lease_id, v_key), start_tasks.queue, l.resource
+      from pgfence.leases l where l.lease_id = start_tasks.lease_id
+    on conflict (worker_id) do update set last_heartbeat_at = now();
+  end if;
+  -- The takeover. pgflow starts only queued tasks; a task whose message came back while it is
+  -- still started was started by an attempt that never finished it (its worker died, or was
+  -- paused past its lease and its message's visibility): that attempt no longer holds the
+  -- message, so the task goes back to queued and pgflow's start_tasks below starts it again
+  -- for this read, raising attempts_count, which makes the old attempt's result stale.
+  update pgflow.step_tasks st
+     set status = 'queued', started_at = null
+   where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started';
+  select array_agg(t) into v_tasks
+    from pgflow.start_tasks(start_tasks.flow_slug, v_msgs,
+                            pgfence_pgflow.worker_id(start_tasks.lease_id, v_key)) t;
+  -- A statement of its own, so that it sees the attempts_count pgflow's start just set.
+  return query
+  with started as (
+    insert into pgfence_pgflow.attempts as a
+           (attempt_id, pgmq_attempt_id, flow_slug, run_id, step_slug, task_index, msg_id, attempts_count, lease_id)
+    select gen_random_uuid(), r.attempt_id, t.flow_slug, t.run_id, t.step_slug, t.task_index, t.msg_id,
+           st.attempts_count, start_tasks.lease_id
+      from unnest(v_tasks) t
+      join pgflow.step_tasks st
+        on st.run_id = t.run_id and st.step_slug = t.step_slug and st.task_index = t.task_index
+      join unnest(v_reads.msgs, v_reads.attempts) r(msg_id, attempt_id) on r.msg_id = t.msg_id
+    returning a.attempt_id, a.run_id, a.step_slug, a.task_index, a.msg_id)
+  select s.attempt_id, s.run_id, s.step_slug, s.task_index, t.input, s.msg_id
+    from started s
+    join unnest(v_tasks) t on t.run_id = s.run_id and t.step_slug = s.step_slug and t.task_index = s.task_index
+   order by s.msg_id;
+end
+$$;
+comment on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) is
+  'Reads up to qty messages of the flow''s queue under the resource''s active, unexpired lease (pgfence.pgmq_read) '
+  'and starts their tasks with pgflow''s own start_tasks, in one transaction; a task still started by an attempt '
+  'whose message came back is taken over. Raises PF001, 22023.';
+
+revoke all on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) from public;
+grant execute on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) to pgfence_worker;
+
+commit;

@@ -1,0 +1,2 @@
+-- Verify pgfence_pgflow:pgflow_schema
+select 'pgfence_pgflow'::regnamespace;

@@ -1,0 +1,301 @@
+"""The pgflow worker of the Deno client (clients/deno/pgflow.ts) as real processes on a real
+pgflow flow (`two`: first -> second, started with pgflow.start_flow), directly and through
+PgBouncer in transaction pooling mode: a worker paused past its lease (SIGSTOP) while a
+successor takes its task over, a late result nobody overtook, a hard kill, the startup
+handshake of the Edge-Function-shaped example, and the update window. The negative control
+runs the same pause against pgflow's own, unfenced protocol and sees the stale completion land.
+
+Time passing is simulated (pgfence_test.expire, expire_message); a process's progress is read
+from what it prints, never waited out with a sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from pgfence.cluster import LOOPBACK, USER, Cluster, PgBouncer
+from pgfence.harness import Database
+from tests.support import DENO, ROOT
+from tests.test_pgflow import run_status, task, two_steps
+
+CLIENT = ROOT / "clients/deno"
+PERMISSIONS = ["--allow-net=" + LOOPBACK, "--allow-env", "--allow-read", "--allow-sys"]
+
+
+@dataclass
+class Target:
+    db: Database
+    url: str
+
+
+@pytest.fixture(params=["direct", "pgbouncer"])
+def target(request: pytest.FixtureRequest, flow: Database, cluster: Cluster) -> Target:
+    name = conninfo_to_dict(flow.dsn)["dbname"]
+    assert isinstance(name, str)
+    port = cluster.port
+    if request.param == "pgbouncer":
+        bouncer: PgBouncer = request.getfixturevalue("bouncer")
+        port = bouncer.port
+    return Target(flow, f"postgres://{USER}@{LOOPBACK}:{port}/{name}")
+
+
+class FlowProcess:
+    """clients/deno/testdata/pgflow_worker_process.ts: one worker, named, on resource fn."""
+
+    def __init__(self, target: Target, env: dict[str, str], name: str,
+                 unfenced: bool = False) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(
+            [str(DENO), "run", *PERMISSIONS, "testdata/pgflow_worker_process.ts"], cwd=CLIENT,
+            env={**env, "DATABASE_URL": target.url, "RESOURCE": "fn", "NAME": name,
+                 "UNFENCED": "1" if unfenced else "0"},
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def said(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"worker {self.name} exited ({self.proc.wait()}) without a word"
+        said: dict[str, Any] = json.loads(line)
+        return said
+
+    def unblock(self) -> None:
+        """The handler in hand returns."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def finish(self) -> dict[str, Any]:
+        said = self.said()
+        assert self.proc.wait(timeout=60) == 0
+        return said
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def processes(deno_env: dict[str, str]) -> Iterator[list[FlowProcess]]:
+    started: list[FlowProcess] = []
+    yield started
+    for p in started:
+        p.kill()
+
+
+def spawn(target: Target, env: dict[str, str], processes: list[FlowProcess], name: str,
+          unfenced: bool = False) -> FlowProcess:
+    p = FlowProcess(target, env, name, unfenced)
+    processes.append(p)
+    return p
+
+
+def lease_of(db: Database, owner: str) -> uuid.UUID:
+    return uuid.UUID(str(db.one("select lease_id from pgfence.leases where owner = %s", (owner,))))
+
+
+def past_lease_and_visibility(db: Database, owner: str) -> None:
+    """Time passes for a paused worker: its lease, and its task's message visibility."""
+    db.expire(lease_of(db, owner))
+    db.sql("select pgfence_test.expire_message('two', message_id) from pgflow.step_tasks "
+           "where status = 'started'")
+
+
+def test_a_paused_worker_resumes_starts_nothing_and_only_the_successor_lands(
+        target: Target, deno_env: dict[str, str], processes: list[FlowProcess]) -> None:
+    db = target.db
+    run_id = two_steps(db)
+    a = spawn(target, deno_env, processes, "a")
+    assert "acquired" in a.said()
+    stale = a.said()["started"]
+    a.proc.send_signal(signal.SIGSTOP)                 # paused in its handler ...
+    past_lease_and_visibility(db, "a")                 # ... past its lease and visibility
+    b = spawn(target, deno_env, processes, "b")
+    assert "acquired" in b.said()
+    assert b.said()["step"] == "first", "B took the task over"
+    assert task(db, "first") == ("started", 2, None)
+    a.proc.send_signal(signal.SIGCONT)
+    a.unblock()
+    said_a = a.finish()
+    assert said_a["verdicts"] == {"accepted": 0, "duplicate": 0, "stale": 1}, said_a
+    assert "refused" in said_a["lost"], said_a
+    b.unblock()
+    assert b.said()["step"] == "second"
+    b.unblock()
+    said_b = b.finish()
+    assert said_b["verdicts"] == {"accepted": 2, "duplicate": 0, "stale": 0}, said_b
+    assert task(db, "first") == ("completed", 2, {"by": "b"})
+    assert run_status(db, run_id) == ("completed", {"second": {"by": "b"}})
+    assert db.one("select count(*) from realtime.stand_in_calls where event = 'run:completed'") \
+        == 1, "the run completed exactly once"
+    assert db.sql("select kind, body from pgfence_pgflow.stale_results where attempt_id = %s",
+                  (stale,)) == [("complete", {"by": "a"})]
+    assert db.one("select count(*) from pgfence_pgflow.attempts where lease_id = %s",
+                  (lease_of(db, "a"),)) == 1, "A started nothing after it resumed"
+    assert db.sql("select owner, status from pgfence.lease_status order by generation") == [
+        ("a", "superseded"), ("b", "released")]
+
+
+def test_negative_control_pgflows_own_protocol_lets_the_paused_worker_land(
+        target: Target, deno_env: dict[str, str], processes: list[FlowProcess]) -> None:
+    db = target.db
+    two_steps(db)
+    a = spawn(target, deno_env, processes, "a", unfenced=True)
+    assert "acquired" in a.said()
+    a.said()
+    a.proc.send_signal(signal.SIGSTOP)
+    past_lease_and_visibility(db, "a")
+    b = spawn(target, deno_env, processes, "b")
+    assert "acquired" in b.said() and b.said()["step"] == "first"
+    a.proc.send_signal(signal.SIGCONT)
+    a.unblock()
+    # (A may go on to start `second` too: nothing stops a stale worker there either.)
+    db.wait_until("select status = 'completed' from pgflow.step_tasks where step_slug = 'first'")
+    assert task(db, "first") == ("completed", 2, {"by": "a"}), "the stale completion landed"
+    b.unblock()
+    db.wait_until("select count(*) = 1 from pgfence_pgflow.stale_results")
+    assert db.sql("select kind, body from pgfence_pgflow.stale_results") == [
+        ("complete", {"by": "b"})], "and the successor's valid result is refused"
+
+
+def test_a_late_result_nobody_overtook_is_kept(
+        target: Target, deno_env: dict[str, str], processes: list[FlowProcess]) -> None:
+    db = target.db
+    run_id = two_steps(db)
+    a = spawn(target, deno_env, processes, "a")
+    assert "acquired" in a.said()
+    a.said()
+    a.proc.send_signal(signal.SIGSTOP)
+    db.expire(lease_of(db, "a"))                       # the lease runs out; the message's not
+    b = spawn(target, deno_env, processes, "b")
+    assert "acquired" in b.said()
+    assert b.finish()["handled"] == 0, "the task was still A's"
+    a.proc.send_signal(signal.SIGCONT)
+    a.unblock()
+    said_a = a.finish()
+    assert said_a["verdicts"]["accepted"] == 1 and said_a["handled"] == 1, said_a
+    assert task(db, "first") == ("completed", 1, {"by": "a"})
+    c = spawn(target, deno_env, processes, "c")
+    assert "acquired" in c.said() and c.said()["step"] == "second"
+    c.unblock()
+    assert c.finish()["verdicts"]["accepted"] == 1
+    assert run_status(db, run_id) == ("completed", {"second": {"by": "c"}})
+
+
+def test_a_hard_killed_workers_task_comes_back(
+        target: Target, deno_env: dict[str, str], processes: list[FlowProcess]) -> None:
+    db = target.db
+    run_id = two_steps(db)
+    a = spawn(target, deno_env, processes, "a")
+    assert "acquired" in a.said()
+    a.said()
+    a.kill()                                           # SIGKILL: no drain, no release
+    past_lease_and_visibility(db, "a")
+    b = spawn(target, deno_env, processes, "b")
+    assert "acquired" in b.said() and b.said()["step"] == "first"
+    b.unblock()
+    assert b.said()["step"] == "second"
+    b.unblock()
+    assert b.finish()["verdicts"]["accepted"] == 2
+    assert task(db, "first") == ("completed", 2, {"by": "b"})
+    assert run_status(db, run_id)[0] == "completed"
+
+
+def test_the_update_window_drains_the_worker_and_restores_exactly(
+        target: Target, deno_env: dict[str, str], processes: list[FlowProcess]) -> None:
+    db = target.db
+    run_id = two_steps(db)
+    db.sql("select pgfence.protect(t, array['fn'], 'enforce') "
+           "from unnest(array['pgflow.step_tasks', 'pgmq.q_two']::regclass[]) t")
+    a = spawn(target, deno_env, processes, "a")
+    assert "acquired" in a.said()
+    a.said()                                           # a handler in hand
+    token = db.one("select pgfence.prepare_update(array['fn'], %s)", (uuid.uuid4(),))
+    assert db.one("select verdict from pgfence.update_status(%s)", (token,)) == "draining"
+    a.unblock()
+    said_a = a.finish()
+    assert said_a["verdicts"]["accepted"] == 1 and said_a["handled"] == 1, said_a
+    assert task(db, "first")[0] == "completed", "the task in hand was finished"
+    assert db.one("select status from pgflow.step_tasks where step_slug = 'second'") == "queued"
+    assert db.one("select verdict from pgfence.update_status(%s)", (token,)) == "drained"
+    assert db.sql("select resource, enabled, outcome from pgfence.finish_update(%s)",
+                  (token,)) == [("fn", True, "restored")]
+    b = spawn(target, deno_env, processes, "b")
+    assert "acquired" in b.said() and b.said()["step"] == "second"
+    b.unblock()
+    b.finish()
+    assert run_status(db, run_id)[0] == "completed"
+
+
+# -- the Edge-Function-shaped example and the startup handshake --------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def post(port: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(f"http://{LOOPBACK}:{port}/", json.dumps(body).encode(),
+                                     {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_the_edge_function_starts_once_per_invocation(
+        target: Target, deno_env: dict[str, str]) -> None:
+    db = target.db
+    run_id = two_steps(db, resources=("pgflow-two",))
+    port = free_port()
+    server = subprocess.Popen(
+        [str(DENO), "run", *PERMISSIONS, "examples/pgflow_edge_function.ts"], cwd=CLIENT,
+        env={**deno_env, "DATABASE_URL": target.url, "HOST": LOOPBACK, "PORT": str(port)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert server.stdout is not None
+        assert "Listening on" in server.stdout.readline()   # Deno.serve says so once it listens
+        invocation = db.one("select pgfence.request_start('pgflow-two')")
+        assert invocation is not None
+        assert db.one("select pgfence.request_start('pgflow-two')") is None, \
+            "a second start while one is pending is refused"
+        # The worker is held inside its first complete_task (a session holds the run's row,
+        # which pgflow's complete_task locks), so that it is surely current meanwhile.
+        holder = db.session("holder")
+        holder.begin()
+        holder.run("select from pgflow.runs where run_id = %s for update", (run_id,))
+        assert post(port, {"invocation_id": str(invocation)})[0] == 202
+        db.wait_until("select count(*) = 1 from pg_stat_activity "
+                      "where %s = any(pg_blocking_pids(pid))", (holder.pid,))
+        assert db.one("select pgfence.request_start('pgflow-two')") is None, \
+            "no start is requested while a worker is current"
+        assert post(port, {"invocation_id": str(invocation)}) == (409, {"started": False}), \
+            "the same invocation delivered twice starts one worker"
+        holder.commit()
+        db.wait_until("select status = 'completed' from pgflow.runs where run_id = %s", (run_id,))
+        db.wait_until("select count(*) = 1 from pgfence.lease_status where status = 'released'")
+        assert db.one("select count(*) from pgfence.leases") == 1
+        assert run_status(db, run_id) == ("completed", {"second": {"from_first": {
+            "seen": {"n": 1}}}})
+        assert db.one("select count(*) from realtime.stand_in_calls "
+                      "where event = 'run:completed'") == 1
+        assert db.one("select pgfence.request_start('pgflow-two')") is not None, \
+            "once the worker is gone, the supervisor may start another"
+    finally:
+        server.kill()
+        server.wait()

@@ -1,0 +1,525 @@
+"""The pgflow layer against the real pgflow (npm @pgflow/core 0.8.1, its migrations applied by
+tests/support.install_pgflow) on the real pgmq, directly and through PgBouncer in transaction
+mode: pgflow's worker protocol under a lease, each scenario with a negative control that breaks
+the mechanism it rests on (or uses pgflow's own, unfenced protocol) and sees the scenario fail.
+
+The flow is pgflow's own: `two`, steps `first` then `second` (second depends on first), made
+with pgflow.create_flow / add_step and run with pgflow.start_flow. Time passing is simulated
+(pgfence_test.expire for a lease, expire_message for a message's visibility); blocking is
+observed with pg_blocking_pids(), never waited out.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from typing import Any
+
+import pytest
+
+from pgfence.cluster import Cluster
+from pgfence.harness import Database, Lease, Session, sqlstate
+from tests.support import (
+    ROOT,
+    acquired,
+    install_bundle,
+    install_pgflow,
+    install_pgflow_layer,
+    install_pgmq,
+    install_pgmq_layer,
+)
+from tests.test_install import schema_dump
+
+START = "pgfence_pgflow.start_tasks(uuid,text,text,interval,integer)"
+FINISH = "pgfence_pgflow.finish(uuid,text,jsonb,text)"
+PROTECT = "pgfence.protect(regclass,text[],text)"
+# The unfenced variant of start_tasks's read: pgmq's own read, no lease, no mark.
+UNFENCED_READ = ("(select m.msg_id, gen_random_uuid() as attempt_id "
+                 "from pgmq.read(start_tasks.queue, 30, start_tasks.qty) m) r")
+FENCED_READ = ("pgfence.pgmq_read(start_tasks.lease_id, start_tasks.queue, start_tasks.vt, "
+               "start_tasks.qty) r")
+
+
+def two_steps(db: Database, resources: tuple[str, ...] = ("fn",)) -> uuid.UUID:
+    """Flow `two` (first -> second), its workers' resources, and one run of it started."""
+    db.sql("select pgflow.create_flow('two', max_attempts => 3)")
+    db.sql("select pgflow.add_step('two', 'first')")
+    db.sql("select pgflow.add_step('two', 'second', array['first'])")
+    for r in resources:
+        db.sql("select pgfence.register(%s)", (r,))
+    return uuid.UUID(str(db.one("select run_id from pgflow.start_flow('two', '{\"n\": 1}')")))
+
+
+def protect(db: Database, mode: str, resources: tuple[str, ...] = ("fn",)) -> None:
+    """What an operator protects for a pgflow deployment: step_tasks and the flow's queue."""
+    for tbl in ("pgflow.step_tasks", "pgmq.q_two"):
+        db.sql("select pgfence.protect(%s, %s::text[], %s)", (tbl, list(resources), mode))
+
+
+def start(s: Session, lease: Lease, qty: int = 5) -> list[tuple[Any, ...]]:
+    """(attempt_id, step_slug, input) of each task started."""
+    return [(a, step, inp) for a, step, inp in s.run(
+        "select attempt_id, step_slug, input from pgfence_pgflow.start_tasks(%s, 'two', 'two', "
+        "'30 seconds', %s)", (lease.lease_id, qty))]
+
+
+def complete(s: Session, attempt_id: uuid.UUID, output: str) -> str:
+    return str(s.one("select pgfence_pgflow.complete_task(%s, %s::jsonb)", (attempt_id, output)))
+
+
+def fail(s: Session, attempt_id: uuid.UUID, error: str = "boom") -> str:
+    return str(s.one("select pgfence_pgflow.fail_task(%s, %s)", (attempt_id, error)))
+
+
+def task(db: Database, step: str) -> tuple[str, int, Any]:
+    """(status, attempts_count, output) of a step's task."""
+    rows = db.sql("select status, attempts_count, output from pgflow.step_tasks "
+                  "where step_slug = %s", (step,))
+    assert len(rows) == 1, rows
+    return rows[0][0], rows[0][1], rows[0][2]
+
+
+def msg_of(db: Database, step: str) -> int:
+    return int(db.one("select message_id from pgflow.step_tasks where step_slug = %s", (step,)))
+
+
+def paused_past_everything(db: Database, a: Lease, step: str) -> None:
+    """A is paused past its lease and past its task's visibility (pgflow's timeout + 2 s)."""
+    db.expire(a)
+    db.sql("select pgfence_test.expire_message('two', %s)", (msg_of(db, step),))
+
+
+def run_status(db: Database, run_id: uuid.UUID) -> tuple[str, Any]:
+    status, output = db.sql("select status, output from pgflow.runs where run_id = %s",
+                            (run_id,))[0]
+    return str(status), output
+
+
+# -- a paused worker wakes up after its successor took over -----------------------------------
+
+def test_a_stale_worker_starts_nothing(any_flow: Database) -> None:
+    two_steps(any_flow)
+    a, b = any_flow.session("a"), any_flow.session("b")
+    la = acquired(a.acquire("fn"))
+    any_flow.expire(la)
+    lb = acquired(b.acquire("fn"))
+    assert sqlstate(lambda: start(a, la)) == "PF001"
+    assert task(any_flow, "first") == ("queued", 0, None)
+    assert [step for _, step, _ in start(b, lb)] == ["first"]
+
+
+def test_negative_control_a_start_without_the_fenced_read(flow: Database) -> None:
+    flow.replace_in_function(START, FENCED_READ, UNFENCED_READ)
+    two_steps(flow)
+    a, b = flow.session("a"), flow.session("b")
+    la = acquired(a.acquire("fn"))
+    flow.expire(la)
+    acquired(b.acquire("fn"))
+    assert [step for _, step, _ in start(a, la)] == ["first"], "the stale worker started a task"
+
+
+def test_a_task_taken_over_keeps_only_the_new_attempts_result(any_flow: Database) -> None:
+    run_id = two_steps(any_flow)
+    a, b = any_flow.session("a"), any_flow.session("b")
+    la = acquired(a.acquire("fn"))
+    [(stale, _, _)] = start(a, la)
+    paused_past_everything(any_flow, la, "first")
+    lb = acquired(b.acquire("fn"))
+    [(fresh, step, inp)] = start(b, lb)
+    assert (step, inp) == ("first", {"run": {"n": 1}})
+    assert task(any_flow, "first") == ("started", 2, None), "B started it again"
+
+    assert complete(a, stale, '{"by": "a"}') == "stale"
+    assert complete(a, stale, '{"by": "a"}') == "stale"  # a retry adds no second record
+    assert fail(a, stale) == "stale"
+    assert any_flow.sql("select kind, body from pgfence_pgflow.stale_results "
+                        "where attempt_id = %s order by kind", (stale,)) == [
+        ("complete", {"by": "a"}), ("fail", {"error_message": "boom"})]
+    assert task(any_flow, "first") == ("started", 2, None), "A's result never reached pgflow"
+
+    assert complete(b, fresh, '{"by": "b"}') == "accepted"
+    [(second, step, inp)] = start(b, lb)
+    assert (step, inp) == ("second", {"run": {"n": 1}, "first": {"by": "b"}})
+    assert complete(b, second, '{"done": true}') == "accepted"
+    assert task(any_flow, "first") == ("completed", 2, {"by": "b"})
+    assert run_status(any_flow, run_id) == ("completed", {"second": {"done": True}})
+    assert any_flow.one("select count(*) from realtime.stand_in_calls "
+                        "where event = 'run:completed'") == 1, "the run completed exactly once"
+    # The pgmq layer's record of the reads: A's read never finished, B's were archived by pgflow.
+    assert any_flow.sql("select msg_id, read_ct, outcome from pgfence.pgmq_attempts "
+                        "order by msg_id, read_ct") == [(1, 1, None), (1, 2, "archive"),
+                                                        (2, 1, "archive")]
+
+
+def test_negative_control_without_the_takeover_the_task_is_stuck(flow: Database) -> None:
+    flow.replace_in_function(START, "set status = 'queued', started_at = null",
+                             "set status = st.status")
+    two_steps(flow)
+    a, b = flow.session("a"), flow.session("b")
+    la = acquired(a.acquire("fn"))
+    start(a, la)
+    paused_past_everything(flow, la, "first")
+    lb = acquired(b.acquire("fn"))
+    assert start(b, lb) == [], "pgflow's start_tasks starts only queued tasks"
+    assert task(flow, "first") == ("started", 1, None)
+
+
+def test_negative_control_judged_without_attempts_count_the_stale_result_lands(
+        flow: Database) -> None:
+    flow.replace_in_function(
+        FINISH, "st.status = 'started' and st.attempts_count = v_attempt.attempts_count",
+        "st.status = 'started'")
+    two_steps(flow)
+    a, b = flow.session("a"), flow.session("b")
+    la = acquired(a.acquire("fn"))
+    [(stale, _, _)] = start(a, la)
+    paused_past_everything(flow, la, "first")
+    start(b, acquired(b.acquire("fn")))
+    assert complete(a, stale, '{"by": "a"}') == "accepted"
+    assert task(flow, "first") == ("completed", 2, {"by": "a"}), "A's output over B's start"
+
+
+def test_negative_control_pgflows_unfenced_protocol_lets_the_stale_completion_land(
+        flow: Database) -> None:
+    """The seed's bug: worker A polls with pgflow's own protocol (pgmq.read_with_poll,
+    pgflow.start_tasks, pgflow.complete_task); B, fenced, takes the task over; A's late
+    completion lands on the task B started again, and B's is thrown away."""
+    two_steps(flow)
+    a, b = flow.session("a"), flow.session("b")
+    worker = uuid.uuid4()
+    a.run("insert into pgflow.workers (worker_id, queue_name, function_name) "
+          "values (%s, 'two', 'fn')", (worker,))
+    [(msg,)] = a.run("select msg_id from pgmq.read_with_poll('two', 30, 1, 1, 100)")
+    [(step,)] = a.run("select step_slug from pgflow.start_tasks('two', array[%s::bigint], %s)",
+                      (msg, worker))
+    assert step == "first"
+    flow.sql("select pgfence_test.expire_message('two', %s)", (msg,))
+    [(fresh, _, _)] = start(b, acquired(b.acquire("fn")))
+    a.run("select pgflow.complete_task(run_id, step_slug, task_index, '{\"by\": \"a\"}') "
+          "from pgflow.step_tasks where step_slug = 'first'")
+    assert task(flow, "first") == ("completed", 2, {"by": "a"}), "A's stale output landed"
+    assert complete(b, fresh, '{"by": "b"}') == "stale", "and B's valid one is refused"
+
+
+@pytest.mark.parametrize("mode", ["unprotected", "enforce"])
+def test_a_late_result_nobody_overtook_is_kept(any_flow: Database, mode: str) -> None:
+    run_id = two_steps(any_flow)
+    if mode == "enforce":
+        protect(any_flow, "enforce")
+    a, b = any_flow.session("a"), any_flow.session("b")
+    la = acquired(a.acquire("fn"))
+    [(attempt, _, _)] = start(a, la)
+    any_flow.expire(la)
+    lb = acquired(b.acquire("fn"))
+    assert start(b, lb) == [], "the task is still A's (its message's visibility has not run out)"
+    assert complete(a, attempt, '{"late": true}') == "accepted"
+    assert complete(a, attempt, '{"late": true}') == "duplicate"
+    assert fail(a, attempt) == "duplicate"
+    assert task(any_flow, "first") == ("completed", 1, {"late": True})
+    [(second, step, _)] = start(b, lb)
+    assert step == "second"
+    assert complete(b, second, "{}") == "accepted"
+    assert run_status(any_flow, run_id)[0] == "completed"
+    assert any_flow.one("select count(*) from pgfence_pgflow.stale_results") == 0
+    # The late result admitted pgflow's writes for that call only: the stale worker's
+    # transaction is not left fenced by it.
+    a.begin()
+    complete(a, attempt, "{}")
+    assert a.one("select coalesce(current_setting('pgfence.fenced', true), '')") == ""
+    a.rollback()
+
+
+def test_negative_control_a_late_result_judged_by_its_lease(flow: Database) -> None:
+    flow.replace_in_function(FINISH, "  if v_attempt.outcome is not null then",
+                             "  perform pgfence.hold_current(v_attempt.lease_id);\n"
+                             "  if v_attempt.outcome is not null then")
+    two_steps(flow)
+    a, b = flow.session("a"), flow.session("b")
+    la = acquired(a.acquire("fn"))
+    [(attempt, _, _)] = start(a, la)
+    flow.expire(la)
+    acquired(b.acquire("fn"))
+    assert sqlstate(lambda: complete(a, attempt, "{}")) == "PF001", "a valid result thrown away"
+
+
+def test_negative_control_a_late_result_without_its_marker_is_refused(flow: Database) -> None:
+    flow.replace_in_function(FINISH,
+                             "select pgfence.mark_fenced(l.resource, k.hmac_key) into v_was",
+                             "select '' into v_was")
+    two_steps(flow)
+    protect(flow, "enforce")
+    a = flow.session("a")
+    la = acquired(a.acquire("fn"))
+    [(attempt, _, _)] = start(a, la)
+    flow.expire(la)
+    assert sqlstate(lambda: complete(a, attempt, "{}")) == "PF007"
+
+
+# -- failures, retries and deaths ---------------------------------------------------------------
+
+def test_fail_task_retries_then_fails_for_good_by_pgflows_rules(any_flow: Database) -> None:
+    run_id = two_steps(any_flow)
+    any_flow.sql("update pgflow.flows set opt_max_attempts = 2, opt_base_delay = 0")
+    w = any_flow.session("w")
+    lease = acquired(w.acquire("fn"))
+    [(first, _, _)] = start(w, lease)
+    assert fail(w, first, "try again") == "accepted"
+    assert task(any_flow, "first")[:2] == ("queued", 1), "pgflow queued it for a retry"
+    assert any_flow.one("select outcome from pgfence.pgmq_attempts") is None, "message kept"
+    [(again, _, _)] = start(w, lease)
+    assert fail(w, again, "for good") == "accepted"
+    assert task(any_flow, "first")[:2] == ("failed", 2)
+    assert run_status(any_flow, run_id)[0] == "failed"
+    assert any_flow.sql("select read_ct, outcome from pgfence.pgmq_attempts order by read_ct") \
+        == [(1, None), (2, "archive")]
+    assert fail(w, first, "late") == "duplicate"
+
+
+def test_a_hard_killed_workers_task_comes_back(flow: Database) -> None:
+    two_steps(flow)
+    a = flow.session("a")
+    la = acquired(a.acquire("fn"))
+    a.begin()
+    start(a, la)
+    flow.sql("select pg_terminate_backend(%s)", (a.pid,))
+    assert task(flow, "first") == ("queued", 0, None), "the start never committed"
+    # A worker that dies after its start committed: the task comes back with its message.
+    b = flow.session("b")
+    flow.expire(la)
+    lb = acquired(b.acquire("fn"))
+    [(lost, _, _)] = start(b, lb)
+    b.close()
+    paused_past_everything(flow, lb, "first")
+    c = flow.session("c")
+    lc = acquired(c.acquire("fn"))
+    [(attempt, step, _)] = start(c, lc)
+    assert step == "first" and complete(c, attempt, "{}") == "accepted"
+    assert flow.one("select pgfence_pgflow.complete_task(%s, '{}')", (lost,)) == "stale"
+
+
+# -- interleavings: a takeover racing a late result --------------------------------------------
+
+def test_a_late_result_waits_for_a_takeover_in_flight_and_is_stale(any_flow: Database) -> None:
+    two_steps(any_flow)
+    a, b = any_flow.session("a"), any_flow.session("b")
+    la = acquired(a.acquire("fn"))
+    [(stale, _, _)] = start(a, la)
+    paused_past_everything(any_flow, la, "first")
+    lb = acquired(b.acquire("fn"))
+    b.begin()
+    [(fresh, _, _)] = start(b, lb)
+    step = a.start("select pgfence_pgflow.complete_task(%s, '{\"by\": \"a\"}')", (stale,))
+    assert step.settle() is True and step.blocked_by == [b.pid]
+    b.commit()
+    assert step.one() == "stale"
+    assert complete(b, fresh, '{"by": "b"}') == "accepted"
+    assert task(any_flow, "first") == ("completed", 2, {"by": "b"})
+
+
+def test_a_late_result_and_a_takeover_never_deadlock(flow: Database) -> None:
+    """A's late completion is held inside pgflow.complete_task (another session holds the run
+    row it locks); meanwhile B polls the message A's task came from. B skips it, and A's result
+    is kept: the message is locked before the task, in the order of B's read and takeover."""
+    run_id = two_steps(flow)
+    a, b, c = flow.session("a"), flow.session("b"), flow.session("c")
+    la = acquired(a.acquire("fn"))
+    [(attempt, _, _)] = start(a, la)
+    paused_past_everything(flow, la, "first")
+    c.begin()
+    c.run("select from pgflow.runs where run_id = %s for update", (run_id,))
+    late = a.start("select pgfence_pgflow.complete_task(%s, '{\"late\": true}')", (attempt,))
+    assert late.settle() is True and late.blocked_by == [c.pid]
+    lb = acquired(b.acquire("fn"))
+    poll = b.start("select count(*) from pgfence_pgflow.start_tasks(%s, 'two', 'two', "
+                   "'30 seconds', 5)", (lb.lease_id,))
+    assert poll.settle() is False and poll.one() == 0, "B skipped the message A holds"
+    c.commit()
+    assert late.one() == "accepted"
+    assert task(flow, "first") == ("completed", 1, {"late": True})
+
+
+def test_negative_control_task_before_message_deadlocks(flow: Database) -> None:
+    flow.replace_in_function(FINISH, "execute format('select from pgmq.%I m where m.msg_id = $1 "
+                             "for update',", "execute format('select from pgmq.%I m where "
+                             "m.msg_id = $1',")
+    run_id = two_steps(flow)
+    a, b, c = flow.session("a"), flow.session("b"), flow.session("c")
+    la = acquired(a.acquire("fn"))
+    [(attempt, _, _)] = start(a, la)
+    paused_past_everything(flow, la, "first")
+    c.begin()
+    c.run("select from pgflow.runs where run_id = %s for update", (run_id,))
+    late = a.start("select pgfence_pgflow.complete_task(%s, '{\"late\": true}')", (attempt,))
+    assert late.settle() is True
+    lb = acquired(b.acquire("fn"))
+    poll = b.start("select count(*) from pgfence_pgflow.start_tasks(%s, 'two', 'two', "
+                   "'30 seconds', 5)", (lb.lease_id,))
+    assert poll.settle() is True and poll.blocked_by == [a.pid], "B read it, waits for A's task"
+    c.commit()
+    outcomes = [sqlstate(late.result), sqlstate(poll.result)]
+    assert "40P01" in outcomes, f"no deadlock: {outcomes}"
+
+
+# -- old binaries calling pgflow directly, producers, the update window ------------------------
+
+def test_an_unconverted_worker_is_seen_then_refused(any_flow: Database) -> None:
+    two_steps(any_flow)
+    protect(any_flow, "observe")
+    old = any_flow.session("old")
+    worker = uuid.uuid4()
+    old.run("insert into pgflow.workers (worker_id, queue_name, function_name) "
+            "values (%s, 'two', 'fn')", (worker,))
+    [(msg,)] = old.run("select msg_id from pgmq.read_with_poll('two', 30, 1, 1, 100)")
+    old.run("select * from pgflow.start_tasks('two', array[%s::bigint], %s)", (msg, worker))
+    old.run("select pgflow.complete_task(run_id, step_slug, task_index, '{}') "
+            "from pgflow.step_tasks where step_slug = 'first'")
+    seen = any_flow.sql("select distinct table_name, operation from pgfence.unfenced_writes "
+                        "order by 1, 2")
+    assert seen == [("pgflow.step_tasks", "UPDATE"), ("pgmq.q_two", "DELETE"),
+                    ("pgmq.q_two", "UPDATE")]
+    protect(any_flow, "enforce")
+    assert sqlstate(lambda: old.run(
+        "select * from pgmq.read_with_poll('two', 30, 1, 1, 100)")) == "PF007"
+    assert sqlstate(lambda: old.run(
+        "select * from pgflow.start_tasks('two', array[2::bigint], %s)", (worker,))) == "PF007"
+    assert sqlstate(lambda: old.run(
+        "select pgflow.fail_task(run_id, step_slug, task_index, 'x') "
+        "from pgflow.step_tasks where step_slug = 'second'")) == "PF007"
+    # Producers need no lease; converted workers run the flow as before.
+    assert old.one("select count(*) from pgflow.start_flow('two', '{}')") == 1
+    w = any_flow.session("w")
+    lease = acquired(w.acquire("fn"))
+    started = start(w, lease)
+    assert sorted(step for _, step, _ in started) == ["first", "second"]
+    assert all(complete(w, attempt, "{}") == "accepted" for attempt, _, _ in started)
+    assert any_flow.one("select bool_and(healthy) from pgfence.protected_tables") is True
+
+
+def test_negative_control_step_tasks_guarded_against_producers(flow: Database) -> None:
+    flow.replace_in_function(PROTECT, "c.relname = 'step_tasks'", "c.relname = 'no_such_table'")
+    two_steps(flow)
+    protect(flow, "enforce")
+    assert sqlstate(lambda: flow.session("producer").run(
+        "select * from pgflow.start_flow('two', '{}')")) == "PF007"
+
+
+def test_the_update_window_drains_and_restores_exactly(any_flow: Database) -> None:
+    two_steps(any_flow)
+    protect(any_flow, "enforce")
+    w = any_flow.session("w")
+    lease = acquired(w.acquire("fn"))
+    [(attempt, _, _)] = start(w, lease)
+    op = any_flow.session("op")
+    token = op.one("select pgfence.prepare_update(array['fn'], %s)", (uuid.uuid4(),))
+    assert sqlstate(lambda: start(w, lease)) == "PF001", "a draining worker starts nothing"
+    assert any_flow.one("select verdict from pgfence.update_status(%s)", (token,)) == "draining"
+    assert complete(w, attempt, "{}") == "accepted", "it finishes the task in hand"
+    w.release(lease)
+    assert any_flow.one("select verdict from pgfence.update_status(%s)", (token,)) == "drained"
+    assert sqlstate(lambda: w.acquire("fn")) == "PF003", "a new worker is refused meanwhile"
+    assert op.run("select resource, enabled, outcome from pgfence.finish_update(%s)",
+                  (token,)) == [("fn", True, "restored")]
+    [(_, step, _)] = start(w, acquired(w.acquire("fn")))
+    assert step == "second"
+
+
+def test_negative_control_a_draining_worker_judged_live_starts_during_the_window(
+        flow: Database) -> None:
+    flow.replace_in_function("pgfence.hold_current(uuid)",
+                             "not pgfence.is_current(v_lease.state, v_lease.expires_at)",
+                             "not pgfence.is_live(v_lease.state, v_lease.expires_at)")
+    two_steps(flow)
+    w = flow.session("w")
+    lease = acquired(w.acquire("fn"))
+    [(attempt, _, _)] = start(w, lease)
+    flow.sql("select pgfence.prepare_update(array['fn'], %s)", (uuid.uuid4(),))
+    assert complete(w, attempt, "{}") == "accepted"
+    assert [step for _, step, _ in start(w, lease)] == ["second"], "it started work in the window"
+
+
+# -- arguments, grants and installs ------------------------------------------------------------
+
+@pytest.mark.parametrize(("flow_slug", "queue"), [("nosuch", "nosuch"), ("two", "other"),
+                                                  (None, "two")])
+def test_bad_flows_and_queues_are_refused(flow: Database, flow_slug: str | None,
+                                          queue: str) -> None:
+    two_steps(flow)
+    s = flow.session("s")
+    lease = acquired(s.acquire("fn"))
+    assert sqlstate(lambda: s.run("select * from pgfence_pgflow.start_tasks(%s, %s, %s, "
+                                  "'30 seconds', 1)", (lease.lease_id, flow_slug, queue))) \
+        == "22023"
+    assert sqlstate(lambda: s.run("select pgfence_pgflow.complete_task(%s, '{}')",
+                                  (uuid.uuid4(),))) == "22023"
+
+
+def test_only_pgfence_worker_may_call_the_layer(flow: Database) -> None:
+    assert flow.sql("""
+      select p.oid::regprocedure::text, has_function_privilege('public', p.oid, 'execute'),
+             pg_has_role('pgfence_worker', 'usage')
+               and has_function_privilege('pgfence_worker', p.oid, 'execute'),
+             p.prosecdef, coalesce(p.proconfig, '{}')
+        from pg_proc p where p.pronamespace = 'pgfence_pgflow'::regnamespace
+       order by 1""") == [
+        ("pgfence_pgflow.complete_task(uuid,jsonb)", False, True, False, []),
+        ("pgfence_pgflow.fail_task(uuid,text)", False, True, False, []),
+        ("pgfence_pgflow.finish(uuid,text,jsonb,text)", False, True, True,
+         ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.start_tasks(uuid,text,text,interval,integer)", False, True, True,
+         ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.worker_id(uuid,bytea)", False, False, False, []),
+    ]
+
+
+def test_the_worker_row_never_shows_the_lease_id(flow: Database) -> None:
+    two_steps(flow)
+    w = flow.session("w")
+    lease = acquired(w.acquire("fn"))
+    start(w, lease)
+    [(worker, function_name)] = flow.sql("select worker_id, function_name from pgflow.workers")
+    assert function_name == "fn" and worker != lease.lease_id
+    assert flow.one("select last_worker_id from pgflow.step_tasks where step_slug = 'first'") \
+        == worker
+
+
+@pytest.mark.parametrize("missing", ["pgflow", "the pgmq layer"])
+def test_the_layer_refuses_without_what_it_needs(cluster: Cluster, missing: str) -> None:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    cluster.create_database(name)
+    try:
+        install_pgmq(cluster, name)
+        if missing != "pgflow":
+            install_pgflow(cluster, name)
+        install_bundle(cluster, name)
+        if missing != "the pgmq layer":
+            install_pgmq_layer(cluster, name)
+        with pytest.raises(Exception, match=f"needs {missing}"):
+            install_pgflow_layer(cluster, name)
+        assert cluster.psql(name, "-At", "-c", "select to_regnamespace('pgfence_pgflow') is null"
+                            ).strip() == "t"
+    finally:
+        cluster.drop_database(name)
+
+
+def test_sqitch_and_the_bundle_install_the_same_layer(cluster: Cluster) -> None:
+    by_sqitch, by_bundle = (f"t_{uuid.uuid4().hex[:12]}" for _ in range(2))
+    try:
+        for name in (by_sqitch, by_bundle):
+            cluster.create_database(name)
+            install_pgflow(cluster, name)
+        for top in (ROOT, ROOT / "layers/pgmq", ROOT / "layers/pgflow"):
+            subprocess.run(["sqitch", "deploy", f"db:pg:{by_sqitch}"], cwd=top, check=True,
+                           capture_output=True)
+        install_bundle(cluster, by_bundle)
+        install_pgmq_layer(cluster, by_bundle)
+        install_pgflow_layer(cluster, by_bundle)
+        assert schema_dump(by_sqitch) == schema_dump(by_bundle)
+        assert "pgfence_pgflow.start_tasks" in schema_dump(by_bundle)
+        for step in (["verify"], ["revert", "-y"]):
+            subprocess.run(["sqitch", *step, f"db:pg:{by_sqitch}"], cwd=ROOT / "layers/pgflow",
+                           check=True, capture_output=True)
+        gone = "select to_regnamespace('pgfence_pgflow') is null"
+        assert cluster.psql(by_sqitch, "-At", "-c", gone).strip() == "t"
+    finally:
+        cluster.drop_database(by_sqitch)
+        cluster.drop_database(by_bundle)
