@@ -22,7 +22,9 @@ from pgfence.cluster import Cluster
 from pgfence.harness import Database, Step
 from tests.support import acquired
 
-TTL_MS = 1000
+# Long enough that a loaded machine still starts psql and fences before the lease expires
+# (a fence after expiry is PF001, and there would be nothing frozen to test).
+TTL_MS = 3000
 
 
 @dataclass
@@ -46,8 +48,10 @@ def freeze(db: Database, cluster: Cluster) -> Iterator[Frozen]:
     assert psql.stdin is not None
     psql.stdin.write(f"begin;\ninsert into audit select pgfence.fence('{lease.lease_id}');\n")
     psql.stdin.flush()
+    # Idle in the transaction after the fenced insert, not merely after its begin (psql sends
+    # them one by one).
     db.wait_until("select exists (select from pg_stat_activity where application_name = 'frozen' "
-                  "and state = 'idle in transaction')")
+                  "and state = 'idle in transaction' and query like 'insert into audit%')")
     fenced_at = time.monotonic()
     os.kill(psql.pid, signal.SIGSTOP)
     backend = db.one("select pid from pg_stat_activity where application_name = 'frozen'")
@@ -74,7 +78,8 @@ def test_successor_gets_the_resource_from_a_frozen_owner(db: Database, cluster: 
         took_ms = (time.monotonic() - f.fenced_at) * 1000
         print(f"takeover {took_ms:.0f} ms after the fence (ttl {TTL_MS} ms; idle limit <= ttl)")
         gone = "select not exists (select from pg_stat_activity where pid = %s)"
-        assert db.one(gone, (f.backend,)), "PostgreSQL ended the frozen owner's session"
+        # The lock went with the backend's transaction; its process may take a moment more.
+        db.wait_until(gone, (f.backend,))  # PostgreSQL ended the frozen owner's session
         assert db.sql("select * from audit") == [], "the frozen owner's write never commits"
 
 
