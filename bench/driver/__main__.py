@@ -77,6 +77,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="pg_stat_statements (track = all): top statements of each operation",
     )
+    p.add_argument(
+        "--fsync",
+        choices=("on", "off"),
+        default="on",
+        help="the server's fsync (default on, PostgreSQL's default; off makes commits cheap, "
+        "so that the CPU around them shows)",
+    )
     p.add_argument("--report", type=Path, help="also write the Markdown report to this file")
     return p.parse_args(argv)
 
@@ -99,7 +106,7 @@ def main(argv: list[str]) -> int:
         ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all"]
         if args.profile
         else []
-    )
+    ) + ([] if args.fsync == "on" else ["fsync=off"])
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
     started = time.monotonic()

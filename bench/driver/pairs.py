@@ -21,6 +21,7 @@ class Member:
     check: Callable[[Member], str | None] | None = None  # after a run: None, or why it is void
     latencies: bool = False
     size: int = 0  # rows prepared, grown when too few
+    best_tps: float = 0.0  # the best rate seen, also of runs that ran out of work
     results: list[BenchResult] = field(default_factory=list)
 
     @property
@@ -59,7 +60,7 @@ class Pairs:
         """Fresh tables for a member: enough rows for its duration at the best rate seen so
         far (at least a generous first guess), so that a run never runs out of work."""
         guess = 1500 if self.opts.quick else 3000
-        best = max([r.tps for r in member.results] + [guess])
+        best = max(member.best_tps, guess)
         member.size = max(member.size, math.ceil(1.5 * best * per_tx * self.opts.seconds))
         self.server.psql("bench", BENCH / file, tasks=member.size)
 
@@ -312,6 +313,7 @@ class Pairs:
                 seconds=self.opts.seconds,
                 latencies=member.latencies,
             )
+            member.best_tps = max(member.best_tps, result.tps)
             void = member.check(member) if member.check else None
             if void is None:
                 member.results.append(result)
@@ -325,8 +327,8 @@ class Pairs:
                         " order by total_exec_time desc limit 8",
                     )
                 return
-            log(f"  {member.script}: {void} at {member.size} rows; again with twice as many")
-            member.size *= 2
+            log(f"  {member.script}: {void} at {member.size} rows; again with more")
+            member.size *= 2  # and fill() sizes from the rate of the run that ran out
         raise RuntimeError(f"{member.script}: {void} even with {member.size} rows")
 
     def run(self) -> list[Group]:
