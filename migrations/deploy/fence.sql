@@ -36,14 +36,12 @@ language plpgsql
 as $$
 declare
   v_was text := coalesce(pg_catalog.current_setting('pgfence.fenced', true), '');
-  v_token text := pgfence.fence_token(mark_fenced.resource, mark_fenced.key);
+  v_token text := E'\n' operator(pg_catalog.||) pgfence.fence_token(mark_fenced.resource, mark_fenced.key)
+                  operator(pg_catalog.||) E'\n';
 begin
-  if pg_catalog.strpos(v_was, E'\n' operator(pg_catalog.||) v_token operator(pg_catalog.||) E'\n')
-     operator(pg_catalog.=) 0 then
-    perform pg_catalog.set_config('pgfence.fenced',
-                                  (case when v_was operator(pg_catalog.=) '' then E'\n' else v_was end)
-                                    operator(pg_catalog.||) v_token operator(pg_catalog.||) E'\n',
-                                  true);
+  -- The markers: each token between newlines ("\nT1\nT2\n"), so that strpos finds whole ones.
+  if pg_catalog.strpos(v_was, v_token) operator(pg_catalog.=) 0 then
+    perform pg_catalog.set_config('pgfence.fenced', pg_catalog.rtrim(v_was, E'\n') operator(pg_catalog.||) v_token, true);
   end if;
   return v_was;
 end
@@ -57,11 +55,10 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_lease pgfence.leases;
+  -- The lease row stays locked until the caller's transaction ends (I2). (hold_current checks
+  -- for a NULL lease_id when it finds no lease.)
+  v_lease pgfence.leases := pgfence.hold_current(fence.lease_id);
 begin
-  perform pgfence.check_not_null('lease_id', fence.lease_id);
-  -- The lease row stays locked until the caller's transaction ends (I2).
-  v_lease := pgfence.hold_current(fence.lease_id);
   perform pgfence.mark_fenced(v_lease.resource, k.hmac_key) from pgfence.signing_key k;
   return v_lease.generation;
 end

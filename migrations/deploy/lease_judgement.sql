@@ -55,14 +55,17 @@ language plpgsql
 as $$
 declare
   v_lease pgfence.leases;
-  v_left double precision;  -- milliseconds the lease has left
-  v_set interval;
+  v_left int8;  -- milliseconds the lease has left
+  v_set text;
 begin
   select l.* into v_lease
     from pgfence.leases l
    where l.lease_id operator(pg_catalog.=) hold_current.lease_id
      for key share;
   if not found or not pgfence.is_current(v_lease.state, v_lease.expires_at) then
+    -- Arguments are checked here, on the way out, not before the lookup: a NULL id finds no
+    -- row, and every fence and claim is spared the call (issue 18).
+    perform pgfence.check_not_null('lease_id', hold_current.lease_id);
     perform pgfence.lease_not_current(hold_current.lease_id);
   end if;
   -- The lock is held until the caller's transaction ends, and takeovers wait for it (I2). An
@@ -70,15 +73,16 @@ begin
   -- hold off every successor until its backend died. So the transaction may stay idle no
   -- longer than the lease had left: then PostgreSQL ends the session, the lock goes, and a
   -- successor gets the resource at most that long after the lease's expiry. A caller's own
-  -- shorter idle_in_transaction_session_timeout is kept.
+  -- shorter idle_in_transaction_session_timeout is kept. (The setting is compared as text
+  -- first: '0', PostgreSQL's default, needs no parsing.)
   v_left := pg_catalog.ceil(pg_catalog.date_part('epoch', v_lease.expires_at operator(pg_catalog.-)
                                                   pg_catalog.clock_timestamp()) operator(pg_catalog.*) 1000);
-  v_set := pg_catalog.current_setting('idle_in_transaction_session_timeout')::pg_catalog.interval;
+  v_set := pg_catalog.current_setting('idle_in_transaction_session_timeout');
   if v_left operator(pg_catalog.>) 0
-     and (v_set operator(pg_catalog.=) '0'::pg_catalog.interval
-          or v_set operator(pg_catalog.>) pg_catalog.make_interval(secs => v_left operator(pg_catalog./) 1000)) then
-    perform pg_catalog.set_config('idle_in_transaction_session_timeout',
-                                  pg_catalog.format('%sms', v_left::pg_catalog.int8), true);
+     and (v_set operator(pg_catalog.=) '0'
+          or v_set::pg_catalog.interval operator(pg_catalog.>)
+             pg_catalog.make_interval(secs => v_left operator(pg_catalog./) 1000.0)) then
+    perform pg_catalog.set_config('idle_in_transaction_session_timeout', v_left::pg_catalog.text, true);
   end if;
   return v_lease;
 end

@@ -20,7 +20,6 @@ declare
   v_replaced timestamptz;
   v_updated_at timestamptz;
 begin
-  perform pgfence.check_not_null('lease_id', renew.lease_id);
   perform pgfence.check_interval('ttl', renew.ttl);
   -- One HOT update. Its lock (FOR NO KEY UPDATE) does not wait for the owner's fenced
   -- transactions (FOR KEY SHARE). Expiry is final: an expired lease never comes back, so a
@@ -42,6 +41,8 @@ begin
   returning l.renewed_from, clock_timestamp(), l.expires_at, l.state
        into v_replaced, v_updated_at, expires_at, state;
   if not found then
+    -- (A NULL lease_id finds no lease: checked here, so that a renewal is spared the call.)
+    perform pgfence.check_not_null('lease_id', renew.lease_id);
     perform pgfence.lease_not_current(renew.lease_id);
   elsif v_replaced <= v_updated_at then
     -- It expired while this renewal waited: the exception undoes the update.

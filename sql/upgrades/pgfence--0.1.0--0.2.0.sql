@@ -500,14 +500,17 @@ language plpgsql
 as $$
 declare
   v_lease pgfence.leases;
-  v_left double precision;  -- milliseconds the lease has left
-  v_set interval;
+  v_left int8;  -- milliseconds the lease has left
+  v_set text;
 begin
   select l.* into v_lease
     from pgfence.leases l
    where l.lease_id operator(pg_catalog.=) hold_current.lease_id
      for key share;
   if not found or not pgfence.is_current(v_lease.state, v_lease.expires_at) then
+    -- Arguments are checked here, on the way out, not before the lookup: a NULL id finds no
+    -- row, and every fence and claim is spared the call (issue 18).
+    perform pgfence.check_not_null('lease_id', hold_current.lease_id);
     perform pgfence.lease_not_current(hold_current.lease_id);
   end if;
   -- The lock is held until the caller's transaction ends, and takeovers wait for it (I2). An
@@ -515,15 +518,16 @@ begin
   -- hold off every successor until its backend died. So the transaction may stay idle no
   -- longer than the lease had left: then PostgreSQL ends the session, the lock goes, and a
   -- successor gets the resource at most that long after the lease's expiry. A caller's own
-  -- shorter idle_in_transaction_session_timeout is kept.
+  -- shorter idle_in_transaction_session_timeout is kept. (The setting is compared as text
+  -- first: '0', PostgreSQL's default, needs no parsing.)
   v_left := pg_catalog.ceil(pg_catalog.date_part('epoch', v_lease.expires_at operator(pg_catalog.-)
                                                   pg_catalog.clock_timestamp()) operator(pg_catalog.*) 1000);
-  v_set := pg_catalog.current_setting('idle_in_transaction_session_timeout')::pg_catalog.interval;
+  v_set := pg_catalog.current_setting('idle_in_transaction_session_timeout');
   if v_left operator(pg_catalog.>) 0
-     and (v_set operator(pg_catalog.=) '0'::pg_catalog.interval
-          or v_set operator(pg_catalog.>) pg_catalog.make_interval(secs => v_left operator(pg_catalog./) 1000)) then
-    perform pg_catalog.set_config('idle_in_transaction_session_timeout',
-                                  pg_catalog.format('%sms', v_left::pg_catalog.int8), true);
+     and (v_set operator(pg_catalog.=) '0'
+          or v_set::pg_catalog.interval operator(pg_catalog.>)
+             pg_catalog.make_interval(secs => v_left operator(pg_catalog./) 1000.0)) then
+    perform pg_catalog.set_config('idle_in_transaction_session_timeout', v_left::pg_catalog.text, true);
   end if;
   return v_lease;
 end
@@ -681,7 +685,6 @@ declare
   v_replaced timestamptz;
   v_updated_at timestamptz;
 begin
-  perform pgfence.check_not_null('lease_id', renew.lease_id);
   perform pgfence.check_interval('ttl', renew.ttl);
   -- One HOT update. Its lock (FOR NO KEY UPDATE) does not wait for the owner's fenced
   -- transactions (FOR KEY SHARE). Expiry is final: an expired lease never comes back, so a
@@ -703,6 +706,8 @@ begin
   returning l.renewed_from, clock_timestamp(), l.expires_at, l.state
        into v_replaced, v_updated_at, expires_at, state;
   if not found then
+    -- (A NULL lease_id finds no lease: checked here, so that a renewal is spared the call.)
+    perform pgfence.check_not_null('lease_id', renew.lease_id);
     perform pgfence.lease_not_current(renew.lease_id);
   elsif v_replaced <= v_updated_at then
     -- It expired while this renewal waited: the exception undoes the update.
@@ -803,14 +808,12 @@ language plpgsql
 as $$
 declare
   v_was text := coalesce(pg_catalog.current_setting('pgfence.fenced', true), '');
-  v_token text := pgfence.fence_token(mark_fenced.resource, mark_fenced.key);
+  v_token text := E'\n' operator(pg_catalog.||) pgfence.fence_token(mark_fenced.resource, mark_fenced.key)
+                  operator(pg_catalog.||) E'\n';
 begin
-  if pg_catalog.strpos(v_was, E'\n' operator(pg_catalog.||) v_token operator(pg_catalog.||) E'\n')
-     operator(pg_catalog.=) 0 then
-    perform pg_catalog.set_config('pgfence.fenced',
-                                  (case when v_was operator(pg_catalog.=) '' then E'\n' else v_was end)
-                                    operator(pg_catalog.||) v_token operator(pg_catalog.||) E'\n',
-                                  true);
+  -- The markers: each token between newlines ("\nT1\nT2\n"), so that strpos finds whole ones.
+  if pg_catalog.strpos(v_was, v_token) operator(pg_catalog.=) 0 then
+    perform pg_catalog.set_config('pgfence.fenced', pg_catalog.rtrim(v_was, E'\n') operator(pg_catalog.||) v_token, true);
   end if;
   return v_was;
 end
@@ -824,11 +827,10 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_lease pgfence.leases;
+  -- The lease row stays locked until the caller's transaction ends (I2). (hold_current checks
+  -- for a NULL lease_id when it finds no lease.)
+  v_lease pgfence.leases := pgfence.hold_current(fence.lease_id);
 begin
-  perform pgfence.check_not_null('lease_id', fence.lease_id);
-  -- The lease row stays locked until the caller's transaction ends (I2).
-  v_lease := pgfence.hold_current(fence.lease_id);
   perform pgfence.mark_fenced(v_lease.resource, k.hmac_key) from pgfence.signing_key k;
   return v_lease.generation;
 end
