@@ -28,6 +28,7 @@ SQUAWK_CONFIG = ROOT / ".squawk.toml"
 WITHOUT_SEARCH_PATH = (
     "pgfence.check_name(arg text,value text)",
     "pgfence.check_interval(arg text,value interval)",
+    "pgfence.interval_ok(value interval)",
     "pgfence.check_not_null(arg text,value anyelement)",
     "pgfence.sign(message text,key bytea)",
     "pgfence.fence_token(resource text,key bytea)",

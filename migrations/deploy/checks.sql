@@ -52,16 +52,28 @@ $$;
 -- calendar, so '3000000 mon -89999999 days' compares as 1 day and reaches 3,590 years ahead.
 -- An interval without months adds exactly what it compares as (days and time; a day across a
 -- daylight-saving change is 23 or 25 hours), so months and years are refused outright.
+-- Whether value is an interval pgfence accepts (a TTL, a visibility, a delay): more than 0,
+-- at most 1 day, without months or years, whose length depends on the calendar. An expression
+-- its callers inline (LANGUAGE sql, no SET, every name qualified): renew asks it on every call
+-- and calls check_interval, which raises, only when it is false.
+create or replace function pgfence.interval_ok(value interval)
+returns boolean
+language sql
+immutable
+as $$
+  select interval_ok.value is not null
+     and pg_catalog.date_part('month', interval_ok.value) operator(pg_catalog.=) 0
+     and pg_catalog.date_part('year', interval_ok.value) operator(pg_catalog.=) 0
+     and interval_ok.value operator(pg_catalog.>) '0'::pg_catalog.interval
+     and interval_ok.value operator(pg_catalog.<=) '1 day'::pg_catalog.interval;
+$$;
+
 create or replace function pgfence.check_interval(arg text, value interval)
 returns void
 language plpgsql
 as $$
 begin
-  if value is null
-     or pg_catalog.date_part('month', value) operator(pg_catalog.<>) 0
-     or pg_catalog.date_part('year', value) operator(pg_catalog.<>) 0
-     or value operator(pg_catalog.<=) '0'::pg_catalog.interval
-     or value operator(pg_catalog.>) '1 day'::pg_catalog.interval then
+  if not pgfence.interval_ok(value) then
     perform pgfence.invalid_argument(arg, 'must be more than 0 and at most 1 day, without months or years', value::pg_catalog.text);
   end if;
 end
@@ -80,7 +92,7 @@ $$;
 
 revoke all on function pgfence.check_name(text, text) from public;
 revoke all on function pgfence.check_label(text, text) from public;
-revoke all on function pgfence.check_interval(text, interval) from public;
+revoke all on function pgfence.check_interval(text, interval), pgfence.interval_ok(interval) from public;
 revoke all on function pgfence.check_not_null(text, anyelement) from public;
 -- pgfence.protect runs as the operator and checks its arguments with these.
 grant execute on function pgfence.check_name(text, text), pgfence.check_not_null(text, anyelement)

@@ -20,7 +20,9 @@ declare
   v_replaced timestamptz;
   v_updated_at timestamptz;
 begin
-  perform pgfence.check_interval('ttl', renew.ttl);
+  if not pgfence.interval_ok(renew.ttl) then
+    perform pgfence.check_interval('ttl', renew.ttl);
+  end if;
   -- One HOT update. Its lock (FOR NO KEY UPDATE) does not wait for the owner's fenced
   -- transactions (FOR KEY SHARE). Expiry is final: an expired lease never comes back, so a
   -- takeover that found it expired cannot be undone by a late renewal. The WHERE clause is

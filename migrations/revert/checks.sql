@@ -69,5 +69,7 @@ revoke all on function pgfence.check_not_null(text, anyelement) from public;
 -- pgfence.protect runs as the operator and checks its arguments with these.
 grant execute on function pgfence.check_name(text, text), pgfence.check_not_null(text, anyelement)
    to pgfence_operator;
+-- Release 0.2.0's predicate, which check_interval of 0.1.0 does not ask.
+drop function pgfence.interval_ok(interval);
 
 commit;
