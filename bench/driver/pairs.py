@@ -212,6 +212,12 @@ class Pairs:
                         "fence_insert_1_floor.sql",
                         rows,
                     ),
+                    Member(
+                        "hand-written fence, two statements: SELECT generation ... FOR KEY SHARE;"
+                        " INSERT",
+                        "fence_insert_1_floor_tx.sql",
+                        rows,
+                    ),
                 ],
                 [
                     Comparison("fence + insert 1 row", 0, 1, 0.75),
@@ -219,6 +225,8 @@ class Pairs:
                     Comparison("fenced 1-row write, 1 statement, protected: vs the floor", 2, 4,
                                0.80),
                     Comparison("fenced 1-row write, 1 statement, unprotected: vs the floor", 3, 4,
+                               0.80),
+                    Comparison("fenced 1-row write, 2 statements, protected: vs the floor", 0, 5,
                                0.80),
                 ],
             ),
