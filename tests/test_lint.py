@@ -33,6 +33,8 @@ WITHOUT_SEARCH_PATH = (
     "pgfence.fence_token(resource text,key bytea)",
     "pgfence.attempt_uuid(task_id bigint,attempt integer,lease_id uuid,key bytea)",
     "pgfence.attempt_task(attempt_id uuid)",
+    "pgfence.attempt_holds(task_id bigint,attempt integer,lease_id uuid,reported boolean,key bytea,"
+    "attempt_id uuid)",
     "pgfence.hmac(message text,key bytea)",
     "pgfence.attempt_uuid_0_1(task_id bigint,attempt integer,lease_id uuid,key bytea)",
     "pgfence.is_current(state text,expires_at timestamptz)",
