@@ -2640,7 +2640,10 @@ declare
   v_at int;
   v_accepted bigint[];
 begin
-  perform pgfence.check_not_null('attempt_ids', complete_many.attempt_ids);
+  -- Not check_not_null: a polymorphic function, it costs more per call than every other check here.
+  if complete_many.attempt_ids is null then
+    perform pgfence.invalid_argument('attempt_ids', 'must not be NULL', null);
+  end if;
   if v_n not between 1 and 1000 or array_ndims(complete_many.attempt_ids) <> 1 then
     perform pgfence.invalid_argument('attempt_ids', 'must be a one-dimensional array of 1 to 1000 attempt ids',
                                      format('%s ids', v_n));
