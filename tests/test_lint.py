@@ -46,6 +46,8 @@ WITHOUT_SEARCH_PATH = (
     "pgfence.pgmq_archive(attempt_id uuid)",
     "pgfence.pgmq_mark(queue_table text,lease_id uuid)",
     "pgfence.pgmq_delete(attempt_id uuid)",
+    "pgfence.pgmq_archive_many(attempt_ids uuid[],attempt_id uuid,outcome text)",
+    "pgfence.pgmq_delete_many(attempt_ids uuid[],attempt_id uuid,outcome text)",
     "pgfence_pgflow.worker_id(lease_id uuid,key bytea)",
     "pgfence_pgflow.complete_task(attempt_id uuid,output jsonb)",
     "pgfence_pgflow.fail_task(attempt_id uuid,error_message text)",
