@@ -23,6 +23,7 @@ declare
   v_n int := cardinality(complete_many.attempt_ids);
   v_at int;
   v_accepted bigint[];
+  v_key bytea;
 begin
   -- Not check_not_null: a polymorphic function, it costs more per call than every other check here.
   if complete_many.attempt_ids is null then
@@ -58,16 +59,18 @@ begin
     where t.task_id = any (array(select pgfence.attempt_task(u.a) from unnest(complete_many.attempt_ids) u(a)))
     order by t.task_id
     for update;
+  -- The key read once, as claim reads it: joined into the UPDATE, the one-row table (its
+  -- statistics never gathered) would be costed as hundreds of rows, and the tasks scanned whole.
+  select k.hmac_key into v_key from pgfence.signing_key k;
   -- The common case in one statement: every attempt that holds its task completes it, by the
   -- one condition complete uses (pgfence.attempt_holds, inlined).
   with done as (
     update pgfence.tasks t
        set state = 'completed', result = u.result, reported = true,
            visible_until = null, finished_at = clock_timestamp()
-      from unnest(complete_many.attempt_ids, complete_many.results) with ordinality as u(attempt_id, result, n),
-           pgfence.signing_key k
+      from unnest(complete_many.attempt_ids, complete_many.results) with ordinality as u(attempt_id, result, n)
      where t.task_id = pgfence.attempt_task(u.attempt_id)
-       and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, k.hmac_key, u.attempt_id)
+       and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, v_key, u.attempt_id)
     returning u.n)
   select array_agg(d.n) into v_accepted from done d;
   -- Everything else (a retry, a stale or unknown attempt, a bad id), one by one in the order
