@@ -5,7 +5,7 @@
 -- bad batch (NULL, empty, over 1000 ids, a NULL or repeated id, any unknown id) 22023,
 -- nothing changed.
 begin;
-select plan(34);
+select plan(36);
 select pgfence_test.reset();
 
 select pgmq.create('jobs');
@@ -76,15 +76,21 @@ create temp table next on commit drop as select pgfence_test.lease('r', 'success
 select pgfence_test.expire_message('jobs', 5);
 create temp table again on commit drop as select * from pgfence.pgmq_read((select lease_id from next), 'jobs', '30 s', 1);
 select results_eq($$ select msg_id, read_ct from again $$, $$ values (5::bigint, 2) $$, 'the successor reads message 5 again');
+select results_eq($$ select outcome from pgfence.pgmq_archive_many(array[(select attempt_id from got where msg_id = 5),
+                                                                         (select attempt_id from got where msg_id = 4)]) $$,
+                  $$ values ('stale'::text), ('accepted') $$,
+                  'in one statement over both messages, the first reader''s archive of message 5 is stale, of 4 accepted');
+select results_eq($$ select msg_id, read_ct from pgmq.q_jobs where msg_id = 5 $$, $$ values (5::bigint, 2) $$,
+                  'message 5 stays in the queue, the successor''s');
 create temp table mixed on commit drop as
   select * from pgfence.pgmq_archive_many(
     array[(select attempt_id from got where msg_id = 5),    -- read again since: stale
-          (select attempt_id from got where msg_id = 4),    -- holds its message
+          (select attempt_id from got where msg_id = 4),    -- archived already
           (select attempt_id from got where msg_id = 2),    -- archived already
-          (select attempt_id from again)]) with ordinality as m(attempt_id, outcome, n);
+          (select attempt_id from again)]) with ordinality as m(attempt_id, outcome, n);  -- holds message 5
 select results_eq($$ select outcome from mixed order by n $$,
-                  $$ values ('stale'::text), ('accepted'), ('duplicate'), ('accepted') $$,
-                  'a mixed batch: stale, accepted, duplicate, accepted, in the order given');
+                  $$ values ('stale'::text), ('duplicate'), ('duplicate'), ('accepted') $$,
+                  'a mixed batch, two attempts of one message among them: stale, duplicate, duplicate, accepted, in the order given');
 select results_eq($$ select attempt_id from mixed order by n $$,
                   $$ values ((select attempt_id from got where msg_id = 5)), ((select attempt_id from got where msg_id = 4)),
                             ((select attempt_id from got where msg_id = 2)), ((select attempt_id from again)) $$,
@@ -94,7 +100,7 @@ select results_eq($$ select msg_id, read_ct from pgmq.a_jobs where msg_id in (4,
                   'message 4 archived by its reader, message 5 by its second reader: its read count is 2');
 select results_eq($$ select task_id, attempt, kind, pgmq_queue, report from pgfence.stale_results $$,
                   $$ values (5::bigint, 1, 'archive'::text, 'jobs'::text, 1) $$,
-                  'the stale attempt is recorded, naming queue, message and read count');
+                  'the stale attempt is recorded once, naming queue, message and read count');
 select results_eq($$ select outcome from pgfence.pgmq_archive_many(array[(select attempt_id from got where msg_id = 5)]) $$,
                   $$ values ('stale'::text) $$, 'a retry of it is stale again');
 select is((select count(*)::int from pgfence.stale_results), 1, 'and adds no second record');
