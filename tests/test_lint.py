@@ -34,6 +34,8 @@ WITHOUT_SEARCH_PATH = (
     "pgfence.fence_token(resource text,key bytea)",
     "pgfence.attempt_uuid(task_id bigint,attempt integer,lease_id uuid,key bytea)",
     "pgfence.attempt_task(attempt_id uuid)",
+    "pgfence.attempt_holds(task_id bigint,attempt integer,lease_id uuid,reported boolean,key bytea,"
+    "attempt_id uuid)",
     "pgfence.hmac(message text,key bytea)",
     "pgfence.attempt_uuid_0_1(task_id bigint,attempt integer,lease_id uuid,key bytea)",
     "pgfence.is_current(state text,expires_at timestamptz)",
@@ -45,6 +47,8 @@ WITHOUT_SEARCH_PATH = (
     "pgfence.pgmq_archive(attempt_id uuid)",
     "pgfence.pgmq_mark(queue_table text,lease_id uuid)",
     "pgfence.pgmq_delete(attempt_id uuid)",
+    "pgfence.pgmq_archive_many(attempt_ids uuid[],attempt_id uuid,outcome text)",
+    "pgfence.pgmq_delete_many(attempt_ids uuid[],attempt_id uuid,outcome text)",
     "pgfence_pgflow.worker_id(lease_id uuid,key bytea)",
     "pgfence_pgflow.complete_task(attempt_id uuid,output jsonb)",
     "pgfence_pgflow.fail_task(attempt_id uuid,error_message text)",

@@ -16,12 +16,12 @@ import psycopg
 import pytest
 
 from pgfence.cluster import Cluster
-from pgfence.harness import Database, Lease, Session, sqlstate
+from pgfence.harness import Database, Lease, Session, Step, sqlstate
 from tests.support import ROOT, acquired, install_bundle, install_pgmq, install_pgmq_layer
 from tests.test_install import schema_dump
 
 READ = "pgfence.pgmq_read(uuid,text,interval,integer)"
-FINISH = "pgfence.pgmq_finish(uuid,text)"
+FINISH = "pgfence.pgmq_finish(uuid[],text)"
 HOLD = "pgfence.hold_current(uuid)"
 PROTECT = "pgfence.protect(regclass,text[],text)"
 
@@ -104,8 +104,8 @@ def test_the_stale_result_of_a_message_read_again_is_recorded(any_mq: Database, 
 
 
 def test_negative_control_without_the_read_count_the_stale_archive_lands(mq: Database) -> None:
-    mq.replace_in_function(FINISH, "where m.msg_id = $1 and m.read_ct = $2'",
-                           "where m.msg_id = $1'")
+    mq.replace_in_function(FINISH, "'m.msg_id = $1 and m.read_ct = $2';",
+                           "'m.msg_id = $1 and $2 = $2';")
     queue(mq, 1)
     a, b = mq.session("a"), mq.session("b")
     la = acquired(a.acquire("r1"))
@@ -142,9 +142,9 @@ def test_a_late_result_nobody_overtook_is_kept(any_mq: Database, mode: str) -> N
 
 
 def test_negative_control_a_late_result_judged_by_its_lease(mq: Database) -> None:
-    mq.replace_in_function(FINISH, "  if v_attempt.outcome is not null then",
-                           "  perform pgfence.hold_current(v_attempt.lease_id);\n"
-                           "  if v_attempt.outcome is not null then")
+    mq.replace_in_function(FINISH, "    v_table := pgfence.pgmq_queue_table(v_queue);",
+                           "    perform pgfence.hold_current(l) from unnest(v_leases) l;\n"
+                           "    v_table := pgfence.pgmq_queue_table(v_queue);")
     queue(mq, 1)
     a, b = mq.session("a"), mq.session("b")
     la = acquired(a.acquire("r1"))
@@ -155,8 +155,8 @@ def test_negative_control_a_late_result_judged_by_its_lease(mq: Database) -> Non
 
 
 def test_negative_control_a_late_result_without_its_marker_is_refused(mq: Database) -> None:
-    mq.replace_in_function(FINISH, "v_was := pgfence.pgmq_mark(v_table, v_attempt.lease_id);",
-                           "v_was := null;")
+    mq.replace_in_function(FINISH, "v_mark := pgfence.pgmq_mark(v_table, v_lease);",
+                           "v_mark := null;")
     queue(mq, 1)
     mq.sql("select pgfence.protect('pgmq.q_jobs', array['r1'], 'enforce')")
     a = mq.session("a")
@@ -276,6 +276,73 @@ def test_negative_control_a_read_that_does_not_hold_its_lock(mq: Database) -> No
     assert step.settle() is False, "the takeover did not wait for the read's transaction"
     assert step.one() == la.generation + 1
     a.rollback()
+
+
+# -- batches ------------------------------------------------------------------------------------
+
+ORDERED_LOCK = """    from (select a.attempt_id, a.outcome, a.queue, a.lease_id, a.msg_id, a.read_ct
+            from pgfence.pgmq_attempts a
+           where a.attempt_id = any (pgmq_finish.attempt_ids)
+           order by a.attempt_id
+             for update) l;"""
+# The attempts locked one by one in the order the caller gave them.
+CALLERS_ORDER = """    from unnest(pgmq_finish.attempt_ids) with ordinality u(attempt_id, n),
+         lateral (select a.attempt_id, a.outcome, a.queue, a.lease_id, a.msg_id, a.read_ct
+                    from pgfence.pgmq_attempts a where a.attempt_id = u.attempt_id for update) l;"""
+
+
+def opposite_order_archives(db: Database) -> tuple[list[tuple[Any, ...]] | str,
+                                                   list[tuple[Any, ...]] | str,
+                                                   list[int], list[uuid.UUID], int]:
+    """Five messages read by one worker; A archives 1-4 in that order, B 5, 4, 3, 2, while C (a
+    retry of message 3's archive on another connection) holds message 3's attempt. What each
+    was told (rows, or the SQLSTATE it failed with), whom B waited for, the attempt ids by
+    message, and A's pid."""
+    queue(db, 5)
+    w = db.session("worker")
+    ids = [attempt for attempt, _, _ in read(w, acquired(w.acquire("r1")), 5)]
+    a, b, c = db.session("a"), db.session("b"), db.session("c")
+
+    def told(step: Step) -> list[tuple[Any, ...]] | str:
+        try:
+            return step.result()
+        except psycopg.Error as e:
+            return str(e.sqlstate)
+
+    c.begin()
+    assert finish(c, "archive", ids[2]) == "accepted"
+    a.begin()
+    step_a = a.start("select * from pgfence.pgmq_archive_many(%s)", (ids[0:4],))
+    assert step_a.settle() and step_a.blocked_by == [c.pid], "A waits for C's attempt"
+    b.begin()
+    step_b = b.start("select * from pgfence.pgmq_archive_many(%s)",
+                     ([ids[4], ids[3], ids[2], ids[1]],))
+    assert step_b.settle(), "B waits"
+    b_waited_for = step_b.blocked_by
+    c.commit()
+    got_a = told(step_a)
+    a.commit()  # a rollback if A failed
+    got_b = told(step_b)
+    b.commit()
+    return got_a, got_b, b_waited_for, ids, a.pid
+
+
+def test_opposite_order_batches_never_deadlock(mq: Database) -> None:
+    got_a, got_b, b_waited_for, ids, a_pid = opposite_order_archives(mq)
+    assert got_a != "40P01" and got_b != "40P01", "a deadlock"
+    assert b_waited_for == [a_pid], "B waited for A's lock on message 2's attempt, holding none"
+    assert got_a == [(ids[0], "accepted"), (ids[1], "accepted"), (ids[2], "duplicate"),
+                     (ids[3], "accepted")]
+    assert got_b == [(ids[4], "accepted"), (ids[3], "duplicate"), (ids[2], "duplicate"),
+                     (ids[1], "duplicate")], "in B's order"
+    assert mq.sql("select msg_id from pgmq.a_jobs order by msg_id") == [(m,) for m in range(1, 6)]
+    assert mq.one("select count(*) from pgfence.stale_results") == 0
+
+
+def test_negative_control_locking_in_the_callers_order_deadlocks(mq: Database) -> None:
+    mq.replace_in_function(FINISH, ORDERED_LOCK, CALLERS_ORDER)
+    got_a, got_b, _, _, _ = opposite_order_archives(mq)
+    assert "40P01" in (got_a, got_b)
 
 
 # -- old binaries that poll pgmq directly ------------------------------------------------------

@@ -58,7 +58,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--only",
         type=lambda s: set(s.split(",")),
         help="comma-separated subset of: renew, claim, complete, fence1, fence100, pgmq, "
-        "pgflow, cycle, renewals, takeover, history",
+        "pgflow, cycle, batch, queue, renewals, takeover, history",
     )
     p.add_argument(
         "--own-lease",
@@ -123,7 +123,8 @@ def main(argv: list[str]) -> int:
         report = [f"Command: `{command}`", "", "Environment:", "", *environment(server), ""]
         groups: list[Group] = []
         pairs = Pairs(opts, server)
-        keys = ("renew", "claim", "complete", "fence1", "fence100", "pgmq", "pgflow", "cycle")
+        keys = ("renew", "claim", "complete", "fence1", "fence100", "pgmq", "pgflow", "cycle",
+                "batch", "queue")
         if any(opts.wanted(k) for k in keys):
             log(f"pairs: {opts.rounds} rounds of {opts.seconds:g} s per run")
             groups = pairs.run()

@@ -5,6 +5,7 @@ their report. A new pair is a Group in Pairs.groups() with a pgbench script in b
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ class Member:
     check: Callable[[Member], str | None] | None = None  # after a run: None, or why it is void
     latencies: bool = False
     size: int = 0  # rows prepared, grown when too few
+    per_tx: int = 1  # units (tasks, messages, jobs) per transaction: rates are tx/s x per_tx
     best_tps: float = 0.0  # the best rate seen, also of runs that ran out of work
     results: list[BenchResult] = field(default_factory=list)
 
@@ -31,6 +33,15 @@ class Member:
     @property
     def median_cpu(self) -> float:
         return statistics.median(r.cpu_us for r in self.results)
+
+    @property
+    def median_rate(self) -> float:
+        """Units per second: tasks, messages or jobs, not transactions."""
+        return self.median_tps * self.per_tx
+
+    @property
+    def median_cpu_per_unit(self) -> float:
+        return self.median_cpu / self.per_tx
 
 
 @dataclass
@@ -56,10 +67,11 @@ class Pairs:
 
     # -- fixtures ------------------------------------------------------------------------------
 
-    def fill(self, file: str, member: Member, per_tx: int) -> None:
+    def fill(self, file: str, member: Member, per_tx: int, guess_tps: float = 3000) -> None:
         """Fresh tables for a member: enough rows for its duration at the best rate seen so
-        far (at least a generous first guess), so that a run never runs out of work."""
-        guess = 1500 if self.opts.quick else 3000
+        far (at least a generous first guess, guess_tps transactions per second), so that a run
+        never runs out of work."""
+        guess = guess_tps / 2 if self.opts.quick else guess_tps
         best = max(member.best_tps, guess)
         member.size = max(member.size, math.ceil(1.5 * best * per_tx * self.opts.seconds))
         self.server.psql("bench", BENCH / file, tasks=member.size)
@@ -86,6 +98,15 @@ class Pairs:
         def check(member: Member) -> str | None:
             ((last,),) = self.server.sql("bench", f"select last_value from {seq}")
             return None if int(str(last)) < member.size else "the prepared tasks ran out"
+
+        return check
+
+    def batches_left(self, seq: str, per_tx: int) -> Callable[[Member], str | None]:
+        """As handles_left, for a member that takes per_tx handles per transaction."""
+
+        def check(member: Member) -> str | None:
+            ((last,),) = self.server.sql("bench", f"select last_value from {seq}")
+            return None if int(str(last)) * per_tx < member.size else "the prepared tasks ran out"
 
         return check
 
@@ -303,6 +324,68 @@ class Pairs:
                 ],
                 [],
             ),
+            Group(
+                "batch",
+                [
+                    Member(
+                        "complete 1 per call (pgfence.complete)",
+                        "complete.sql",
+                        lambda m: self.fill("fill_claimed.sql", m, 1),
+                        self.handles_left("bench.handles_seq"),
+                    ),
+                    Member(
+                        "complete 10 per call (pgfence.complete_many)",
+                        "complete_many_10.sql",
+                        lambda m: self.fill("fill_claimed.sql", m, 10),
+                        self.batches_left("bench.handles_seq", 10),
+                        per_tx=10,
+                    ),
+                    Member(
+                        "complete 100 per call (pgfence.complete_many)",
+                        "complete_many_100.sql",
+                        lambda m: self.fill("fill_claimed.sql", m, 100, guess_tps=800),
+                        self.batches_left("bench.handles_seq", 100),
+                        per_tx=100,
+                    ),
+                    Member(
+                        "pgmq_archive 1 per call (pgfence.pgmq_archive)",
+                        "pgmq_archive.sql",
+                        lambda m: self.fill("fill_pgmq_read.sql", m, 1),
+                        self.handles_left("bench.handles_seq"),
+                    ),
+                    Member(
+                        "pgmq_archive 10 per call (pgfence.pgmq_archive_many)",
+                        "pgmq_archive_many_10.sql",
+                        lambda m: self.fill("fill_pgmq_read.sql", m, 10),
+                        self.batches_left("bench.handles_seq", 10),
+                        per_tx=10,
+                    ),
+                ],
+                [
+                    Comparison("tasks completed: 10 per call vs one by one", 1, 0, 3.0),
+                    Comparison("tasks completed: 100 per call vs one by one", 2, 0, 5.0),
+                    Comparison("pgmq messages archived: 10 per call vs one by one", 4, 3, 3.0),
+                ],
+            ),
+            Group(
+                "queue",
+                [
+                    Member(
+                        "enqueue 10 + claim 10 + complete_many 10, one transaction (pgfence)",
+                        "cycle_fenced.sql",
+                        lambda m: self.server.psql("bench", BENCH / "fill_cycle.sql"),
+                        per_tx=10,
+                    ),
+                    Member(
+                        "hand-written queue: insert 10 + UPDATE ... SKIP LOCKED LIMIT 10"
+                        " + UPDATE completing them, one transaction",
+                        "cycle_bare.sql",
+                        lambda m: self.server.psql("bench", BENCH / "fill_cycle.sql"),
+                        per_tx=10,
+                    ),
+                ],
+                [Comparison("jobs through the whole cycle, 10 per transaction", 0, 1, 0.50)],
+            ),
         ]
         return [g for g in groups if self.opts.wanted(g.key)]
 
@@ -360,6 +443,8 @@ def pairs_report(groups: list[Group]) -> list[str]:
     for g in groups:
         for c in g.comparisons:
             p, b = g.members[c.pgfence], g.members[c.baseline]
+            if p.per_tx != 1 or b.per_tx != 1:
+                continue  # in the table of units below
             ratio = p.median_tps / b.median_tps
             per_round = [x.tps / y.tps for x, y in zip(p.results, b.results, strict=True)]
             out.append(
@@ -368,6 +453,45 @@ def pairs_report(groups: list[Group]) -> list[str]:
                 f"| {min(per_round):.2f}-{max(per_round):.2f} "
                 f"| {b.median_cpu:,.0f} → {p.median_cpu:,.0f} ({b.median_cpu / p.median_cpu:.2f}) |"
             )
+    if len(out) == 2:  # every comparison is in units: no table of transactions
+        out = []
+    units = [(g, c) for g in groups for c in g.comparisons
+             if g.members[c.pgfence].per_tx != 1 or g.members[c.baseline].per_tx != 1]
+    if units:
+        out += [""] if out else []
+        out += [
+            "| operation | baseline | baseline /s | pgfence /s | ratio | target | met? "
+            "| per-round ratios | server CPU µs per unit, baseline → pgfence (ratio) |",
+            "|---|---|---:|---:|---:|---:|---|---|---|",
+        ]
+        for g, c in units:
+            p, b = g.members[c.pgfence], g.members[c.baseline]
+            ratio = p.median_rate / b.median_rate
+            per_round = [x.tps * p.per_tx / (y.tps * b.per_tx)
+                         for x, y in zip(p.results, b.results, strict=True)]
+            out.append(
+                f"| {c.operation} | {b.label} | {fmt(b.median_rate)} | {fmt(p.median_rate)} "
+                f"| {ratio:.2f} | ≥ {c.target:.2f} | {'yes' if ratio >= c.target else '**no**'} "
+                f"| {min(per_round):.2f}-{max(per_round):.2f} "
+                f"| {b.median_cpu_per_unit:,.0f} → {p.median_cpu_per_unit:,.0f} "
+                f"({b.median_cpu_per_unit / p.median_cpu_per_unit:.2f}) |"
+            )
+        out += [
+            "",
+            "Units (tasks, messages or jobs) per second: the median tx/s times the units each "
+            "transaction does; CPU per unit: per transaction divided by units.",
+        ]
+    queue = [g for g in groups if g.key == "queue"]
+    if queue:
+        cores = os.cpu_count() or 1
+        out += [
+            "",
+            f"| whole cycle | jobs/s | jobs/s per core ({cores} cores) | server CPU µs per job |",
+            "|---|---:|---:|---:|",
+        ]
+        for m in queue[0].members:
+            out.append(f"| {m.label} | {fmt(m.median_rate)} | {fmt(m.median_rate / cores)} "
+                       f"| {m.median_cpu_per_unit:,.0f} |")
     cycle = [g for g in groups if g.key == "cycle"]
     if cycle:
         out += [
@@ -397,6 +521,7 @@ def pairs_report(groups: list[Group]) -> list[str]:
             out.append(
                 f"- `bench/{m.script}`: {', '.join(fmt(r.tps) for r in m.results)}"
                 + (f" (prepared rows per run: {m.size:,})" if m.size else "")
+                + (f" (tx/s; {m.per_tx} units per transaction)" if m.per_tx != 1 else "")
             )
     return out
 

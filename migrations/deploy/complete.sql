@@ -9,6 +9,23 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
+-- The one accept condition of complete and complete_many (I5): attempt_id is the attempt that
+-- holds the task row (task_id, attempt, lease_id, reported are the row's) and it has not
+-- reported yet, its signature matching the row's attempt and lease under key. An expression
+-- its callers inline into their UPDATE (LANGUAGE sql, no SET, every name qualified, each
+-- parameter used once; see pgfence.sign): no function call per row.
+create or replace function pgfence.attempt_holds(task_id bigint, attempt int, lease_id uuid, reported boolean,
+                                                 key bytea, attempt_id uuid)
+returns boolean
+language sql
+stable
+as $$
+  select not attempt_holds.reported
+     and pgfence.attempt_uuid(attempt_holds.task_id, attempt_holds.attempt, attempt_holds.lease_id,
+                              attempt_holds.key) operator(pg_catalog.=) attempt_holds.attempt_id;
+$$;
+revoke all on function pgfence.attempt_holds(bigint, int, uuid, boolean, bytea, uuid) from public;
+
 create or replace function pgfence.complete(attempt_id uuid, result jsonb default null)
 returns text
 language plpgsql
@@ -24,8 +41,8 @@ begin
      set state = 'completed', result = complete.result, reported = true,
          visible_until = null, finished_at = clock_timestamp()
     from pgfence.signing_key k
-   where t.task_id = pgfence.attempt_task(complete.attempt_id) and not t.reported
-     and pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id, k.hmac_key) = complete.attempt_id;
+   where t.task_id = pgfence.attempt_task(complete.attempt_id)
+     and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, k.hmac_key, complete.attempt_id);
   if found then
     return 'accepted';
   end if;

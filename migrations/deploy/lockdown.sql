@@ -21,6 +21,10 @@
 -- requires: lease_status
 -- requires: resource_status
 -- requires: queue_status
+-- requires: version
+-- requires: cancel_invocations
+-- requires: protected_tables
+-- requires: complete_many
 --
 -- The last change, run again after any other: whatever default privileges the database
 -- carries (Supabase-style `alter default privileges ... grant execute on functions to anon`,

@@ -38,4 +38,6 @@ comment on function pgfence.complete(uuid, jsonb) is
 revoke all on function pgfence.complete(uuid, jsonb) from public;
 grant execute on function pgfence.complete(uuid, jsonb) to pgfence_worker;
 
+drop function pgfence.attempt_holds(bigint, int, uuid, boolean, bytea, uuid);
+
 commit;

@@ -1,7 +1,7 @@
 -- The SQL API as the contract names it (core, startup handshake, tasks, updates): signatures, return types, who
 -- runs as whom, who may execute what, and a pinned search_path on every definer.
 begin;
-select plan(90);
+select plan(96);
 select pgfence_test.reset();
 
 -- Signatures, with the exact argument types of the contract.
@@ -19,6 +19,7 @@ select has_function('pgfence', 'request_start', array['text', 'interval'], 'requ
 select has_function('pgfence', 'enqueue', array['text', 'jsonb', 'integer'], 'enqueue(text, jsonb, integer) exists');
 select has_function('pgfence', 'claim', array['uuid', 'text', 'integer', 'interval'], 'claim(uuid, text, integer, interval) exists');
 select has_function('pgfence', 'complete', array['uuid', 'jsonb'], 'complete(uuid, jsonb) exists');
+select has_function('pgfence', 'complete_many', array['uuid[]', 'jsonb[]'], 'complete_many(uuid[], jsonb[]) exists');
 select has_function('pgfence', 'fail', array['uuid', 'jsonb'], 'fail(uuid, jsonb) exists');
 select has_function('pgfence', 'extend', array['uuid', 'interval'], 'extend(uuid, interval) exists');
 select has_function('pgfence', 'requeue_expired', array['integer'], 'requeue_expired(integer) exists');
@@ -42,6 +43,8 @@ select function_returns('pgfence', 'enqueue', array['text', 'jsonb', 'integer'],
 select function_returns('pgfence', 'claim', array['uuid', 'text', 'integer', 'interval'], 'setof record',
                         'claim returns a set of rows (task_id, attempt_id, attempt, payload)');
 select function_returns('pgfence', 'complete', array['uuid', 'jsonb'], 'text', 'complete returns the outcome as text');
+select function_returns('pgfence', 'complete_many', array['uuid[]', 'jsonb[]'], 'setof record',
+                        'complete_many returns a set of rows (attempt_id, outcome)');
 select function_returns('pgfence', 'fail', array['uuid', 'jsonb'], 'text', 'fail returns the outcome as text');
 select function_returns('pgfence', 'extend', array['uuid', 'interval'], 'timestamp with time zone',
                         'extend returns the new visible_until as timestamptz');
@@ -67,6 +70,14 @@ select is((select array_agg(a order by o)
             where p.oid = 'pgfence.claim(uuid, text, integer, interval)'::regprocedure and m = 't'),
           array['task_id', 'attempt_id', 'attempt', 'payload']::text[],
           'claim returns task_id, attempt_id, attempt and payload');
+
+-- complete_many's rows have the two columns the contract names, in that order.
+select is((select array_agg(a order by o)
+             from pg_catalog.pg_proc p,
+                  unnest(p.proargnames, p.proargmodes::text[]) with ordinality as u(a, m, o)
+            where p.oid = 'pgfence.complete_many(uuid[], jsonb[])'::regprocedure and m = 't'),
+          array['attempt_id', 'outcome']::text[],
+          'complete_many returns attempt_id and outcome');
 
 -- update_status's rows have the columns the contract names, in that order.
 select is((select array_agg(a order by o)
@@ -100,6 +111,7 @@ select is_definer('pgfence', 'request_start', array['text', 'interval'], 'reques
 select is_definer('pgfence', 'enqueue', array['text', 'jsonb', 'integer'], 'enqueue runs as its owner');
 select is_definer('pgfence', 'claim', array['uuid', 'text', 'integer', 'interval'], 'claim runs as its owner');
 select is_definer('pgfence', 'complete', array['uuid', 'jsonb'], 'complete runs as its owner');
+select is_definer('pgfence', 'complete_many', array['uuid[]', 'jsonb[]'], 'complete_many runs as its owner');
 select is_definer('pgfence', 'fail', array['uuid', 'jsonb'], 'fail runs as its owner');
 select is_definer('pgfence', 'extend', array['uuid', 'interval'], 'extend runs as its owner');
 select is_definer('pgfence', 'requeue_expired', array['integer'], 'requeue_expired runs as its owner');
@@ -139,6 +151,7 @@ select is_empty($$ select f::text
                                        'pgfence.enqueue(text, jsonb, integer)',
                                        'pgfence.claim(uuid, text, integer, interval)',
                                        'pgfence.complete(uuid, jsonb)',
+                                       'pgfence.complete_many(uuid[], jsonb[])',
                                        'pgfence.fail(uuid, jsonb)',
                                        'pgfence.extend(uuid, interval)',
                                        'pgfence.requeue_expired(integer)',
@@ -165,6 +178,10 @@ select function_privs_are('pgfence', 'claim', array['uuid', 'text', 'integer', '
                           array['EXECUTE'], 'a worker can claim');
 select function_privs_are('pgfence', 'complete', array['uuid', 'jsonb'], 'pgfence_worker',
                           array['EXECUTE'], 'a worker can complete');
+select function_privs_are('pgfence', 'complete_many', array['uuid[]', 'jsonb[]'], 'pgfence_worker',
+                          array['EXECUTE'], 'a worker can complete a batch');
+select function_privs_are('pgfence', 'complete_many', array['uuid[]', 'jsonb[]'], 'pgfence_monitor',
+                          array[]::text[], 'a monitor cannot complete a batch');
 select function_privs_are('pgfence', 'fail', array['uuid', 'jsonb'], 'pgfence_worker',
                           array['EXECUTE'], 'a worker can fail');
 select function_privs_are('pgfence', 'extend', array['uuid', 'interval'], 'pgfence_worker',

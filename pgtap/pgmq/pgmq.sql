@@ -105,7 +105,7 @@ select is(pgfence.pgmq_delete(attempt_id), 'accepted', 'the successor deletes it
 -- Privileges.
 select ok(has_function_privilege('pgfence_worker', f, 'execute'), 'pgfence_worker may call ' || f)
   from unnest(array['pgfence.pgmq_read(uuid, text, interval, int)', 'pgfence.pgmq_archive(uuid)']) f;
-select throws_ok(format('select pgfence.pgmq_finish(%L, ''purge'')', attempt_id), '22023', null,
+select throws_ok(format('select pgfence.pgmq_finish(array[%L::uuid], ''purge'')', attempt_id), '22023', null,
                  'pgmq_finish, which they name, knows archive and delete only') from again;
 
 select * from finish();

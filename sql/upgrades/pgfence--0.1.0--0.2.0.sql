@@ -1939,6 +1939,23 @@ grant execute on function pgfence.claim(uuid, text, int, interval) to pgfence_wo
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
+-- The one accept condition of complete and complete_many (I5): attempt_id is the attempt that
+-- holds the task row (task_id, attempt, lease_id, reported are the row's) and it has not
+-- reported yet, its signature matching the row's attempt and lease under key. An expression
+-- its callers inline into their UPDATE (LANGUAGE sql, no SET, every name qualified, each
+-- parameter used once; see pgfence.sign): no function call per row.
+create or replace function pgfence.attempt_holds(task_id bigint, attempt int, lease_id uuid, reported boolean,
+                                                 key bytea, attempt_id uuid)
+returns boolean
+language sql
+stable
+as $$
+  select not attempt_holds.reported
+     and pgfence.attempt_uuid(attempt_holds.task_id, attempt_holds.attempt, attempt_holds.lease_id,
+                              attempt_holds.key) operator(pg_catalog.=) attempt_holds.attempt_id;
+$$;
+revoke all on function pgfence.attempt_holds(bigint, int, uuid, boolean, bytea, uuid) from public;
+
 create or replace function pgfence.complete(attempt_id uuid, result jsonb default null)
 returns text
 language plpgsql
@@ -1954,8 +1971,8 @@ begin
      set state = 'completed', result = complete.result, reported = true,
          visible_until = null, finished_at = clock_timestamp()
     from pgfence.signing_key k
-   where t.task_id = pgfence.attempt_task(complete.attempt_id) and not t.reported
-     and pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id, k.hmac_key) = complete.attempt_id;
+   where t.task_id = pgfence.attempt_task(complete.attempt_id)
+     and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, k.hmac_key, complete.attempt_id);
   if found then
     return 'accepted';
   end if;
@@ -2056,6 +2073,100 @@ revoke all on pgfence.queue_status from public;
 grant select on pgfence.queue_status to pgfence_monitor, pgfence_operator;
 
 
+-- change: complete_many
+-- Deploy pgfence:complete_many
+-- requires: complete
+-- requires: report
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- complete for many attempts at once, by complete's rule for each (I5): one call, one lock
+-- statement and one UPDATE for the common case, whatever the batch's size.
+create or replace function pgfence.complete_many(attempt_ids uuid[], results jsonb[] default null)
+returns table (attempt_id uuid, outcome text)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_n int := cardinality(complete_many.attempt_ids);
+  v_at int;
+  v_accepted bigint[];
+  v_key bytea;
+begin
+  -- Not check_not_null: a polymorphic function, it costs more per call than every other check here.
+  if complete_many.attempt_ids is null then
+    perform pgfence.invalid_argument('attempt_ids', 'must not be NULL', null);
+  end if;
+  if v_n not between 1 and 1000 or array_ndims(complete_many.attempt_ids) <> 1 then
+    perform pgfence.invalid_argument('attempt_ids', 'must be a one-dimensional array of 1 to 1000 attempt ids',
+                                     format('%s ids', v_n));
+  end if;
+  v_at := array_position(complete_many.attempt_ids, null);
+  if v_at is not null then
+    perform pgfence.invalid_argument('attempt_ids', 'must not contain NULL', format('NULL at position %s', v_at));
+  end if;
+  if (select count(distinct u.a) from unnest(complete_many.attempt_ids) u(a)) <> v_n then
+    perform pgfence.invalid_argument('attempt_ids', 'must not name an attempt twice',
+      (select format('%s more than once', min(d.a::text))
+         from (select u.a from unnest(complete_many.attempt_ids) u(a) group by u.a having count(*) > 1) d));
+  end if;
+  if complete_many.results is not null
+     and (cardinality(complete_many.results) <> v_n or array_ndims(complete_many.results) <> 1) then
+    perform pgfence.invalid_argument('results', 'must be NULL or a one-dimensional array of one result per attempt id',
+                                     format('%s results for %s ids', cardinality(complete_many.results), v_n));
+  end if;
+  -- The rows are locked first, in task_id order, before anything is written. The UPDATE below
+  -- meets its rows in the order the caller gave the ids (a loop over them), so two batches over
+  -- overlapping tasks in different orders would each lock a row the other then waits for: a
+  -- deadlock (40P01) for one of them. Locked in one global order, the later batch waits for
+  -- the earlier to end and then judges its rows on what that one committed. Everything else
+  -- that locks task rows to write them (report, extend, requeue_expired's and claim's SKIP
+  -- LOCKED) locks one row at a time or never waits, so it cannot close a cycle with a batch.
+  -- FOR UPDATE, as report takes it: its calls below find the lock theirs already.
+  perform from pgfence.tasks t
+    where t.task_id = any (array(select pgfence.attempt_task(u.a) from unnest(complete_many.attempt_ids) u(a)))
+    order by t.task_id
+    for update;
+  -- The key read once, as claim reads it: joined into the UPDATE, the one-row table (its
+  -- statistics never gathered) would be costed as hundreds of rows, and the tasks scanned whole.
+  select k.hmac_key into v_key from pgfence.signing_key k;
+  -- The common case in one statement: every attempt that holds its task completes it, by the
+  -- one condition complete uses (pgfence.attempt_holds, inlined).
+  with done as (
+    update pgfence.tasks t
+       set state = 'completed', result = u.result, reported = true,
+           visible_until = null, finished_at = clock_timestamp()
+      from unnest(complete_many.attempt_ids, complete_many.results) with ordinality as u(attempt_id, result, n)
+     where t.task_id = pgfence.attempt_task(u.attempt_id)
+       and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, v_key, u.attempt_id)
+    returning u.n)
+  select array_agg(d.n) into v_accepted from done d;
+  -- Everything else (a retry, a stale or unknown attempt, a bad id), one by one in the order
+  -- given, by the rule of report: an unknown id raises 22023 and so undoes the whole batch.
+  return query
+  select u.attempt_id,
+         case when d.n is not null then 'accepted' else pgfence.report(u.attempt_id, 'complete', u.result) end
+    from unnest(complete_many.attempt_ids, complete_many.results) with ordinality as u(attempt_id, result, n)
+    left join unnest(v_accepted) d(n) on d.n = u.n
+   order by u.n;
+end
+$$;
+comment on function pgfence.complete_many(uuid[], jsonb[]) is
+  'complete for each attempt of attempt_ids (with results[i], or NULL), by its rule: one row per id, in the order given, '
+  'outcome accepted, duplicate or stale. Raises 22023, changing nothing, for a NULL or empty array, more than 1000 ids, '
+  'a NULL or repeated id, results of another length, or any unknown attempt.';
+
+revoke all on function pgfence.complete_many(uuid[], jsonb[]) from public;
+grant execute on function pgfence.complete_many(uuid[], jsonb[]) to pgfence_worker;
+
+
 -- change: version
 -- Deploy pgfence:version
 -- requires: schema
@@ -2106,6 +2217,10 @@ grant execute on function pgfence.version() to pgfence_worker, pgfence_operator,
 -- requires: lease_status
 -- requires: resource_status
 -- requires: queue_status
+-- requires: version
+-- requires: cancel_invocations
+-- requires: protected_tables
+-- requires: complete_many
 --
 -- The last change, run again after any other: whatever default privileges the database
 -- carries (Supabase-style `alter default privileges ... grant execute on functions to anon`,

@@ -8,9 +8,11 @@ set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
 drop function pgfence.pgmq_set_vt(uuid, interval);
+drop function pgfence.pgmq_delete_many(uuid[]);
+drop function pgfence.pgmq_archive_many(uuid[]);
 drop function pgfence.pgmq_delete(uuid);
 drop function pgfence.pgmq_archive(uuid);
-drop function pgfence.pgmq_finish(uuid, text);
+drop function pgfence.pgmq_finish(uuid[], text);
 drop function pgfence.pgmq_mark(text, uuid);
 
 commit;

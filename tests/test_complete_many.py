@@ -1,0 +1,93 @@
+"""complete_many under concurrency: two batches over overlapping tasks, given in opposite
+orders, never deadlock; the later one waits for the earlier and is told `duplicate` for what
+that one completed. The negative control, without the lock in task_id order, deadlocks.
+
+Both batches are held in the middle by a third session that holds one of their tasks (a
+handler extending its visibility), so that each has locked part of its rows when the other
+starts: the interleaving in which locking in the callers' orders closes a cycle.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+
+from pgfence.harness import Database, Session, Step
+from tests.support import acquired
+
+COMPLETE_MANY = "pgfence.complete_many(uuid[],jsonb[])"
+ORDERED_LOCK = "\n    order by t.task_id\n    for update;"
+
+
+def claimed(db: Database, n: int) -> list[uuid.UUID]:
+    """n tasks claimed under one lease, their attempt ids in task_id order; behind them a
+    history of completed tasks, as a queue in use has, so that the batch's UPDATE finds its
+    rows by primary key in the order the ids are given (on a table of a few rows it would
+    scan the table, in its physical order)."""
+    db.sql("insert into pgfence.tasks (queue, payload, state, max_attempts, ready_at, finished_at) "
+           "select 'done', '{}', 'completed', 3, clock_timestamp(), clock_timestamp() "
+           "from generate_series(1, 10000)")
+    db.sql("select pgfence.register('r')")
+    for k in range(n):
+        db.sql("select pgfence.enqueue('q', %s::jsonb)", (f'{{"n": {k}}}',))
+    db.sql("analyze pgfence.tasks")
+    worker = db.session("worker")
+    lease = acquired(worker.acquire("r"))
+    return [a for (a,) in worker.run("select attempt_id from pgfence.claim(%s, 'q', %s) "
+                                     "order by task_id", (lease.lease_id, n))]
+
+
+def batch(s: Session, ids: list[uuid.UUID]) -> Step:
+    return s.start("select attempt_id, outcome from pgfence.complete_many(%s, %s::jsonb[])",
+                   (ids, [f'{{"by": "{s.name}"}}'] * len(ids)))
+
+
+def outcome(step: Step) -> list[tuple[Any, ...]] | str:
+    try:
+        return step.result()
+    except psycopg.Error as e:
+        return str(e.sqlstate)
+
+
+def opposite_order_batches(db: Database) -> tuple[list[tuple[Any, ...]] | str,
+                                                   list[tuple[Any, ...]] | str,
+                                                   list[int], list[uuid.UUID], int]:
+    """A completes tasks 1-4 in that order, B tasks 5, 4, 3, 2; C holds task 3 while both
+    start. What each was told (rows, or the SQLSTATE it failed with), whom B waited for, the
+    attempt ids, and A's pid."""
+    w = claimed(db, 5)
+    a, b, c = db.session("a"), db.session("b"), db.session("c")
+    c.begin()
+    c.run("select pgfence.extend(%s, '1 minute')", (w[2],))
+    a.begin()
+    step_a = batch(a, w[0:4])
+    assert step_a.settle() and step_a.blocked_by == [c.pid], "A waits for C's task 3"
+    b.begin()
+    step_b = batch(b, [w[4], w[3], w[2], w[1]])
+    assert step_b.settle(), "B waits"
+    b_waited_for = step_b.blocked_by
+    c.commit()
+    got_a = outcome(step_a)
+    a.commit()  # a rollback if A failed
+    got_b = outcome(step_b)
+    b.commit()
+    return got_a, got_b, b_waited_for, w, a.pid
+
+
+def test_opposite_order_batches_never_deadlock(db: Database) -> None:
+    got_a, got_b, b_waited_for, w, a_pid = opposite_order_batches(db)
+    assert got_a != "40P01" and got_b != "40P01", "a deadlock"
+    assert b_waited_for == [a_pid], "B waited for A's lock on task 2, holding none of A's tasks"
+    assert got_a == [(w[0], "accepted"), (w[1], "accepted"), (w[2], "accepted"), (w[3], "accepted")]
+    assert got_b == [(w[4], "accepted"), (w[3], "duplicate"), (w[2], "duplicate"),
+                     (w[1], "duplicate")], "in B's order"
+    assert db.sql("select result->>'by', count(*) from pgfence.tasks where queue = 'q' "
+                  "and state = 'completed' group by 1 order by 1") == [("a", 4), ("b", 1)]
+
+
+def test_negative_control_locking_in_the_callers_order_deadlocks(db: Database) -> None:
+    db.replace_in_function(COMPLETE_MANY, ORDERED_LOCK, ";")  # no lock taken
+    got_a, got_b, _, _, _ = opposite_order_batches(db)
+    assert "40P01" in (got_a, got_b)
