@@ -6,10 +6,13 @@ survivor and an invalid mutant from a killed one (its negative control).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 from pgfence.cluster import Cluster
 from tests.support import ROOT
@@ -44,6 +47,12 @@ def test_every_mutant_applies_to_the_scripts_as_they_are(cluster: Cluster) -> No
 
 
 def test_a_rotation_of_mutants_is_killed(cluster: Cluster) -> None:
+    # It tests the tests, which kill a mutant on every version alike; the same three (chosen
+    # by the commit) on four versions would add minutes to the matrix and nothing else.
+    major = cluster.psql("postgres", "-Atc",
+                         "select current_setting('server_version_num')::int / 10000")
+    if os.environ.get("PGFENCE_TEST_MATRIX") and int(major) != 15:
+        pytest.skip("the matrix runs the rotation on PostgreSQL 15 only")
     out = mutate(cluster, "--rotate", "3", "--fast")
     print(out.stdout)
     assert out.returncode == 0, out.stdout + out.stderr
