@@ -239,6 +239,11 @@ class Pairs:
                         "fence_insert_1_floor_tx.sql",
                         rows,
                     ),
+                    Member(
+                        "fence + INSERT 1 row (unprotected table)",
+                        "fence_insert_1_unprotected_tx.sql",
+                        rows,
+                    ),
                 ],
                 [
                     Comparison("fence + insert 1 row", 0, 1, 0.75),
@@ -248,6 +253,8 @@ class Pairs:
                     Comparison("fenced 1-row write, 1 statement, unprotected: vs the floor", 3, 4,
                                0.80),
                     Comparison("fenced 1-row write, 2 statements, protected: vs the floor", 0, 5,
+                               0.80),
+                    Comparison("fenced 1-row write, 2 statements, unprotected: vs the floor", 6, 5,
                                0.80),
                 ],
             ),
