@@ -40,7 +40,8 @@ def environment(server: Server) -> list[str]:
         f"- installed: sql/pgfence.sql (sha256 {bundle}…)",
         "- settings that are not PostgreSQL's defaults (all from pgfence.cluster and initdb; the "
         "benchmark sets nothing else"
-        + (", except pg_stat_statements for --profile" if server.settings else "")
+        + (f", except {', '.join(f'`{x}`' for x in server.settings)} (its options)"
+           if server.settings else "")
         + "): "
         + ", ".join(f"`{n} = {s}`" for n, s, _src in settings),
     ]
