@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 
 from pgfence.client import LeaseLost, Owner, Worker
-from pgfence.cluster import connect
+from pgfence.connection import connect
 
 TTL, VISIBILITY = 2.0, 3.0
 # One origin for every process's timeline (wall clock: this only narrates, it decides nothing).

@@ -1,7 +1,7 @@
 """Fixtures: one cluster per run, one template database, a fresh clone of it per test.
 
 scripts/test starts the cluster and exports its settings (PGHOST, PGPORT, ...). Run alone,
-pytest starts a cluster of its own (pgfence.cluster) and removes it at the end. What test
+pytest starts a cluster of its own (testkit.cluster) and removes it at the end. What test
 files share beside fixtures is in tests/support.py.
 """
 
@@ -14,8 +14,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from pgfence.cluster import Cluster, PgBouncer
-from pgfence.harness import Database
+from testkit.cluster import Cluster, PgBouncer
+from testkit.harness import Database
 from tests.support import (
     DENO,
     ROOT,

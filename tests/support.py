@@ -1,13 +1,13 @@
 """What test files share, beside the fixtures of tests/conftest.py: the repository, installing
 pgfence into a database, and small checks. Clusters, PgBouncer and connections are
-pgfence.cluster's; named sessions and steps are pgfence.harness's."""
+testkit.cluster's; named sessions and steps are testkit.harness's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pgfence.cluster import Cluster
-from pgfence.harness import Lease
+from testkit.cluster import Cluster
+from testkit.harness import Lease
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "sql/pgfence.sql"

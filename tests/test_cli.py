@@ -25,8 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgfence import sql
-from pgfence.cluster import Cluster, connect, free_port
-from pgfence.harness import Database
+from pgfence.connection import connect
+from testkit.cluster import Cluster, free_port
+from testkit.harness import Database
 from tests.support import ROOT
 
 SUPABASE = ROOT / ".tools/node_modules/.bin/supabase"

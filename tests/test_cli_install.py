@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from pgfence import cli
-from pgfence.cluster import Cluster
-from pgfence.harness import Database
 from pgfence.releases import Files
 from pgfence.transport import Refused, Supabase
+from testkit.cluster import Cluster
+from testkit.harness import Database
 from tests.support import ROOT, acquired
 
 SUPABASE = ROOT / ".tools/node_modules/.bin/supabase"

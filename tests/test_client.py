@@ -18,8 +18,8 @@ import psycopg
 import pytest
 
 from pgfence.client import Leader, LeaseLost, Owner, Worker
-from pgfence.cluster import connect
-from pgfence.harness import Database
+from pgfence.connection import connect
+from testkit.harness import Database
 from tests.support import acquired
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from pgfence.harness import Database, Session, Step
+from testkit.harness import Database, Session, Step
 from tests.support import acquired
 
 COMPLETE_MANY = "pgfence.complete_many(uuid[],jsonb[])"

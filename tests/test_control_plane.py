@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from pgfence.cluster import free_port
-from pgfence.harness import Database
+from testkit.cluster import free_port
+from testkit.harness import Database
 from tests.support import ROOT
 
 SERVER = ROOT / "examples/control_plane/server.py"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from pgfence.harness import Database
+from testkit.harness import Database
 from tests.support import ROOT
 
 

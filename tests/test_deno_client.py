@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from pgfence.cluster import LOOPBACK, USER, Cluster, PgBouncer
-from pgfence.harness import Database
+from testkit.cluster import LOOPBACK, USER, Cluster, PgBouncer
+from testkit.harness import Database
 from tests.support import DENO, ROOT
 from tests.test_docs import example
 

@@ -6,7 +6,7 @@ import re
 import subprocess
 from typing import Any
 
-from pgfence.harness import Database
+from testkit.harness import Database
 from tests.support import ROOT
 
 

@@ -20,8 +20,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgfence.cluster import Cluster, as_postgres, free_port, stop_server
-from pgfence.harness import Database, Lease, sqlstate
+from testkit.cluster import Cluster, as_postgres, free_port, stop_server
+from testkit.harness import Database, Lease, sqlstate
 
 ACQUIRE = "pgfence.acquire(text, text, interval, uuid)"
 

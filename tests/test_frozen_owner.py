@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from pgfence.cluster import Cluster
-from pgfence.harness import Database, Step
+from testkit.cluster import Cluster
+from testkit.harness import Database, Step
 from tests.support import acquired
 
 # Long enough that a loaded machine still starts psql and fences before the lease expires

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from pgfence.harness import Database
+from testkit.harness import Database
 
 
 def expected(db: Database, message: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pgfence.cluster import Cluster
+from testkit.cluster import Cluster
 from tests.support import ROOT, install_bundle
 
 SQITCH_ENV = {"SQITCH_FULLNAME": "pgfence tests", "SQITCH_EMAIL": "tests@pgfence.invalid"}

@@ -19,7 +19,7 @@ from datetime import datetime
 import psycopg
 import pytest
 
-from pgfence.harness import Database, Lease
+from testkit.harness import Database, Lease
 from tests.support import acquired
 
 LEVELS = ["repeatable read", "serializable"]

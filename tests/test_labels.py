@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from pgfence.cluster import Cluster, connect
+from pgfence.connection import connect
+from testkit.cluster import Cluster
 
 REFUSED = ("Cf", "Zl", "Zp")
 

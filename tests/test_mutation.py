@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pgfence.cluster import Cluster
+from testkit.cluster import Cluster
 from tests.support import ROOT
 
 MUTATE = ROOT / "scripts/mutate"

@@ -18,8 +18,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pgfence import sql
-from pgfence.cluster import Cluster, connect
-from pgfence.harness import sqlstate
+from pgfence.connection import connect
+from testkit.cluster import Cluster
+from testkit.harness import sqlstate
 
 Verdict = Callable[[str], bool]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from pgfence.harness import Database, Lease, sqlstate
+from testkit.harness import Database, Lease, sqlstate
 from tests.support import acquired
 
 ACQUIRE = "pgfence.acquire(text, text, interval, uuid)"

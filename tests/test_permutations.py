@@ -1,4 +1,4 @@
-"""Every interleaving of the core protocols (pgfence.permutations, after PostgreSQL's isolation
+"""Every interleaving of the core protocols (testkit.permutations, after PostgreSQL's isolation
 tester): each scenario runs all orders of its sessions' steps, and every history must keep
 I1, I2, I4 and I5 (and, for the update window, I6 and the pause). Each family of scenarios
 has a negative control: a mutant of tests/mutation/mutants.toml that it catches.
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from pgfence.harness import Database
-from pgfence.permutations import Report, Scenario, Step, count, install, run, violations
+from testkit.harness import Database
+from testkit.permutations import Report, Scenario, Step, count, install, run, violations
 from tests.support import ROOT
 
 LEVELS = ["read committed", "repeatable read", "serializable"]

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from pgfence.cluster import Cluster
-from pgfence.harness import Database, Lease, Session, sqlstate
+from testkit.cluster import Cluster
+from testkit.harness import Database, Lease, Session, sqlstate
 from tests.support import (
     ROOT,
     acquired,

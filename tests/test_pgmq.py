@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgfence.cluster import Cluster
-from pgfence.harness import Database, Lease, Session, Step, sqlstate
+from testkit.cluster import Cluster
+from testkit.harness import Database, Lease, Session, Step, sqlstate
 from tests.support import ROOT, acquired, install_bundle, install_pgmq, install_pgmq_layer
 from tests.test_install import schema_dump
 

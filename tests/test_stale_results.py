@@ -8,7 +8,7 @@ import uuid
 
 import psycopg
 
-from pgfence.harness import Database
+from testkit.harness import Database
 
 REPORT = "pgfence.report(uuid, text, jsonb)"
 

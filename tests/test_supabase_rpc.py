@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pgfence.harness import Database, Session, sqlstate
+from testkit.harness import Database, Session, sqlstate
 from tests.support import acquired
 from tests.test_docs import example, run_psql
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import psycopg
 
-from pgfence.cluster import connect
-from pgfence.harness import Database, sqlstate
+from pgfence.connection import connect
+from testkit.harness import Database, sqlstate
 from tests.support import acquired
 
 PREPARE = "pgfence.prepare_update(text[], uuid)"

@@ -20,7 +20,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from pgfence.cluster import Cluster, connect
+from pgfence.connection import connect
+from testkit.cluster import Cluster
 from tests.support import (
     ROOT,
     install_bundle,

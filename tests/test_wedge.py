@@ -13,7 +13,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from pgfence.harness import Database, Session
+from testkit.harness import Database, Session
 
 ACQUIRE = "pgfence.acquire(text, text, interval, uuid)"
 REQUEST_START = "pgfence.request_start(text, interval)"

@@ -16,8 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgfence.cluster import Cluster
 from pgfence.releases import Files
+from testkit.cluster import Cluster
 from tests.support import ROOT
 
 PIP = Path(sys.executable).parent / "pip"
@@ -70,6 +70,14 @@ def test_the_wheel_carries_every_sql_file(wheel: Path) -> None:
     assert inside == expected          # the same files, byte for byte, and nothing else
 
 
+def test_the_wheel_ships_no_test_kit(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as z:
+        modules = {n for n in z.namelist() if n.endswith(".py")}
+    assert "pgfence/client.py" in modules and "pgfence/connection.py" in modules
+    assert not [n for n in modules if n.startswith("testkit/")
+                or n.rsplit("/", 1)[-1] in ("cluster.py", "harness.py", "permutations.py")]
+
+
 def test_negative_control_without_the_package_data_the_wheel_has_no_sql(tmp_path: Path) -> None:
     copy = source_tree(tmp_path / "repo")
     pyproject = (ROOT / "pyproject.toml").read_text()
@@ -88,7 +96,9 @@ def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_data
                    capture_output=True, text=True, timeout=120)
     # Run outside the repository, with nothing of it on the path: only the installed wheel.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    show = "import pgfence, pathlib; print(pathlib.Path(pgfence.__file__).parent)"
+    # The client imports with nothing but the wheel: it needs no part of the test kit.
+    show = ("import pgfence, pgfence.client, pathlib;"
+            " print(pathlib.Path(pgfence.__file__).parent)")
     where = subprocess.run([str(venv / "bin/python"), "-c", show], cwd=tmp_path, env=env,
                            check=True, capture_output=True, text=True).stdout.strip()
     package = Path(where)

@@ -18,8 +18,9 @@ from urllib.request import Request, urlopen
 
 import psycopg
 
-from pgfence.cluster import PgBouncer, connect
-from pgfence.harness import Database, Lease, Session, sqlstate
+from pgfence.connection import connect
+from testkit.cluster import PgBouncer
+from testkit.harness import Database, Lease, Session, sqlstate
 from tests.support import acquired
 
 CLAIM = "pgfence.claim(uuid, text, integer, interval)"

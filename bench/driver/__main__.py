@@ -11,7 +11,7 @@ without fencing, measured with pgbench in the same run, and the properties over 
     scripts/bench --profile       load pg_stat_statements (track = all) and print each
                                   operation's top statements; its overhead skews the timings
 
-It starts its own throwaway cluster (pgfence.cluster, default settings), installs
+It starts its own throwaway cluster (testkit.cluster, default settings), installs
 sql/pgfence.sql into fresh databases, runs the pgbench scripts of bench/ and removes the
 cluster on exit, also on Ctrl-C or SIGTERM. Pairs run alternately, a few rounds, the order of
 a pair's members reversed every other round; throughput is reported as the median over
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from pgfence.cluster import Cluster
+from testkit.cluster import Cluster
 
 from .pairs import Group, Pairs, pairs_report
 from .properties import (
@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     cluster: Cluster | None = None
     try:
-        log("starting a cluster (pgfence.cluster)")
+        log("starting a cluster (testkit.cluster)")
         cluster = Cluster.start(settings)
         server = Server(cluster, settings, [a.resolve() for a in args.apply])
         server.createdb("bench")

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from pgfence.cluster import connect
+from pgfence.connection import connect
 
 from .report import fmt
 from .run import BENCH, CHILDREN, CLIENTS, ROOT, Options, Server, log, percentile, pgbench

@@ -38,7 +38,7 @@ def environment(server: Server) -> list[str]:
         f"- server: {version}",
         f"- pgbench: {run([server.pgbench, '--version']).strip()}",
         f"- installed: sql/pgfence.sql (sha256 {bundle}…)",
-        "- settings that are not PostgreSQL's defaults (all from pgfence.cluster and initdb; the "
+        "- settings that are not PostgreSQL's defaults (all from testkit.cluster and initdb; the "
         "benchmark sets nothing else"
         + (f", except {', '.join(f'`{x}`' for x in server.settings)} (its options)"
            if server.settings else "")

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from pgfence.cluster import Cluster, Connection, connect
+from pgfence.connection import Connection, connect
+from testkit.cluster import Cluster
 from tests.support import install_pgflow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,11 +90,11 @@ def on_signal(signum: int, _frame: FrameType | None) -> None:
 
 
 class Server:
-    """The benchmark's throwaway cluster (pgfence.cluster), and what the driver does on it."""
+    """The benchmark's throwaway cluster (testkit.cluster), and what the driver does on it."""
 
     def __init__(self, cluster: Cluster, settings: list[str], applies: list[Path]) -> None:
         self.cluster = cluster
-        self.settings = settings  # beyond pgfence.cluster's (--profile's)
+        self.settings = settings  # beyond testkit.cluster's (--profile's)
         self.applies = applies  # --apply: run after sql/pgfence.sql in every database
         self.env = cluster.env()
 

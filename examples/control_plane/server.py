@@ -43,7 +43,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgfence.client import Leader, LeaseLost, Owner
-from pgfence.cluster import connect
+from pgfence.connection import connect
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 Reply = tuple[int, dict[str, Any]]

@@ -31,7 +31,7 @@ from typing import Any
 
 import psycopg
 
-from pgfence.cluster import connect
+from pgfence.connection import connect
 
 Handler = Callable[[Any], Any]
 

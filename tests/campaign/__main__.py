@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from pgfence.cluster import Cluster
+from testkit.cluster import Cluster
 
 from .schedule import Settings, make_schedule
 from .supervisor import Campaign, Outcome

@@ -8,8 +8,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgfence.cluster import connect
-from pgfence.harness import Params, Query
+from pgfence.connection import connect
+from testkit.harness import Params, Query
 
 SCHEMA = """
 create schema campaign;

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
-from pgfence.cluster import Cluster
+from testkit.cluster import Cluster
 
 from .database import Db
 from .fleet import Fleet, WorkerProcess

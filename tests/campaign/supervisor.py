@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pgfence.cluster import Cluster, connect
+from pgfence.connection import connect
+from testkit.cluster import Cluster
 from tests.support import install_bundle
 
 from . import database

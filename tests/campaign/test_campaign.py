@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from pgfence.cluster import Cluster
+from testkit.cluster import Cluster
 
 from .schedule import Settings
 from .supervisor import Campaign

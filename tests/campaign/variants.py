@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pgfence.harness import Database
+from testkit.harness import Database
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgfence.client import LeaseLost, Owner, Worker
-from pgfence.cluster import connect
+from pgfence.connection import connect
 
 POINTS = ("before-fence", "in-fence", "before-complete")
 

@@ -26,9 +26,9 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
-from pgfence.cluster import connect
-from pgfence.harness import Database, Session
-from pgfence.harness import Step as Running
+from pgfence.connection import connect
+from testkit.harness import Database, Session
+from testkit.harness import Step as Running
 
 
 @dataclass(frozen=True)
@@ -297,7 +297,7 @@ def install(db: Database) -> None:
     """The schema pgfence_perm of the checks, once per database (pgfence_test must be there)."""
     if db.one("show track_commit_timestamp") != "on":
         raise RuntimeError("track_commit_timestamp is off: commit order cannot be judged "
-                           "(pgfence.cluster starts clusters with it on)")
+                           "(testkit.cluster starts clusters with it on)")
     if not db.one("select exists (select from pg_namespace where nspname = 'pgfence_perm')"):
         db.sql(SCHEMA)
 

@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgfence.cluster import connect
+from pgfence.connection import connect
 
 Query = str | sql.SQL | sql.Composed
 Params = Sequence[Any] | dict[str, Any] | None

@@ -1,4 +1,4 @@
-"""Throwaway PostgreSQL clusters, PgBouncer in front of them, and the one way to connect.
+"""Throwaway PostgreSQL clusters and PgBouncer in front of them (connections: pgfence.connection).
 
 scripts/pg, the pytest fixtures, the fault campaign and the benchmarks all start their
 clusters here, as River's tests share ``riverdbtest``:
@@ -9,8 +9,8 @@ clusters here, as River's tests share ``riverdbtest``:
         ...
     cluster.remove()                            # the server, its PgBouncers, its dir
 
-    python -m pgfence.cluster up [-c name=value ...]   # scripts/pg up: prints shell exports
-    python -m pgfence.cluster down [DIR]               # scripts/pg down
+    python -m testkit.cluster up [-c name=value ...]   # scripts/pg up: prints shell exports
+    python -m testkit.cluster down [DIR]               # scripts/pg down
 
 A cluster lives in a short temp dir, /tmp/pgf.XXXXXXXX (unix socket paths are limited to about
 100 bytes), with its unix socket in that dir; initdb and the server run as the postgres user
@@ -39,11 +39,10 @@ from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import psycopg
 
-Connection = psycopg.Connection[tuple[Any, ...]]
+from pgfence.connection import connect
 
 DEFAULT_PGBIN = "/usr/lib/postgresql/15/bin"
 TEMP = Path("/tmp")
@@ -54,14 +53,6 @@ USER = "postgres"
 
 class ClusterError(RuntimeError):
     """A command a cluster needed failed; the message holds what it printed."""
-
-
-def connect(dsn: str, name: str, *, autocommit: bool = True, timeout: int = 10) -> Connection:
-    """A connection that keeps no session state a transaction pooler could lose: no prepared
-    statements (``prepare_threshold=None``), autocommit unless asked otherwise. ``name`` is its
-    application_name, by which a backend is found through a pooler."""
-    return psycopg.connect(dsn, autocommit=autocommit, prepare_threshold=None,
-                           application_name=name[:63], connect_timeout=timeout)
 
 
 def free_port() -> int:
