@@ -275,7 +275,7 @@ test("SIGTERM drains: the task in hand is finished, nothing more claimed, releas
       return { done: true };
     },
   });
-  const remove = worker.installSigterm();
+  const remove = worker.installShutdown();
   const mark = () => seen.open();
   Deno.addSignalListener("SIGTERM", mark);
   try {
