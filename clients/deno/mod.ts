@@ -291,6 +291,30 @@ function pause(seconds: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+/** Per pool (its options object), what to call when one of its connections closes. */
+const closeWatchers = new WeakMap<object, Set<() => void>>();
+
+/**
+ * Calls `fn` whenever a connection of `sql` closes, broken or ended (postgres.js then opens a
+ * new one for the next query, silently); returns the function that stops it. postgres.js reads
+ * its `onclose` option when a connection closes, so wrapping it once per pool is enough.
+ */
+function watchCloses(sql: Sql, fn: () => void): () => void {
+  const options = sql.options;
+  let watchers = closeWatchers.get(options);
+  if (watchers === undefined) {
+    const all = watchers = new Set();
+    closeWatchers.set(options, all);
+    const previous = options.onclose;
+    options.onclose = (id: number) => {
+      previous?.(id);
+      for (const watcher of [...all]) watcher();
+    };
+  }
+  watchers.add(fn);
+  return () => watchers.delete(fn);
+}
+
 // --- Owner --------------------------------------------------------------------------------
 
 /** The settings of an `Owner`. */
@@ -318,7 +342,8 @@ export interface OwnerOptions {
  * deadline passes: the last successful renewal's *send* time plus the ttl. Measuring from the
  * send keeps a slow success from stretching the lease: the database started the new term no
  * earlier than the request left. It also turns false when a progress deadline set with
- * `renewUntil` passes, and while the lease is in doubt: from any lost connection until a
+ * `renewUntil` passes, and while the lease is in doubt: from any lost connection (a statement's,
+ * or any connection of the pool closing, after which postgres.js reconnects silently) until a
  * renewal sent after it succeeds (the renewer sends one at once, then backs off). `signal`
  * aborts when the owner gives the lease up or learns it is lost, so a handler can pass it to
  * fetch() and stop its own work.
@@ -355,6 +380,7 @@ export class Owner {
   #losses = 0;
   #doubt = false;
   #waiters = new Set<() => void>();
+  #unwatch: (() => void) | null = null;
 
   /** An owner of `options.resource`; nothing is sent before `acquire`. */
   constructor(options: OwnerOptions) {
@@ -483,7 +509,7 @@ export class Owner {
       } catch (e) {
         const error = pgfenceError(e);
         if (error instanceof ConnectionLost) {
-          this.#connectionLost();
+          this.connectionLost();
           const gaveUp = () =>
             options.signal?.aborted ||
             (options.until !== undefined && this.clock() >= options.until);
@@ -532,7 +558,11 @@ export class Owner {
     }
   }
 
-  #connectionLost(): void {
+  /**
+   * A connection broke or closed: the lease is in doubt until a renewal sent after this passes,
+   * and the renewer sends one at once. Protected so that a test's broken variant can skip it.
+   */
+  protected connectionLost(): void {
     this.#losses += 1;
     if (this.leaseId === null || this.#lost !== null) return;
     this.#doubt = true;
@@ -570,6 +600,7 @@ export class Owner {
     this.validUntil = sent + this.ttl;
     this.#progress = null;
     this.#stopped = false;
+    this.#unwatch = watchCloses(this.sql, () => this.connectionLost());
     this.#renewer = this.#renewLoop();
     return true;
   }
@@ -748,7 +779,7 @@ export class Owner {
       this.markLost(`fence of ${this.name} refused: ${error.message}`);
       return new LeaseLost(this.#lost ?? error.message, { cause: error });
     }
-    if (error instanceof ConnectionLost) this.#connectionLost();
+    if (error instanceof ConnectionLost) this.connectionLost();
     return error;
   }
 
@@ -772,6 +803,8 @@ export class Owner {
     } catch (e) {
       if (!(e instanceof ConnectionLost) || this.clock() < this.validUntil) throw e;
     } finally {
+      this.#unwatch?.();
+      this.#unwatch = null;
       this.markLost("released");
     }
   }
@@ -1000,11 +1033,11 @@ export class Worker {
           }
           continue;
         }
-        for (const task of tasks) {
+        for (const [i, task] of tasks.entries()) {
           // After a shutdown, or a handler past its deadline, start no other: the rest of the
           // batch returns to the queue when its visibility runs out.
           if (this.#stop || !(await this.#trusted()) || late()) break;
-          await this.#inHand(task);
+          await this.#inHand(task, i === 0);
         }
       }
     } finally {
@@ -1020,7 +1053,7 @@ export class Worker {
   }
 
   /** The task in hand: handled, unless a shutdown's grace runs out first (handed back). */
-  async #inHand(task: Task): Promise<void> {
+  async #inHand(task: Task, fresh: boolean): Promise<void> {
     const halt = this.#halt.signal;
     let onHalt = () => {};
     const halted = new Promise<"halted">((resolve) => {
@@ -1028,7 +1061,7 @@ export class Worker {
       if (halt.aborted) onHalt();
       halt.addEventListener("abort", onHalt);
     });
-    const work = this.handle(task);
+    const work = this.handle(task, fresh);
     try {
       if (await Promise.race([work.then(() => "done" as const), halted]) === "halted") {
         work.catch(() => {}); // it settles after the worker left; nothing waits for it
@@ -1103,10 +1136,13 @@ export class Worker {
   /**
    * Before a handler starts: true if the task's remaining visibility covers the handler's
    * deadline, extending it first when it does not; false when the attempt no longer holds it
-   * (the extend answered NULL: superseded, or its task requeued).
+   * (the extend answered NULL: superseded, or its task requeued). The first task of a claim
+   * (`fresh`) has what the claim just gave it, `visibility`, which covers a `handlerTimeout`
+   * no longer than that: it starts without a round trip.
    */
-  protected async stillHeld(task: Task): Promise<boolean> {
+  protected async stillHeld(task: Task, fresh: boolean): Promise<boolean> {
     const needed = this.#needed;
+    if (fresh && needed <= this.visibility) return true;
     if (task.visibleUntil - this.owner.clock() >= needed) return true;
     return await this.#extend(task, needed) !== null;
   }
@@ -1118,9 +1154,10 @@ export class Worker {
     return until;
   }
 
-  /** One task: the visibility check, the handler under its deadline, the report. */
-  protected async handle(task: Task): Promise<void> {
-    if (!(await this.stillHeld(task))) {
+  /** One task (`fresh`: the first of its claim): the visibility check, the handler under its
+   * deadline, the report. */
+  protected async handle(task: Task, fresh = false): Promise<void> {
+    if (!(await this.stillHeld(task, fresh))) {
       this.skipped += 1;
       return;
     }
