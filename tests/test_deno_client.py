@@ -40,7 +40,8 @@ def deno(env: dict[str, str], *args: str, cwd: Path = CLIENT) -> subprocess.Comp
 def test_fmt_lint_and_check_are_clean(deno_env: dict[str, str]) -> None:
     for args in (["fmt", "--check"], ["lint"],
                  ["check", "mod.ts", "pgflow.ts", "client_test.ts", "testdata/worker_process.ts",
-                  "testdata/pgflow_worker_process.ts", "examples/pgflow_edge_function.ts"]):
+                  "testdata/fault_worker.ts", "testdata/pgflow_worker_process.ts",
+                  "examples/pgflow_edge_function.ts"]):
         out = deno(deno_env, *args)
         assert out.returncode == 0, f"deno {' '.join(args)}:\n{out.stdout}{out.stderr}"
 
@@ -54,6 +55,36 @@ def test_negative_control_fmt_lint_and_check_catch_a_bad_file(
                        (["lint"], "no-var"), (["check"], "TS2322")):
         out = deno(deno_env, *args, str(bad), cwd=tmp_path)
         assert out.returncode != 0 and said in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def test_api_reference_builds_without_warnings(deno_env: dict[str, str], tmp_path: Path) -> None:
+    """scripts/apidoc-deno: `deno doc --lint` clean, the HTML built offline with nothing said
+    but its summary, a page for every symbol mod.ts exports."""
+    out = subprocess.run([str(ROOT / "scripts/apidoc-deno"), str(tmp_path / "api")],
+                         env=deno_env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "warning" not in (out.stdout + out.stderr).lower(), out.stdout + out.stderr
+    (module,) = json.loads(deno(deno_env, "doc", "--json", "mod.ts").stdout)["nodes"].values()
+    exported = {s["name"] for s in module["symbols"]
+                if any(d["declarationKind"] == "export" for d in s["declarations"])}
+    assert {"Owner", "Worker", "connect", "errorClasses", "ConnectionLost"} <= exported
+    missing = [name for name in sorted(exported)
+               if not (tmp_path / "api/mod.ts/~" / f"{name}.html").exists()]
+    assert not missing, f"no page for {missing}"
+    assert (tmp_path / "api/index.html").exists() and (tmp_path / "api/pgflow.ts").is_dir()
+
+
+def test_negative_control_doc_lint_catches_an_undocumented_export(
+        deno_env: dict[str, str], tmp_path: Path) -> None:
+    """The lint scripts/apidoc-deno runs fails on mod.ts with one export undocumented."""
+    for name in ("deno.json", "node_modules"):
+        (tmp_path / name).symlink_to(CLIENT / name)
+    source = (CLIENT / "mod.ts").read_text()
+    doc = "/** Seconds on a monotonic clock. */\n"
+    assert doc + "export type Clock" in source
+    (tmp_path / "mod.ts").write_text(source.replace(doc, ""))
+    out = deno(deno_env, "doc", "--lint", "mod.ts", cwd=tmp_path)
+    assert out.returncode != 0 and "missing-jsdoc" in out.stdout + out.stderr, out.stderr
 
 
 def url(port: int, database: str) -> str:
