@@ -1036,8 +1036,11 @@ export class Worker {
         for (const [i, task] of tasks.entries()) {
           // After a shutdown, or a handler past its deadline, start no other: the rest of the
           // batch returns to the queue when its visibility runs out.
-          if (this.#stop || !(await this.#trusted()) || late()) break;
-          await this.#inHand(task, i === 0);
+          if (this.#stop) break;
+          // Fresh: the claim's first task, started right after its answer, without waiting.
+          const fresh = i === 0 && owner.valid;
+          if (!(await this.#trusted()) || late()) break;
+          await this.#inHand(task, fresh);
         }
       }
     } finally {
@@ -1136,9 +1139,10 @@ export class Worker {
   /**
    * Before a handler starts: true if the task's remaining visibility covers the handler's
    * deadline, extending it first when it does not; false when the attempt no longer holds it
-   * (the extend answered NULL: superseded, or its task requeued). The first task of a claim
-   * (`fresh`) has what the claim just gave it, `visibility`, which covers a `handlerTimeout`
-   * no longer than that: it starts without a round trip.
+   * (the extend answered NULL: superseded, or its task requeued). The first task of a claim,
+   * started right after the claim's answer (`fresh`), has what the claim just gave it,
+   * `visibility`, which covers a `handlerTimeout` no longer than that: it starts without a
+   * round trip.
    */
   protected async stillHeld(task: Task, fresh: boolean): Promise<boolean> {
     const needed = this.#needed;
