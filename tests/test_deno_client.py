@@ -1,5 +1,6 @@
-"""The Deno client (clients/deno): deno fmt, lint and check clean, with negative controls; then
-its own tests (`deno test`) against a fresh database of this run's cluster, reached directly
+"""The Deno client (clients/deno): deno fmt, lint and check clean, and its API reference
+(scripts/apidoc-deno) built without warnings, with negative controls; then its own tests
+(`deno test`) against a fresh database of this run's cluster, reached directly
 and through PgBouncer in transaction pooling mode; docs/deno.md's example, and a worker as a real
 process (paused past its lease with SIGSTOP, or drained with SIGTERM), through PgBouncer.
 

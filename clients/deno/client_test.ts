@@ -613,6 +613,34 @@ test("no lease id in an error's message, nor in why the lease was lost", async (
   await owner.release();
 });
 
+// --- the backoff: capped, full jitter ------------------------------------------------------
+
+/** Shows the protected backoff. */
+class ShowsBackoff extends Owner {
+  wait(failures: number): number {
+    return this.backoff(failures);
+  }
+}
+
+testDirect("retries wait with capped exponential backoff and full jitter", async (t) => {
+  let draw = 0.5;
+  const owner = new ShowsBackoff({
+    sql: t.sql,
+    resource: "r",
+    retry: { base: 0.1, cap: 10, random: () => draw },
+  });
+  // Half of min(cap, base * 2^n): 0.05, 0.1, 0.2, ... until the cap (10) halves to 5.
+  assertEquals([0, 1, 2, 6, 7, 20].map((n) => owner.wait(n)), [0.05, 0.1, 0.2, 3.2, 5, 5]);
+  draw = 0.999;
+  assert(owner.wait(30) < 10 && owner.wait(30) > 9.9, "the cap bounds every wait");
+  draw = 0; // full jitter reaches down to the floor: a millisecond
+  assertEquals(owner.wait(5), 0.001);
+  // The defaults: 0.1 s, 10 s, 5 tries of a conflict, Math.random.
+  const defaults = new Owner({ sql: t.sql, resource: "r" }).retry;
+  assertEquals([defaults.base, defaults.cap, defaults.conflicts], [0.1, 10, 5]);
+  assert(defaults.random === Math.random);
+});
+
 // --- 40001 and 40P01 are retried ------------------------------------------------------------
 
 /** Counts the waits before retries. */
