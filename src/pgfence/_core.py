@@ -199,6 +199,7 @@ def redact(text: str) -> str:
 
 
 def reason(e: psycopg.Error) -> str:
+    """A database error's message, for a log line: without the ids in it."""
     return redact(e.diag.message_primary or str(e))
 
 
@@ -300,8 +301,9 @@ class LeaseCore:
     def _refused(self, e: psycopg.Error, what: str) -> LeaseLost | None:
         """A fence refused (PF001, PF007) marks the lease lost; the error to raise instead."""
         if e.sqlstate in ("PF001", "PF007"):
-            self.mark_lost(f"{self.describe()}: {what} refused ({reason(e)})")
-            return LeaseLost(self.lost)
+            why = f"{self.describe()}: {what} refused ({reason(e)})"
+            self.mark_lost(why)
+            return LeaseLost(why)
         if classify(e) is Failure.CONNECTION:
             self.doubt()
         return None

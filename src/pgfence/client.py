@@ -49,10 +49,12 @@ from pgfence._core import (
     StopRenewer,
     T,
     Task,
+    reason,
 )
 from pgfence.connection import Connection, connect
 
-__all__ = ["Context", "Handler", "Leader", "LeaseLost", "Owner", "Retry", "Task", "Worker"]
+__all__ = ["Context", "Handler", "Leader", "LeaseLost", "Owner", "Retry", "Task", "Worker",
+           "reason"]
 
 
 class Context(_core.ContextBase):
