@@ -236,13 +236,17 @@ logfile = {home}/pgbouncer.log
 pidfile = {home}/pgbouncer.pid
 """)
         run("chown", "-R", f"{USER}:", home)
-        as_postgres("pgbouncer", "-d", "-q", home / "pgbouncer.ini")
         bouncer = cls(home, port)
+        bouncer._run()
+        return bouncer
+
+    def _run(self) -> None:
+        as_postgres("pgbouncer", "-d", "-q", self.home / "pgbouncer.ini")
         deadline = time.monotonic() + 10
         while True:
             try:
-                connect(bouncer.dsn("postgres"), "pgfence-cluster", timeout=2).close()
-                return bouncer
+                connect(self.dsn("postgres"), "pgfence-cluster", timeout=2).close()
+                return
             except psycopg.OperationalError:
                 if time.monotonic() > deadline:
                     raise
@@ -253,6 +257,29 @@ pidfile = {home}/pgbouncer.pid
 
     def stop(self) -> None:
         _kill(self.home / "pgbouncer.pid")
+
+    def restart(self) -> None:
+        """A crash and restart of the pooler on the same port: every client connection and
+        every server connection it held is gone; it is accepting again when this returns."""
+        pidfile = self.home / "pgbouncer.pid"
+        pid = int(pidfile.read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"pgbouncer {pid} did not die")
+            time.sleep(0.005)                    # waiting for the exit; nothing is decided
+        pidfile.unlink(missing_ok=True)
+        self._run()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie does not: it is only waiting to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _kill(pidfile: Path) -> None:
