@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -20,8 +20,9 @@ AnyOwner = pgfence.client.Owner | pgfence.aio.Owner
 AnyWorker = pgfence.client.Worker | pgfence.aio.Worker
 AnyContext = pgfence.client.Context | pgfence.aio.Context
 R = TypeVar("R")
-# Called first by every test handler: may raise to fail the task.
-Pre = Callable[[Any, AnyContext], None]
+# Called first by every test handler: may raise to fail the task. What it returns is awaited
+# by an asyncio handler if it is a coroutine (e.g. another worker's run).
+Pre = Callable[[Any, AnyContext], Any]
 
 KINDS = ("sync", "async")
 
@@ -43,6 +44,11 @@ def effects_table(db: Database, resource: str) -> None:
 
 
 EFFECT = "insert into effects values (%s, %s, %s)"
+
+
+async def later(result: Any) -> None:
+    if asyncio.iscoroutine(result):
+        await result
 
 
 @dataclass
@@ -74,7 +80,7 @@ class Client:
         if not effect:
             if self.aio:
                 async def plain(payload: Any, ctx: pgfence.aio.Context) -> Any:
-                    pre(payload, ctx)
+                    await later(pre(payload, ctx))
                     return {"n": payload["n"]}
                 return plain
 
@@ -86,7 +92,7 @@ class Client:
             aconns: list[Any] = []
 
             async def ahandler(payload: Any, ctx: pgfence.aio.Context) -> Any:
-                pre(payload, ctx)
+                await later(pre(payload, ctx))
                 if not aconns:
                     aconns.append(await aconnect(self.effect_dsn, "effects"))
                     self._closers.append(lambda: self.call(aconns[0].close()))
@@ -105,18 +111,17 @@ class Client:
             return {"n": payload["n"]}
         return handler
 
-    def call(self, result: Coroutine[Any, Any, R] | R) -> R:
+    def call(self, result: Any) -> Any:
         if not asyncio.iscoroutine(result):
             return result
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-        done: R = self._loop.run_until_complete(result)
-        return done
+        return self._loop.run_until_complete(result)
 
     def wait(self, event: threading.Event, timeout: float) -> bool:
         """Waits for ``event`` while this client's renewers run (on asyncio's loop, too)."""
         if self.aio:
-            return self.call(asyncio.to_thread(event.wait, timeout))
+            return bool(self.call(asyncio.to_thread(event.wait, timeout)))
         return event.wait(timeout)
 
     def close(self) -> None:

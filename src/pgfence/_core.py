@@ -281,7 +281,7 @@ class LeaseCore:
         """Stops trusting the lease (the first reason is kept) and sets ``cancelled``."""
         if self.lost is None:
             self.lost = why
-            log.info("%s: %s", self.describe(), why)
+            log.info("%s", why)
         self._lost_signal.set()
 
     def doubt(self) -> None:
@@ -478,7 +478,10 @@ class LeaseCore:
             if e.sqlstate != "PF001":
                 raise
         finally:
-            self.mark_lost("released")
+            if self.lost is None:
+                log.info("%s: released", self.describe())
+            self.lost = self.lost or "released"
+            self._lost_signal.set()
 
 
 # -- the worker -------------------------------------------------------------------------------
@@ -631,11 +634,17 @@ class WorkerCore:
                 return "skip"
             if owner._doubts == doubts:
                 break                        # else trusted again, then checked again
-        start = held.visible_from if held.fresh else owner.clock()
-        if self.handler_timeout is None or not math.isinf(self.handler_timeout):
-            held.deadline = min(start + self.budget, held.visible_until)
+        held.deadline = self._deadline(held, owner.clock())
         held.fresh = False
         return "start"
+
+    def _deadline(self, held: Held, now: float) -> float | None:
+        """The handler's deadline (None without one): its time, and never past its task's
+        visibility, whoever else might then claim it."""
+        if self.handler_timeout is not None and math.isinf(self.handler_timeout):
+            return None
+        start = held.visible_from if held.fresh else now
+        return min(start + self.budget, held.visible_until)
 
     def _extend(self, held: Held, seconds: float) -> Steps[datetime | None]:
         sent = self.owner.clock()

@@ -5,8 +5,9 @@ resource (presenting ``--invocation`` when the supervisor started it after ``req
 then a ``Worker`` of the reference client. Its handler writes one row per attempt to the
 resource's protected table inside ``Owner.fenced``, stamped with lease, generation, task and
 attempt (from the handler's context); the task is then completed by one statement that also
-records what ``complete`` answered (sent again, with the same attempt id, after a lost answer). An invocation worker exits when its one term of ownership ends; a process worker
-goes back to standby.
+records what ``complete`` answered (sent again, with the same attempt id, after a lost
+answer). An invocation worker exits when its one term of ownership ends; a process worker goes
+back to standby.
 
 advisory mode, a negative control: the "lease" is ``pg_try_advisory_lock`` taken through a
 transaction pooler, and the writes are unfenced.
