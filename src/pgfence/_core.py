@@ -447,11 +447,16 @@ class LeaseCore:
         """Past a progress deadline: stop trusting the lease, and drain it (not release: the
         holder may still hold tasks, and monitoring should show a draining lease, not an
         ended one). If the drain fails, the unrenewed lease expires within its ttl anyway."""
-        self.mark_lost(f"{self.describe()}: renewal stopped: {why}")
+        why = f"{self.describe()}: renewal stopped: {why}"
+        if self.lost is None:
+            self.lost = why           # trusted no more, at once; the handler is told after
+            log.info("%s", why)       # the drain, when its successor may already be admitted
         try:
             yield Call(Link.RENEW, "drain", DRAIN, (self.lease_id,))
         except psycopg.Error as e:
             log.warning("%s: drain failed (%s)", self.describe(), classify(e).value)
+        finally:
+            self.mark_lost(why)
 
     def _drain(self) -> Steps[None]:
         """Stops claiming; the resource is free for a successor at once."""
