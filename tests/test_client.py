@@ -21,7 +21,7 @@ from pgfence._core import Link, Op, Steps
 from pgfence.client import Context, Leader, LeaseLost, Owner, Worker, drive
 from pgfence.connection import connect
 from testkit.harness import Database
-from tests.support import acquired
+from tests.support import Clock, acquired
 
 
 def test_worker_handles_the_queue_and_releases(any_db: Database) -> None:
@@ -35,14 +35,6 @@ def test_worker_handles_the_queue_and_releases(any_db: Database) -> None:
         ("completed", 5)]
     assert any_db.one("select status from pgfence.lease_status") == "released"
     assert not owner.valid
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def deadline_after_slow_renewal(db: Database, owner_cls: type[Owner]) -> tuple[float, bool]:

@@ -18,7 +18,7 @@ import pytest
 import pgfence.aio
 import pgfence.client
 from testkit.harness import Database
-from tests.client_support import KINDS, AnyContext, Client, Clock, client
+from tests.support import KINDS, AnyContext, Client, Clock, client
 
 SLOW = 15.0                 # how long the slow handler takes, in seconds of the test's time
 VISIBILITY = 10.0           # shorter than that

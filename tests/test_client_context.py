@@ -15,7 +15,7 @@ import pgfence.aio
 from pgfence.aio import LeaseLost
 from pgfence.connection import aconnect
 from testkit.harness import Database
-from tests.client_support import KINDS, AnyContext, Clock, client
+from tests.support import KINDS, AnyContext, Clock, client
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -27,8 +27,7 @@ from pgfence.client import LeaseLost, Retry
 from testkit.cluster import Cluster, PgBouncer
 from testkit.harness import Database
 from testkit.relay import Link, Relay
-from tests.client_support import KINDS, AnyContext, Client, client, effects_table
-from tests.support import ROOT
+from tests.support import KINDS, ROOT, AnyContext, Client, client, effects_table
 
 STEPS = ("acquire", "renew", "claim", "extend", "handler", "complete", "fail", "requeue",
          "drain", "release")
