@@ -309,5 +309,6 @@ def test_the_fault_table_is_documented() -> None:
     table = doc[doc.index("<!-- fault table"):]
     table = table[:table.index("\n\n")]
     rows = [line.split("|")[1].strip().strip("`") for line in table.splitlines()[3:]]
-    assert rows == ["handler running" if s == "handler" else s for s in STEPS]
+    names = {"handler": "handler running", "requeue": "requeue_expired"}
+    assert rows == [names.get(s, s) for s in STEPS]
 
