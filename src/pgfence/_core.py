@@ -40,6 +40,7 @@ import logging
 import math
 import random
 import re
+import threading
 import time
 import uuid
 from collections import Counter
@@ -54,6 +55,7 @@ from psycopg.types.json import Jsonb
 T = TypeVar("T")
 Row = tuple[Any, ...]
 log = logging.getLogger("pgfence")
+log.addHandler(logging.NullHandler())    # a library's: the application decides what is shown
 
 ACQUIRE = ("select lease_id, generation "
            "from pgfence.acquire(%s, %s, make_interval(secs => %s), %s)")
@@ -222,7 +224,9 @@ class LeaseCore:
     lost: str | None = field(default=None, init=False)
     _valid_until: float = field(default=0.0, init=False, repr=False)
     # Doubt: every lost connection counts one; a renewal sent after the n-th confirms up to n.
+    # (From several threads, hence the lock; never held across a yield.)
     _doubts: int = field(default=0, init=False, repr=False)
+    _doubt_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _confirmed: int = field(default=0, init=False, repr=False)
     _progress: tuple[float, str] | None = field(default=None, init=False, repr=False)
     _stopping: bool = field(default=True, init=False, repr=False)
@@ -286,7 +290,8 @@ class LeaseCore:
 
     def doubt(self) -> None:
         """A connection was lost: trust the lease again only after a renewal sent from now on."""
-        self._doubts += 1
+        with self._doubt_lock:
+            self._doubts += 1
 
     def renew_until(self, deadline: float | None, why: str = "a progress deadline") -> None:
         """Ties renewal to progress: the renewer renews only until ``deadline`` (on ``clock``);
@@ -369,8 +374,9 @@ class LeaseCore:
         """A renewal sent at ``sent`` (on ``clock``) succeeded. Counted from the send, a slow
         answer cannot stretch the lease: the database started the new term no earlier than
         the request left. It confirms the lease for every lost connection before the send."""
-        self._valid_until = max(self._valid_until, sent + self.ttl)
-        self._confirmed = max(self._confirmed, seq)
+        with self._doubt_lock:
+            self._valid_until = max(self._valid_until, sent + self.ttl)
+            self._confirmed = max(self._confirmed, seq)
 
     def _renew(self, link: Link) -> Steps[str]:
         """One renewal, not sent again here; PF001 marks the lease lost."""

@@ -129,11 +129,13 @@ class FencedWrite:
                     time.sleep(self.work)    # the handler's work, inside the fenced transaction
                     # Owner.fenced sent BEGIN right before fence: now() is no later than fence.
                     write_id = self._insert(conn, task, None)
-        except psycopg.OperationalError as e:
-            # The term ends (not a fail(), which would cost the task a backoff for what is not
-            # its fault); the attempt is left to requeue_expired.
+        except psycopg.Error as e:
+            # Any database error of the write (its connection lost, the session ended by the
+            # fence's idle limit once the lease ran out, 25P03) ends the term, as a refused
+            # fence does: not a fail(), which would cost the task a backoff for what is not
+            # its fault. The attempt is left to requeue_expired.
             self.close()
-            raise LeaseLost(f"the handler's connection was lost: {type(e).__name__}") from e
+            raise LeaseLost(f"the handler's write failed: {type(e).__name__}") from e
         self.control.pause_at("before-complete")
         return {"task_id": task.task_id, "attempt": task.attempt, "write_id": write_id}
 
@@ -176,13 +178,16 @@ class FencedWrite:
 
 @dataclass
 class CampaignWorker(Worker):
-    """The reference Worker, with each verdict recorded in ``campaign.reports`` by the
-    statement that reports it (one statement: committed with the result or not at all)."""
+    """The reference Worker, with the verdict of each complete recorded in
+    ``campaign.reports`` by the statement that reports it (one statement: committed with the
+    result or not at all)."""
 
     name: str = ""
 
     def _report_statement(self, kind: Kind, held: Held, body: Any) -> tuple[str, tuple[Any, ...]]:
         query, params = super()._report_statement(kind, held, body)
+        if kind != "complete":
+            return query, params    # (never: the handler raises LeaseLost or returns)
         return (f"with v as ({query} as verdict), "
                 "r as (insert into campaign.reports (task_id, attempt, outcome, worker) "
                 "      select %s, %s, verdict, %s from v) "
