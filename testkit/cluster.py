@@ -241,6 +241,7 @@ pidfile = {home}/pgbouncer.pid
         return bouncer
 
     def _run(self) -> None:
+        """Starts the daemon; returns once it accepts connections."""
         as_postgres("pgbouncer", "-d", "-q", self.home / "pgbouncer.ini")
         deadline = time.monotonic() + 10
         while True:
@@ -259,22 +260,26 @@ pidfile = {home}/pgbouncer.pid
         _kill(self.home / "pgbouncer.pid")
 
     def restart(self) -> None:
-        """A crash and restart of the pooler on the same port: every client connection and
-        every server connection it held is gone; it is accepting again when this returns."""
+        """A crash and restart: PgBouncer is killed (SIGKILL: every client and server
+        connection drops at once), then started again on the same port with the same settings;
+        returns once it accepts connections."""
         pidfile = self.home / "pgbouncer.pid"
         pid = int(pidfile.read_text().split()[0])
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while _alive(pid):
+        while _running(pid):
             if time.monotonic() > deadline:
-                raise ClusterError(f"pgbouncer {pid} did not die")
-            time.sleep(0.005)                    # waiting for the exit; nothing is decided
-        pidfile.unlink(missing_ok=True)
+                raise ClusterError(f"PgBouncer {pid} did not die")
+            time.sleep(0.005)                # kill poll; no verdict depends on it
+        # A killed PgBouncer leaves its pidfile, and refuses to start while that pid exists
+        # (kill(pid, 0) succeeds for a zombie too).
+        pidfile.unlink()
         self._run()
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie does not: it is only waiting to be reaped)."""
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` still runs: a zombie (dead, its sockets closed, waiting for its
+    parent, here often a slow-reaping init, to reap it) does not."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
