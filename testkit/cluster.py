@@ -236,13 +236,18 @@ logfile = {home}/pgbouncer.log
 pidfile = {home}/pgbouncer.pid
 """)
         run("chown", "-R", f"{USER}:", home)
-        as_postgres("pgbouncer", "-d", "-q", home / "pgbouncer.ini")
         bouncer = cls(home, port)
+        bouncer._run()
+        return bouncer
+
+    def _run(self) -> None:
+        """Starts the daemon; returns once it accepts connections."""
+        as_postgres("pgbouncer", "-d", "-q", self.home / "pgbouncer.ini")
         deadline = time.monotonic() + 10
         while True:
             try:
-                connect(bouncer.dsn("postgres"), "pgfence-cluster", timeout=2).close()
-                return bouncer
+                connect(self.dsn("postgres"), "pgfence-cluster", timeout=2).close()
+                return
             except psycopg.OperationalError:
                 if time.monotonic() > deadline:
                     raise
@@ -253,6 +258,33 @@ pidfile = {home}/pgbouncer.pid
 
     def stop(self) -> None:
         _kill(self.home / "pgbouncer.pid")
+
+    def restart(self) -> None:
+        """A crash and restart: PgBouncer is killed (SIGKILL: every client and server
+        connection drops at once), then started again on the same port with the same settings;
+        returns once it accepts connections."""
+        pidfile = self.home / "pgbouncer.pid"
+        pid = int(pidfile.read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _running(pid):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"PgBouncer {pid} did not die")
+            time.sleep(0.005)                # kill poll; no verdict depends on it
+        # A killed PgBouncer leaves its pidfile, and refuses to start while that pid exists
+        # (kill(pid, 0) succeeds for a zombie too).
+        pidfile.unlink()
+        self._run()
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` still runs: a zombie (dead, its sockets closed, waiting for its
+    parent, here often a slow-reaping init, to reap it) does not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _kill(pidfile: Path) -> None:
