@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from pgfence.client import LeaseLost, Owner, Worker
+from pgfence.client import Context, LeaseLost, Owner, Worker, reason
 from pgfence.connection import connect
 
 TTL, VISIBILITY = 2.0, 3.0
@@ -49,8 +49,9 @@ def worker(dsn: str, name: str, invocation: str) -> None:
     log(name, f"acquired the lease: generation {owner.generation}")
     conn = connect(dsn, name)
 
-    def send(payload: dict[str, Any]) -> dict[str, Any]:
-        log(name, f"claimed email {payload['n']}; rendering it")
+    def send(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        log(name, f"claimed email {payload['n']} (task {ctx.task.task_id}, attempt "
+                  f"{ctx.task.attempt}); rendering it")
         time.sleep(0.4)
         # Fence and write in one transaction. No local clock is consulted here on purpose:
         # the database alone decides whether this process still owns the resource.
@@ -62,8 +63,9 @@ def worker(dsn: str, name: str, invocation: str) -> None:
                              "values (%s, %s, %s)",
                              (payload["n"], name, generation[0] if generation else None))
         except psycopg.Error as e:
-            log(name, f"write of email {payload['n']} REFUSED: {e.diag.message_primary}")
-            raise LeaseLost(str(e)) from None
+            # The message names the lease by id: a capability, kept out of the log.
+            log(name, f"write of email {payload['n']} REFUSED: {reason(e)}")
+            raise LeaseLost(f"{owner.describe()}: fence refused") from None
         log(name, f"wrote email {payload['n']} under generation {owner.generation}")
         return {"sent": True}
 

@@ -1,13 +1,23 @@
 """What test files share, beside the fixtures of tests/conftest.py: the repository, installing
-pgfence into a database, and small checks. Clusters, PgBouncer and connections are
-testkit.cluster's; named sessions and steps are testkit.harness's."""
+pgfence into a database, small checks, and both Python clients behind one interface (at the
+end). Clusters, PgBouncer and connections are testkit.cluster's; named sessions and steps are
+testkit.harness's."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import pgfence.aio
+import pgfence.client
+from pgfence.connection import aconnect, connect
 from testkit.cluster import Cluster
-from testkit.harness import Lease
+from testkit.harness import Database, Lease
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "sql/pgfence.sql"
@@ -68,3 +78,132 @@ def install_test_helpers(cluster: Cluster, database: str) -> None:
 def acquired(lease: Lease | None) -> Lease:
     assert lease is not None, "expected a lease"
     return lease
+
+
+# -- the Python clients: every client scenario runs against pgfence.client and pgfence.aio --
+
+AnyOwner = pgfence.client.Owner | pgfence.aio.Owner
+AnyWorker = pgfence.client.Worker | pgfence.aio.Worker
+AnyContext = pgfence.client.Context | pgfence.aio.Context
+# Called first by every test handler: may raise to fail the task. What it returns is awaited
+# by an asyncio handler if it is a coroutine (e.g. another worker's run).
+Pre = Callable[[Any, AnyContext], Any]
+
+KINDS = ("sync", "async")
+
+
+class Clock:
+    """A fake monotonic clock: time passes for an owner only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def effects_table(db: Database, resource: str) -> None:
+    """``effects``: one row per handler that got as far as its fenced write."""
+    db.sql("create table effects (task_id bigint, attempt int, generation bigint)")
+    db.sql("select pgfence.protect('effects', %s)", (resource,))
+
+
+EFFECT = "insert into effects values (%s, %s, %s)"
+
+
+async def later(result: Any) -> None:
+    if asyncio.iscoroutine(result):
+        await result
+
+
+@dataclass
+class Client:
+    """One of the two clients; ``call`` runs what its methods return (a value for the threaded
+    one, a coroutine for asyncio's, run on this client's loop)."""
+
+    kind: str
+    effect_dsn: str
+    _loop: asyncio.AbstractEventLoop | None = None
+    _closers: list[Callable[[], Any]] = field(default_factory=list)
+
+    @property
+    def aio(self) -> bool:
+        return self.kind == "async"
+
+    def owner(self, *args: Any, **kwargs: Any) -> Any:
+        cls = pgfence.aio.Owner if self.aio else pgfence.client.Owner
+        return cls(*args, **kwargs)
+
+    def worker(self, owner: Any, queue: str, pre: Pre, cls: type[Any] | None = None,
+               effect: bool = True, **kwargs: Any) -> Any:
+        """A worker whose handler runs ``pre(payload, context)``, then (``effect``) writes its
+        effect in a transaction fenced by ``owner``, and returns ``{"n": payload["n"]}``."""
+        cls = cls or (pgfence.aio.Worker if self.aio else pgfence.client.Worker)
+        return cls(owner, queue, self.handler(owner, pre, effect), **kwargs)
+
+    def handler(self, owner: Any, pre: Pre, effect: bool = True) -> Any:
+        if not effect:
+            if self.aio:
+                async def plain(payload: Any, ctx: pgfence.aio.Context) -> Any:
+                    await later(pre(payload, ctx))
+                    return {"n": payload["n"]}
+                return plain
+
+            def plain_sync(payload: Any, ctx: pgfence.client.Context) -> Any:
+                pre(payload, ctx)
+                return {"n": payload["n"]}
+            return plain_sync
+        if self.aio:
+            aconns: list[Any] = []
+
+            async def ahandler(payload: Any, ctx: pgfence.aio.Context) -> Any:
+                await later(pre(payload, ctx))
+                if not aconns:
+                    aconns.append(await aconnect(self.effect_dsn, "effects"))
+                    self._closers.append(lambda: self.call(aconns[0].close()))
+                async with owner.fenced(aconns[0]) as tx:
+                    await tx.execute(EFFECT, (ctx.task.task_id, ctx.task.attempt,
+                                              owner.generation))
+                return {"n": payload["n"]}
+            return ahandler
+        conn = connect(self.effect_dsn, "effects")
+        self._closers.append(conn.close)
+
+        def handler(payload: Any, ctx: pgfence.client.Context) -> Any:
+            pre(payload, ctx)
+            with owner.fenced(conn) as tx:
+                tx.execute(EFFECT, (ctx.task.task_id, ctx.task.attempt, owner.generation))
+            return {"n": payload["n"]}
+        return handler
+
+    def call(self, result: Any) -> Any:
+        if not asyncio.iscoroutine(result):
+            return result
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(result)
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        """Waits for ``event`` while this client's renewers run (on asyncio's loop, too)."""
+        if self.aio:
+            return bool(self.call(asyncio.to_thread(event.wait, timeout)))
+        return event.wait(timeout)
+
+    def close(self) -> None:
+        for closer in reversed(self._closers):
+            closer()
+        if self._loop is not None:
+            # The renewer tasks of owners that were never released end with the loop.
+            for task in asyncio.all_tasks(self._loop):
+                task.cancel()
+            self._loop.run_until_complete(asyncio.sleep(0))
+            self._loop.close()
+
+
+@contextmanager
+def client(kind: str, db: Database) -> Iterator[Client]:
+    c = Client(kind, db.server_dsn)
+    try:
+        yield c
+    finally:
+        c.close()

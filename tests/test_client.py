@@ -11,16 +11,17 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import pytest
 
-from pgfence.client import Leader, LeaseLost, Owner, Worker
+from pgfence._core import Link, Op, Steps
+from pgfence.client import Context, Leader, LeaseLost, Owner, Worker, drive
 from pgfence.connection import connect
 from testkit.harness import Database
-from tests.support import acquired
+from tests.support import Clock, acquired
 
 
 def test_worker_handles_the_queue_and_releases(any_db: Database) -> None:
@@ -29,31 +30,11 @@ def test_worker_handles_the_queue_and_releases(any_db: Database) -> None:
         any_db.sql("select pgfence.enqueue('q', %s)", (f'{{"n": {n}}}',))
     owner = Owner(any_db.dsn, "w", ttl=30)
     assert owner.acquire()
-    Worker(owner, "q", lambda p: {"double": p["n"] * 2}, qty=2).run(max_tasks=5)
+    Worker(owner, "q", lambda p, ctx: {"double": p["n"] * 2}, qty=2).run(max_tasks=5)
     assert any_db.sql("select state, count(*) from pgfence.tasks group by state") == [
         ("completed", 5)]
     assert any_db.one("select status from pgfence.lease_status") == "released"
     assert not owner.valid
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class SlowRenewal:
-    """Wraps a connection: the renewal's answer arrives `delay` seconds after it was sent."""
-
-    def __init__(self, conn: psycopg.Connection[Any], clock: Clock, delay: float) -> None:
-        self.conn, self.clock, self.delay = conn, clock, delay
-
-    def execute(self, *args: Any) -> Any:
-        result = self.conn.execute(*args)
-        self.clock.now += self.delay
-        return result
 
 
 def deadline_after_slow_renewal(db: Database, owner_cls: type[Owner]) -> tuple[float, bool]:
@@ -62,12 +43,17 @@ def deadline_after_slow_renewal(db: Database, owner_cls: type[Owner]) -> tuple[f
     owner = owner_cls(db.dsn, "r", ttl=10, renew_every=3600, clock=clock)
     assert owner.acquire()
     clock.now = 105.0                        # renewal sent at 105, answered at 113
-    with connect(db.dsn, "renewal") as conn:
-        owner.renew_once(SlowRenewal(conn, clock, 8.0))  # type: ignore[arg-type]
+
+    def slow(op: Op) -> Any:
+        rows = owner._perform(op)
+        clock.now += 8.0
+        return rows
+
+    drive(slow, owner._renew(Link.OWNER))
     clock.now = 115.5                        # after sent + ttl, before answered + ttl
     valid = owner.valid
     owner.release()
-    return owner._valid_until, valid
+    return owner.deadline, valid
 
 
 def test_renew_deadline_is_measured_from_the_send(db: Database) -> None:
@@ -77,10 +63,8 @@ def test_renew_deadline_is_measured_from_the_send(db: Database) -> None:
 class NaiveOwner(Owner):
     """Broken on purpose: the deadline counts from when the answer arrived."""
 
-    def renew_once(self, conn: psycopg.Connection[tuple[Any, ...]]) -> str:
-        state = super().renew_once(conn)
-        self._valid_until = self.clock() + self.ttl
-        return state
+    def _renewed(self, sent: float, seq: int) -> None:
+        super()._renewed(self.clock(), seq)
 
 
 def test_negative_control_deadline_from_the_answer_stretches_the_lease(db: Database) -> None:
@@ -96,11 +80,12 @@ def test_refused_renewal_stops_claiming(any_db: Database) -> None:
     assert owner.lease_id is not None
     any_db.expire(owner.lease_id)                     # the owner was paused ...
     any_db.sql("select pgfence.acquire('r', 'successor', '30 s')")
-    with (connect(any_db.dsn, "renewal") as conn,
-          pytest.raises(psycopg.Error)):
-        owner.renew_once(conn)
+    with pytest.raises(psycopg.Error):
+        owner.renew()
     assert not owner.valid and owner.lost and "refused" in owner.lost
-    worker = Worker(owner, "q", lambda p: p)
+    assert str(owner.lease_id) not in owner.lost      # a capability: never in a message
+    assert owner.cancelled.is_set()
+    worker = Worker(owner, "q", lambda p, ctx: p)
     worker.run()
     assert worker.handled == 0
     assert any_db.one("select state from pgfence.tasks") == "queued"
@@ -130,7 +115,7 @@ def test_sigterm_drains_finishes_in_flight_and_releases(any_db: Database) -> Non
         any_db.sql("select pgfence.enqueue('q')")
     owner = Owner(any_db.dsn, "w", ttl=30, renew_every=3600)
     assert owner.acquire()
-    worker = Worker(owner, "q", lambda p: signal.raise_signal(signal.SIGTERM), qty=1)
+    worker = Worker(owner, "q", lambda p, ctx: signal.raise_signal(signal.SIGTERM), qty=1)
     previous = signal.getsignal(signal.SIGTERM)
     worker.install_sigterm()
     try:
@@ -151,7 +136,7 @@ def worker_whose_drain_fails(db: Database, worker_cls: type[Worker]) -> Owner:
     owner = Owner(db.dsn, "w", ttl=30, renew_every=0.01)
     assert owner.acquire()
     with pytest.raises(psycopg.Error, match="drain is broken"):
-        worker_cls(owner, "q", lambda p: p).run(max_tasks=0)
+        worker_cls(owner, "q", lambda p, ctx: p).run(max_tasks=0)
     return owner
 
 
@@ -165,9 +150,9 @@ def test_worker_releases_even_when_drain_fails(db: Database) -> None:
 class DrainThenRelease(Worker):
     """Broken on purpose: a failing drain skips the release."""
 
-    def _leave(self) -> None:
-        self.owner.drain()
-        self.owner.release()
+    def _leave(self) -> Steps[None]:
+        yield from self.owner._drain()
+        yield from self.owner._release()
 
 
 def test_negative_control_failing_drain_leaves_the_lease_renewed(db: Database) -> None:
@@ -198,21 +183,11 @@ def test_standby_leader_takes_over_when_the_leader_leaves(any_db: Database) -> N
 
 
 @dataclass
-class RecordingWorker(Worker):
-    """The reference Worker, recording the attempt ids it handles (for expire_attempt)."""
-
-    attempts: list[uuid.UUID] = field(default_factory=list)
-
-    def _handle(self, conn: psycopg.Connection[tuple[Any, ...]], attempt_id: uuid.UUID,
-                payload: Any) -> None:
-        self.attempts.append(attempt_id)
-        super()._handle(conn, attempt_id, payload)
-
-
-@dataclass
 class HungHandler:
     owner: Owner
-    worker: RecordingWorker
+    worker: Worker
+    attempts: list[uuid.UUID]               # what the handler was given (for expire_attempt)
+    contexts: list[Context]
     unblock: threading.Event
     thread: threading.Thread
     errors: list[BaseException]
@@ -236,13 +211,17 @@ def handler_hung_past_its_deadline(db: Database, **options: Any) -> Iterator[Hun
     owner = Owner(db.dsn, "w", owner="hung", ttl=30, renew_every=0.02, clock=clock)
     assert owner.acquire()
     started, unblock = threading.Event(), threading.Event()
+    attempts: list[uuid.UUID] = []
+    contexts: list[Context] = []
 
-    def handler(payload: Any) -> Any:
+    def handler(payload: Any, ctx: Context) -> Any:
+        attempts.append(ctx.task.attempt_id)
+        contexts.append(ctx)
         started.set()
         assert unblock.wait(60), "never unblocked"
         return {"n": payload["n"], "late": True}
 
-    worker = RecordingWorker(owner, "q", handler, visibility=10, **options)
+    worker = Worker(owner, "q", handler, visibility=10, **options)
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -256,7 +235,7 @@ def handler_hung_past_its_deadline(db: Database, **options: Any) -> Iterator[Hun
     try:
         assert started.wait(30), "the handler never started"
         clock.now += 11
-        yield HungHandler(owner, worker, unblock, thread, errors)
+        yield HungHandler(owner, worker, attempts, contexts, unblock, thread, errors)
     finally:
         unblock.set()
         thread.join(timeout=30)
@@ -285,12 +264,15 @@ def test_hung_handler_past_its_deadline_gives_the_lease_up(
         hung.owner._renewer.join(timeout=10)
         assert not hung.owner._renewer.is_alive()
         assert not hung.owner.valid and hung.owner.lost and "deadline" in hung.owner.lost
+        # The handler was told: its context's cancellation signal is set, its time is up.
+        (ctx,) = hung.contexts
+        assert ctx.cancelled.is_set() and (ctx.remaining() or 0) < 0
         # A successor is admitted at once, not after the ttl.
         successor = db.session("successor")
         lease = acquired(successor.acquire("w"))
         assert lease.generation == 2
         if reclaimed:
-            db.expire_attempt(hung.worker.attempts[0])     # the hung attempt's visibility ran out
+            db.expire_attempt(hung.attempts[0])     # the hung attempt's visibility ran out
             successor.run("select pgfence.requeue_expired()")
             assert len(successor.run("select * from pgfence.claim(%s, 'q', 1, '30 s')",
                                      (lease.lease_id,))) == 1
@@ -317,6 +299,8 @@ def test_negative_control_without_a_deadline_a_hung_handler_keeps_the_lease(
     with handler_hung_past_its_deadline(db, handler_timeout=math.inf) as hung:
         assert lease_after_the_deadline(db) == "current"
         assert hung.owner.valid
+        (ctx,) = hung.contexts
+        assert not ctx.cancelled.is_set() and ctx.deadline is None
         assert hung.owner._renewer is not None and hung.owner._renewer.is_alive()
         assert db.session("successor").acquire("w") is None
         hung.finish()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 from typing import Any
@@ -85,3 +86,21 @@ def test_pgmq_python_worker_loop_runs_as_written(mq: Database) -> None:
     assert mq.one("select count(*) from pgmq.a_jobs") == 12
     assert mq.one("select count(*) from pgmq.q_jobs") == 0
     assert mq.one("select status from pgfence.lease_status") == "released"
+
+
+def test_python_client_examples_run(db: Database) -> None:
+    """docs/python.md's worker, threaded and asyncio, each on the queue until it is idle."""
+    db.sql("select pgfence.register('mailer')")
+    for kind, marker in (("sync", "python example"), ("async", "python async example")):
+        for n in range(2):
+            db.sql("select pgfence.enqueue('emails', %s)", (f'{{"to": "{kind}-{n}@example.org"}}',))
+        namespace: dict[str, Any] = {}
+        exec(example("docs/python.md", marker, "python"), namespace)
+        result = namespace["main"](db.dsn)
+        if kind == "async":
+            asyncio.run(result)
+    rows = db.sql("select result->>'to', (result->>'task')::bigint = task_id "
+                  "from pgfence.tasks order by task_id")
+    assert rows == [(f"{k}-{n}@example.org", True) for k in ("sync", "async") for n in range(2)]
+    assert db.sql("select status from pgfence.lease_status") == [("released",), ("released",)]
+

@@ -3,9 +3,15 @@
 Owner    holds one lease: acquires it, renews it in a background thread, knows locally when it
          must stop trusting it, runs fenced transactions, drains and releases. Renewal can be
          tied to progress (``renew_until``): past the deadline the renewer drains and stops.
-Worker   claims tasks under an Owner, runs a handler under a deadline (``handler_timeout``),
-         reports results by attempt id.
+Worker   claims tasks under an Owner, calls a handler with the task's ``Context`` under a
+         deadline (``handler_timeout``), reports results by attempt id.
 Leader   a standby that polls until it owns the resource, for control planes.
+
+The same classes over asyncio are in ``pgfence.aio``; both drive one set of rules
+(``pgfence._core``), so they behave alike, faults included: lost connections are reconnected
+with jittered backoff, results whose answer was lost are sent again and their verdict taken,
+and after any lost connection the lease is trusted again only once a renewal succeeds. See
+docs/python.md.
 
 Safety never rests on this module: the database refuses a stale owner whatever the client
 believes (I1-I5). The client's job is liveness and good manners: stop claiming as soon as
@@ -17,301 +23,270 @@ it works through PgBouncer or Supavisor in transaction pooling mode.
 
 from __future__ import annotations
 
-import json
-import math
 import signal
 import threading
-import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from pgfence.connection import connect
+from pgfence import _core
+from pgfence._core import (
+    FENCE,
+    Call,
+    Handle,
+    LeaseLost,
+    Link,
+    Op,
+    Retry,
+    Sleep,
+    StartRenewer,
+    Steps,
+    StopRenewer,
+    T,
+    Task,
+    reason,
+)
+from pgfence.connection import Connection, connect
 
-Handler = Callable[[Any], Any]
+__all__ = ["Context", "Handler", "Leader", "LeaseLost", "Owner", "Retry", "Task", "Worker",
+           "reason"]
 
 
-class LeaseLost(Exception):
-    """Ownership is lost or in doubt: stop claiming and writing at once."""
+class Context(_core.ContextBase):
+    """What a handler gets beside its payload: the ``task`` (``task_id``, ``attempt_id``,
+    ``attempt``, ``payload``), its ``deadline`` on the owner's clock and ``remaining()``
+    seconds, ``cancelled``, and ``extend()``."""
+
+    def __init__(self, held: _core.Held, worker: Worker) -> None:
+        super().__init__(held, worker.owner)
+        self._worker = worker
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the owner gives the lease up or learns it is lost (the handler ran past its
+        deadline, a renewal was refused): stop, and leave nothing half done outside the
+        database. The worker never interrupts a handler itself."""
+        event = self._worker.owner.cancelled
+        assert isinstance(event, threading.Event)
+        return event
+
+    def extend(self, seconds: float) -> datetime | None:
+        """Keeps the task ``seconds`` more from now, and moves the handler's deadline to then;
+        the database's new visibility end, or None when this attempt no longer holds the task
+        (its visibility ran out and another attempt claimed it: stop, the result will be
+        stale)."""
+        return self._worker._drive(self._worker._extend_for_handler(self._held, seconds))
+
+
+Handler = Callable[[Any, Context], Any]
+"""``handler(payload, context)``: returns the task's result (JSON), raises to fail it."""
+
+
+def drive(performer: Callable[[Op], Any], steps: Steps[T]) -> T:
+    """Runs one of the core's operations: performs what it yields, sends back the answer or
+    throws in the error (any, so that its ``finally`` blocks run their steps too)."""
+    answer: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = steps.send(answer) if error is None else steps.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        answer, error = None, None
+        try:
+            answer = performer(op)
+        except BaseException as e:
+            error = e
+
+
+class _Links:
+    """The connections of one owner or worker, opened on first use and dropped when lost."""
+
+    def __init__(self, dsn: str, name: str) -> None:
+        self.dsn, self.name = dsn, name
+        self._conns: dict[Link, Connection] = {}
+
+    def execute(self, call: Call) -> list[_core.Row]:
+        conn = self._conns.get(call.link)
+        if conn is None or conn.closed:
+            conn = self._conns[call.link] = connect(self.dsn, self.name + call.link.value)
+        try:
+            return conn.execute(call.query, call.params).fetchall()
+        except psycopg.Error as e:
+            if conn.broken or conn.closed or _core.classify(e) is _core.Failure.CONNECTION:
+                conn.close()
+                del self._conns[call.link]
+            raise
+
+    def close(self, *links: Link) -> None:
+        for link in links:
+            conn = self._conns.pop(link, None)
+            if conn is not None:
+                conn.close()
+
+
+def _sleep(op: Sleep) -> None:
+    if op.wake is None:
+        threading.Event().wait(op.seconds)
+        return
+    assert isinstance(op.wake, threading.Event)
+    op.wake.wait(op.seconds)
+    if op.clear:
+        op.wake.clear()
 
 
 @dataclass
-class Owner:
+class Owner(_core.LeaseCore):
     """One owner's hold on one resource.
 
-    ``valid`` turns false when a renewal fails, when ownership is refused, or when the local
-    deadline passes: the last successful renewal's *send* time plus the ttl. Measuring from
-    the send keeps a slow success from stretching the lease: the database started the new
-    term no earlier than the request left. It also turns false when a progress deadline set
-    with ``renew_until`` passes.
+    ``valid`` turns false when a renewal fails, when ownership is refused, when the local
+    deadline passes (the last successful renewal's *send* time plus the ttl: a slow success
+    cannot stretch the lease), when a progress deadline set with ``renew_until`` passes, and
+    after any lost connection until a renewal succeeds again. ``cancelled`` is set when the
+    lease is given up or found lost. ``lease_id`` is a capability: it never appears in a
+    message of the client; ``describe()`` names the lease by resource and generation.
     """
 
-    dsn: str
-    resource: str
-    owner: str = field(default_factory=lambda: f"owner-{uuid.uuid4().hex[:8]}")
-    ttl: float = 30.0
-    renew_every: float | None = None         # default ttl / 3
-    clock: Callable[[], float] = time.monotonic
-    lease_id: uuid.UUID | None = None
-    generation: int | None = None
-    lost: str | None = None
-    _valid_until: float = 0.0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _wake: threading.Event = field(default_factory=threading.Event)   # stop or a new deadline
-    _progress: tuple[float, str] | None = None   # renew only until then (on clock), and why
-    _renewer: threading.Thread | None = None
+    _links: _Links = field(init=False, repr=False)
+    _renewer: threading.Thread | None = field(default=None, init=False, repr=False)
 
-    @property
-    def valid(self) -> bool:
-        return self.lease_id is not None and self.lost is None and self.clock() < self._valid_until
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._links = _Links(self.dsn, self.owner)
 
-    def check(self) -> None:
-        if not self.valid:
-            raise LeaseLost(self.lost or f"no lease on {self.resource} (expired locally)")
+    def _event(self) -> threading.Event:
+        return threading.Event()
+
+    def _perform(self, op: Op) -> Any:
+        if isinstance(op, Call):
+            return self._links.execute(op)
+        if isinstance(op, Sleep):
+            return _sleep(op)
+        if isinstance(op, StartRenewer):
+            self._renewer = threading.Thread(target=self._renew_in_background, daemon=True,
+                                             name=f"renew-{self.resource}")
+            self._renewer.start()
+            return None
+        if isinstance(op, StopRenewer):
+            if self._renewer is not None and self._renewer is not threading.current_thread():
+                self._renewer.join()
+            return None
+        raise TypeError(f"an Owner does not perform {op!r}")
+
+    def _renew_in_background(self) -> None:
+        try:
+            drive(self._perform, self._renew_loop())
+        finally:
+            self._links.close(Link.RENEW)
+
+    def _drive(self, steps: Steps[T]) -> T:
+        return drive(self._perform, steps)
 
     def acquire(self, invocation_id: uuid.UUID | None = None) -> bool:
-        """Takes the lease if nobody holds it; starts the renewer. False while another owns it.
+        """Takes the lease if nobody holds it and starts the renewer; False while another owns
+        it. A lost connection is retried (``retry``); if the lost attempt had been granted,
+        the retry answers False, and that lease, renewed by nobody, expires within its ttl.
 
         Raises psycopg errors as they come: PF003 means the resource is disabled (exit).
         """
-        sent = self.clock()
-        with connect(self.dsn, self.owner) as conn:
-            row = conn.execute(
-                "select lease_id, generation "
-                "from pgfence.acquire(%s, %s, make_interval(secs => %s), %s)",
-                (self.resource, self.owner, self.ttl, invocation_id)).fetchone()
-        if row is None or row[0] is None:
-            return False
-        self.lease_id, self.generation, self.lost = row[0], row[1], None
-        self._valid_until = sent + self.ttl
-        self._progress = None
-        self._stop.clear()
-        self._wake.clear()
-        self._renewer = threading.Thread(target=self._renew_loop, daemon=True,
-                                         name=f"renew-{self.resource}")
-        self._renewer.start()
-        return True
+        return self._drive(self._acquire(invocation_id))
 
-    def renew_once(self, conn: psycopg.Connection[tuple[Any, ...]]) -> str:
-        """One renewal; returns the lease's state (active or draining)."""
-        sent = self.clock()
-        try:
-            row = conn.execute("select state from pgfence.renew(%s, make_interval(secs => %s))",
-                               (self.lease_id, self.ttl)).fetchone()
-        except psycopg.Error as e:
-            if e.sqlstate == "PF001":
-                self.lost = f"renewal refused: {e.diag.message_primary}"
-            raise
-        self._valid_until = max(self._valid_until, sent + self.ttl)
-        return str(row[0]) if row else "active"
+    def renew(self) -> str:
+        """One renewal now (the renewer does this by itself); the lease's state, ``active``
+        or ``draining``. PF001 marks the lease lost, and is raised."""
+        return self._drive(self._renew(Link.OWNER))
 
-    def renew_until(self, deadline: float | None, why: str = "a progress deadline") -> None:
-        """Ties renewal to progress: the renewer renews only until ``deadline`` (on ``clock``);
-        None lifts the limit. If the deadline passes first, the renewer stops for good, drains
-        the lease so that a successor is admitted at once, and marks it lost (``why``): whoever
-        set the deadline is not making progress, and must not keep the resource by proxy.
-
-        Nothing is killed: the late holder runs on, its fences are refused (the lease is no
-        longer active), and what it reports is judged by the database (I5).
-        """
-        self._progress = None if deadline is None else (deadline, why)
-        self._wake.set()
-
-    def _renew_loop(self) -> None:
-        every = self.renew_every or self.ttl / 3
-        conn: psycopg.Connection[tuple[Any, ...]] | None = None
-        # The renewal cadence is real time; a progress deadline is judged on `clock`.
-        next_renewal = time.monotonic() + every
-        while not self._stop.is_set():
-            progress = self._progress
-            wait = next_renewal - time.monotonic()
-            if progress is not None:
-                wait = min(wait, progress[0] - self.clock())
-            if wait > 0:
-                self._wake.wait(wait)
-                self._wake.clear()          # then read the state again: no wake-up is lost
-                continue
-            if progress is not None and self.clock() >= progress[0]:
-                # Checked before every renewal: none is sent for a holder past its deadline.
-                conn = self._abandon(conn, progress[1])
-                break
-            next_renewal = time.monotonic() + every
-            try:
-                conn = conn or connect(self.dsn, f"{self.owner}-renew")
-                self.renew_once(conn)
-            except psycopg.Error:
-                # A transient failure only costs time: the local deadline decides. A refusal
-                # (PF001) has set `lost` and ends the loop.
-                if conn is not None:
-                    conn.close()
-                conn = None
-                if self.lost:
-                    break
-        if conn is not None:
-            conn.close()
-
-    def _abandon(self, conn: psycopg.Connection[tuple[Any, ...]] | None,
-                 why: str) -> psycopg.Connection[tuple[Any, ...]] | None:
-        """Past a progress deadline: stop trusting the lease, and drain it (not release: the
-        holder may still hold tasks, and monitoring should show a draining lease, not an
-        ended one). If the drain fails, the unrenewed lease expires within its ttl anyway."""
-        self.lost = f"renewal stopped: {why}"
-        try:
-            conn = conn or connect(self.dsn, f"{self.owner}-renew")
-            with _suppress_not_current():
-                conn.execute("select pgfence.drain(%s)", (self.lease_id,))
-        except psycopg.Error:
-            if conn is not None:
-                conn.close()
-            conn = None
-        return conn
+    def trust(self) -> bool:
+        """Whether the lease may be worked under, renewing first if a connection was lost
+        since the last renewal (retried with backoff while the lease could still be current)."""
+        return self._drive(self._trust(Link.OWNER))
 
     @contextmanager
     def fenced(self, conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
-        """A transaction that is the owner's only if fence() passes in it (I2)."""
-        self.check()
+        """A transaction on ``conn`` that is the owner's only if fence() passes in it (I2).
+        LeaseLost when the lease is not trusted locally or the database refuses the fence."""
+        if not self.trust():
+            self.check()
         try:
             with conn.transaction():
-                conn.execute("select pgfence.fence(%s)", (self.lease_id,))
+                conn.execute(FENCE, (self.lease_id,))
                 yield conn
         except psycopg.Error as e:
-            if e.sqlstate in ("PF001", "PF007"):
-                self.lost = f"fence refused: {e.diag.message_primary}"
-                raise LeaseLost(self.lost) from e
+            lost = self._refused(e, "fence")
+            if lost is not None:
+                raise lost from e
             raise
 
     def drain(self) -> None:
-        if self.lease_id is not None and self.lost is None:
-            with connect(self.dsn, self.owner) as conn, _suppress_not_current():
-                conn.execute("select pgfence.drain(%s)", (self.lease_id,))
+        """Stops claiming; the resource is free for a successor at once."""
+        self._drive(self._drain())
 
     def release(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._renewer is not None:
-            self._renewer.join()
-        if self.lease_id is not None:
-            with connect(self.dsn, self.owner) as conn, _suppress_not_current():
-                conn.execute("select pgfence.release(%s)", (self.lease_id,))
-        self.lost = self.lost or "released"
-
-
-@contextmanager
-def _suppress_not_current() -> Iterator[None]:
-    try:
-        yield
-    except psycopg.Error as e:
-        if e.sqlstate != "PF001":
-            raise
+        """Stops the renewer, then ends the lease (a lease already ended is no error)."""
+        try:
+            self._drive(self._release())
+        finally:
+            self._links.close(Link.OWNER)
 
 
 @dataclass
-class Worker:
+class Worker(_core.WorkerCore):
     """Claims and handles tasks of one queue while its Owner is valid.
 
+    ``handler(payload, context)`` is called for each task (``Context``): its return value
+    completes the task, an exception fails it (``{"error": message}``), LeaseLost ends the run.
+
     Each handler call runs under a deadline, ``handler_timeout`` seconds on the owner's clock
-    (default: ``visibility``, after which the task may be handed to someone else anyway).
-    A handler still running at its deadline makes the owner stop renewing and drain
-    (``Owner.renew_until``): a hung handler cannot keep the lease alive forever. The worker
-    then starts no other handler; when the hung one returns, its result is reported (accepted
-    if nobody re-claimed the task, stale otherwise) and the worker releases and returns.
-    ``handler_timeout=math.inf`` disables the deadline. ``verdicts`` counts the database's
-    answers to the reports (accepted, duplicate, stale).
+    (default: ``visibility``; for the first task of a claim, counted from the claim). Before a
+    handler starts, its task is extended if its visibility would end before that deadline
+    (an attempt found stale is skipped), so no handler runs on a task that someone else may
+    claim. A handler still running at its deadline makes the owner stop renewing and drain
+    (``Owner.renew_until``) and sets ``context.cancelled``: a hung handler cannot keep the
+    lease alive forever. The worker then starts no other handler; when the hung one returns,
+    its result is reported (accepted if nobody re-claimed the task, stale otherwise) and the
+    worker releases and returns. ``handler_timeout=math.inf`` disables the deadline.
+
+    ``verdicts`` counts the database's answers to the reports (accepted, duplicate, stale);
+    ``skipped`` the tasks found stale before their handler started.
     """
 
     owner: Owner
-    queue: str
     handler: Handler
-    qty: int = 1
-    visibility: float = 30.0
-    idle_wait: float = 1.0
     stop: threading.Event = field(default_factory=threading.Event)
-    handled: int = 0
-    handler_timeout: float | None = None     # default: visibility; math.inf: no deadline
-    verdicts: Counter[str] = field(default_factory=Counter)
+    _links: _Links = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._links = _Links(self.owner.dsn, self.owner.owner)
 
     def install_sigterm(self) -> None:
         """SIGTERM drains: stop claiming, finish what is held, release."""
         signal.signal(signal.SIGTERM, lambda *_: self.stop.set())
 
-    def run(self, max_tasks: int | None = None) -> None:
-        with connect(self.owner.dsn, self.owner.owner) as conn:
-            try:
-                while not self.stop.is_set() and (max_tasks is None or self.handled < max_tasks):
-                    if not self.owner.valid:
-                        break                   # ownership in doubt: claim nothing more
-                    tasks = self._claim(conn)
-                    if not tasks:
-                        conn.execute("select pgfence.requeue_expired()")
-                        self.stop.wait(self.idle_wait)
-                        continue
-                    for attempt_id, payload in tasks:
-                        # After a handler ran past its deadline, start no other: the rest of
-                        # the batch returns to the queue when its visibility runs out.
-                        if not self.owner.valid:
-                            break
-                        self._handle(conn, attempt_id, payload)
-            finally:
-                self._leave()
-
-    def _leave(self) -> None:
-        # Release even when drain fails (the database away, a timeout): release is what stops
-        # the renewer, which would otherwise keep the lease alive for a worker that has quit.
+    def run(self, max_tasks: int | None = None, until_idle: bool = False) -> None:
+        """The loop; drains and releases the lease when it ends, however it ends. It ends after
+        ``max_tasks`` handler calls, on ``stop``, when ownership is lost, or (``until_idle``)
+        when the queue has nothing to claim and nothing to requeue."""
         try:
-            self.owner.drain()
+            self._drive(self._run(max_tasks, until_idle))
         finally:
-            self.owner.release()
+            self._links.close(Link.WORK)
 
-    def _claim(self, conn: psycopg.Connection[tuple[Any, ...]]) -> list[tuple[uuid.UUID, Any]]:
-        try:
-            return [(r[0], r[1]) for r in conn.execute(
-                "select attempt_id, payload "
-                "from pgfence.claim(%s, %s, %s, make_interval(secs => %s))",
-                (self.owner.lease_id, self.queue, self.qty, self.visibility)).fetchall()]
-        except psycopg.Error as e:
-            if e.sqlstate == "PF001":
-                self.owner.lost = f"claim refused: {e.diag.message_primary}"
-                return []
-            raise
+    def _drive(self, steps: Steps[T]) -> T:
+        return drive(self._perform, steps)
 
-    @contextmanager
-    def _deadline(self) -> Iterator[None]:
-        """The renewer keeps the lease for this handler call only until its deadline."""
-        timeout = self.visibility if self.handler_timeout is None else self.handler_timeout
-        if timeout != math.inf:
-            self.owner.renew_until(self.owner.clock() + timeout,
-                                   f"a handler ran past its deadline ({timeout:g} s)")
-        try:
-            yield
-        finally:
-            self.owner.renew_until(None)
-
-    def _handle(self, conn: psycopg.Connection[tuple[Any, ...]], attempt_id: uuid.UUID,
-                payload: Any) -> None:
-        try:
-            with self._deadline():
-                result = self.handler(payload)
-        except LeaseLost:
-            raise
-        except Exception as e:
-            self._report(conn, "fail", attempt_id, {"error": str(e)})
-        else:
-            self._report(conn, "complete", attempt_id, result)
-        self.handled += 1
-
-    def _report(self, conn: psycopg.Connection[tuple[Any, ...]], kind: str,
-                attempt_id: uuid.UUID, body: Any) -> None:
-        """complete or fail; the database's verdict (I5) is counted in ``verdicts``."""
-        query = ("select pgfence.complete(%s, %s)" if kind == "complete"
-                 else "select pgfence.fail(%s, %s)")
-        row = conn.execute(query, (attempt_id, json.dumps(body))).fetchone()
-        assert row is not None
-        self.verdicts[str(row[0])] += 1
+    def _perform(self, op: Op) -> Any:
+        if isinstance(op, Call) and op.link is Link.WORK:
+            return self._links.execute(op)
+        if isinstance(op, Sleep):
+            return _sleep(op)
+        if isinstance(op, Handle):
+            return self.handler(op.held.task.payload, Context(op.held, self))
+        return self.owner._perform(op)
 
 
 @dataclass
@@ -326,12 +301,8 @@ class Leader:
     polls: int = 0
 
     def wait_for_leadership(self, stop: threading.Event) -> bool:
-        while not stop.is_set():
+        """Polls ``acquire`` until this replica owns the resource (True) or ``stop`` is set
+        (False); while the database is away it keeps polling."""
+        def polled() -> None:
             self.polls += 1
-            try:
-                if self.owner.acquire():
-                    return True
-            except psycopg.OperationalError:
-                pass                            # the database is away; keep polling
-            stop.wait(self.poll_interval)
-        return False
+        return self.owner._drive(_core.lead(self.owner, stop, self.poll_interval, polled))

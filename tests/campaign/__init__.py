@@ -1,7 +1,6 @@
 """The fault campaign: real worker processes under real faults, and a checker of the history.
 
     worker.py      a worker process: pgfence.client Owner and Worker, a fenced handler
-    proxy.py       a TCP relay that loses answers or holds all traffic (partitions)
     schedule.py    the settings and the seeded schedule of faults
     database.py    the campaign's tables in each schedule's database, a reconnecting connection
     variants.py    the real package and the deliberately broken negative controls
@@ -12,5 +11,6 @@
     __main__.py    scripts/campaign
     test_campaign.py   the short campaign CI runs
 
+The TCP relay that loses answers or holds all traffic (partitions) is testkit.relay's.
 See docs/campaign.md.
 """

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from testkit.relay import Relay
 from tests.support import ROOT
 
-from .proxy import Relay
 from .schedule import Settings
 
 ROUTES = ("direct", "relay", "pgbouncer")

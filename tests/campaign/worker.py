@@ -4,9 +4,10 @@ pgfence mode, the real thing: a standby that polls ``Owner.acquire`` until it ow
 resource (presenting ``--invocation`` when the supervisor started it after ``request_start``),
 then a ``Worker`` of the reference client. Its handler writes one row per attempt to the
 resource's protected table inside ``Owner.fenced``, stamped with lease, generation, task and
-attempt; the task is then completed in a transaction that also records what ``complete``
-answered. An invocation worker exits when its one term of ownership ends; a process worker
-goes back to standby.
+attempt (from the handler's context); the task is then completed by one statement that also
+records what ``complete`` answered (sent again, with the same attempt id, after a lost
+answer). An invocation worker exits when its one term of ownership ends; a process worker goes
+back to standby.
 
 advisory mode, a negative control: the "lease" is ``pg_try_advisory_lock`` taken through a
 transaction pooler, and the writes are unfenced.
@@ -37,9 +38,9 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
-from pgfence.client import LeaseLost, Owner, Worker
+from pgfence._core import Held, Kind
+from pgfence.client import Context, LeaseLost, Owner, Worker
 from pgfence.connection import connect
 
 POINTS = ("before-fence", "in-fence", "before-complete")
@@ -114,7 +115,8 @@ class FencedWrite:
         self.table = sql.Identifier("campaign", f"writes_{owner.resource}")
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
 
-    def __call__(self, task: Task) -> dict[str, Any]:
+    def __call__(self, payload: Any, ctx: Context) -> dict[str, Any]:
+        task = Task(ctx.task.task_id, ctx.task.attempt)
         if self._conn is None or self._conn.closed:
             self._conn = connect(self.owner.dsn, f"{self.name}-write")
         conn = self._conn
@@ -127,9 +129,14 @@ class FencedWrite:
                     time.sleep(self.work)    # the handler's work, inside the fenced transaction
                     # Owner.fenced sent BEGIN right before fence: now() is no later than fence.
                     write_id = self._insert(conn, task, None)
-        except psycopg.OperationalError:
+        except psycopg.Error as e:
+            # Any database error of the write (its connection lost, the session ended by the
+            # fence's idle limit once the lease ran out, 25P03) ends the term, as a refused
+            # fence does: not a fail(), which would cost the task a backoff for what is not
+            # its fault. The attempt is left to requeue_expired.
             self.close()
-            raise
+            raise LeaseLost(f"the handler's write failed: {type(e).__name__}") from e
+        self.control.pause_at("before-complete")
         return {"task_id": task.task_id, "attempt": task.attempt, "write_id": write_id}
 
     def _late_fence(self, conn: psycopg.Connection[tuple[Any, ...]], task: Task) -> int:
@@ -171,42 +178,21 @@ class FencedWrite:
 
 @dataclass
 class CampaignWorker(Worker):
-    """The reference Worker, with claims that tell the handler its task and attempt, and
-    completions recorded in ``campaign.reports`` in complete's own transaction."""
+    """The reference Worker, with the verdict of each complete recorded in
+    ``campaign.reports`` by the statement that reports it (one statement: committed with the
+    result or not at all)."""
 
-    control: Control | None = None
     name: str = ""
 
-    def _claim(self, conn: psycopg.Connection[tuple[Any, ...]]) -> list[tuple[uuid.UUID, Any]]:
-        try:
-            rows = conn.execute(
-                "select attempt_id, task_id, attempt "
-                "from pgfence.claim(%s, %s, %s, make_interval(secs => %s))",
-                (self.owner.lease_id, self.queue, self.qty, self.visibility)).fetchall()
-        except psycopg.Error as e:
-            if e.sqlstate == "PF001":
-                self.owner.lost = f"claim refused: {e.diag.message_primary}"
-                return []
-            raise
-        return [(attempt_id, Task(task_id, attempt)) for attempt_id, task_id, attempt in rows]
-
-    def _handle(self, conn: psycopg.Connection[tuple[Any, ...]], attempt_id: uuid.UUID,
-                payload: Any) -> None:
-        task: Task = payload
-        # LeaseLost and connection errors end the term; the attempt is left to requeue_expired
-        # (a fail() would cost the task a backoff for what is not its fault).
-        result = self.handler(task)
-        assert self.control is not None
-        self.control.pause_at("before-complete")
-        with conn.transaction():
-            row = conn.execute("select pgfence.complete(%s, %s)",
-                               (attempt_id, Jsonb(result))).fetchone()
-            assert row is not None
-            conn.execute("insert into campaign.reports (task_id, attempt, outcome, worker) "
-                         "values (%s, %s, %s, %s)", (task.task_id, task.attempt, row[0], self.name))
-        if row[0] != "accepted":
-            log(self.name, f"complete of task {task.task_id} attempt {task.attempt}: {row[0]}")
-        self.handled += 1
+    def _report_statement(self, kind: Kind, held: Held, body: Any) -> tuple[str, tuple[Any, ...]]:
+        query, params = super()._report_statement(kind, held, body)
+        if kind != "complete":
+            return query, params    # (never: the handler raises LeaseLost or returns)
+        return (f"with v as ({query} as verdict), "
+                "r as (insert into campaign.reports (task_id, attempt, outcome, worker) "
+                "      select %s, %s, verdict, %s from v) "
+                "select verdict from v",
+                (*params, held.task.task_id, held.task.attempt, self.name))
 
 
 def run_pgfence(args: argparse.Namespace, control: Control, stop: threading.Event) -> None:
@@ -237,8 +223,7 @@ def run_pgfence(args: argparse.Namespace, control: Control, stop: threading.Even
         log(args.name, f"owns {args.resource} generation {owner.generation}")
         handler = FencedWrite(owner, args.name, args.work, control)
         worker = CampaignWorker(owner, args.queue, handler, visibility=args.visibility,
-                                idle_wait=args.idle_wait, stop=stop, control=control,
-                                name=args.name)
+                                idle_wait=args.idle_wait, stop=stop, name=args.name)
         try:
             worker.run()
         except (LeaseLost, psycopg.Error) as e:

@@ -1,0 +1,131 @@
+"""The client's rules alone (pgfence._core), without a database: the backoff, what a failure
+is, and the steps of a report and a claim when their connection is lost. The same steps run
+against real faults in tests/test_client_faults.py."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pgfence._core import Call, Failure, Held, Retry, Sleep, Task, classify, redact
+from pgfence.client import Owner, Worker
+
+
+class NoJitter(Retry):
+    """Broken on purpose: every worker waits the same (they come back in step)."""
+
+    def delay(self, n: int) -> float:
+        return self.bound(n)
+
+
+class NoCap(Retry):
+    """Broken on purpose: the pauses grow without bound."""
+
+    def bound(self, n: int) -> float:
+        return self.base * 2.0 ** n
+
+
+def backoff_faults(retry: Retry, n: int = 12, draws: int = 200) -> list[str]:
+    """What is wrong with ``retry``'s pauses before the n-th retry, as sentences."""
+    delays = [retry.delay(n) for _ in range(draws)]
+    faults = []
+    if any(d > retry.cap for d in delays):
+        faults.append("above the cap")
+    if any(d < 0 for d in delays):
+        faults.append("negative")
+    if len(set(delays)) < draws // 2:
+        faults.append("not jittered")
+    if max(delays) < retry.cap / 2:       # full jitter spreads over [0, cap] once capped
+        faults.append("not spread up to the cap")
+    return faults
+
+
+def test_backoff_is_capped_and_fully_jittered() -> None:
+    assert backoff_faults(Retry(rng=random.Random(1))) == []
+
+
+def test_negative_control_backoff_without_jitter_or_cap() -> None:
+    assert backoff_faults(NoJitter(rng=random.Random(1))) == ["not jittered"]
+    assert "above the cap" in backoff_faults(NoCap(rng=random.Random(1)))
+
+
+@given(st.integers(min_value=0, max_value=200), st.integers(min_value=0, max_value=2**32))
+def test_every_pause_is_within_its_bound(n: int, seed: int) -> None:
+    retry = Retry(base=0.1, cap=10.0, rng=random.Random(seed))
+    assert 0 <= retry.delay(n) <= min(10.0, 0.1 * 2 ** n)
+
+
+def error(sqlstate: str | None, cls: type[psycopg.Error] = psycopg.OperationalError
+          ) -> psycopg.Error:
+    e = cls("boom")
+    if sqlstate is not None:
+        e.sqlstate = sqlstate
+    return e
+
+
+@pytest.mark.parametrize("e, failure", [
+    (error(None), Failure.CONNECTION),                      # the server closed the connection
+    (error(None, psycopg.InterfaceError), Failure.CONNECTION),   # the connection is closed
+    (psycopg.errors.AdminShutdown("57P01"), Failure.CONNECTION),  # pg_terminate_backend
+    (error("08006"), Failure.CONNECTION),
+    (psycopg.errors.DeadlockDetected("40P01"), Failure.ROLLED_BACK),
+    (psycopg.errors.SerializationFailure("40001"), Failure.ROLLED_BACK),
+    (error("PF001", psycopg.errors.RaiseException), Failure.REFUSED),
+    (psycopg.errors.UniqueViolation("23505"), Failure.OTHER),
+    (psycopg.errors.QueryCanceled("57014"), Failure.OTHER),   # a statement_timeout: not guessed
+    (ValueError("not the database's"), Failure.OTHER),
+])
+def test_what_a_failure_is(e: BaseException, failure: Failure) -> None:
+    assert classify(e) is failure
+
+
+def test_ids_are_kept_out_of_messages() -> None:
+    lease = uuid.uuid4()
+    assert redact(f"pgfence: lease {lease} is not current (superseded)") == \
+        "pgfence: lease … is not current (superseded)"
+
+
+def worker(**kwargs: Any) -> tuple[Owner, Worker, Held]:
+    owner = Owner("", "r", ttl=30, retry=Retry(base=0.001, cap=0.001))
+    owner.lease_id, owner.generation = uuid.uuid4(), 1
+    task = Task(1, uuid.uuid4(), 1, {})
+    return owner, Worker(owner, "q", lambda p, ctx: p, **kwargs), Held(task, 0.0, 30.0, True)
+
+
+def test_a_lost_report_is_sent_again_with_the_same_attempt_and_its_verdict_taken() -> None:
+    owner, core, held = worker()
+    steps = core._report(held, "complete", {"ok": True})
+    first = next(steps)
+    assert isinstance(first, Call) and first.step == "complete"
+    assert isinstance(steps.throw(error(None)), Sleep)       # the answer was lost: back off
+    again = next(steps)
+    assert again == first                                   # the same statement, same attempt
+    with pytest.raises(StopIteration) as done:
+        steps.send([("duplicate",)])
+    assert done.value.value == "duplicate" and core.verdicts["duplicate"] == 1
+    assert not owner.confirmed                              # a connection was lost: doubted
+
+
+def test_a_lost_claim_is_not_sent_again() -> None:
+    owner, core, _ = worker()
+    owner._valid_until, owner._stopping = float("inf"), False
+    steps = core._claim()
+    assert isinstance(next(steps), Call)
+    with pytest.raises(StopIteration) as done:
+        steps.throw(error(None))
+    assert done.value.value is None and not owner.confirmed
+
+
+def test_a_rolled_back_claim_is_sent_again() -> None:
+    owner, core, _ = worker()
+    owner._valid_until = float("inf")
+    steps = core._claim()
+    first = next(steps)
+    assert isinstance(steps.throw(psycopg.errors.DeadlockDetected("40P01")), Sleep)
+    assert next(steps) == first and owner.confirmed          # no connection was lost
