@@ -1,8 +1,8 @@
-"""The Deno client (clients/deno): deno fmt, lint and check clean, and its API reference
-(scripts/apidoc-deno) built without warnings, with negative controls; then its own tests
-(`deno test`) against a fresh database of this run's cluster, reached directly
-and through PgBouncer in transaction pooling mode; docs/deno.md's example, and a worker as a real
-process (paused past its lease with SIGSTOP, or drained with SIGTERM), through PgBouncer.
+"""The Deno client (clients/deno): deno fmt, lint and check clean, with negative controls (its
+API reference: tests/test_apidoc.py); then its own tests (`deno test`) against a fresh database
+of this run's cluster, reached directly and through PgBouncer in transaction pooling mode;
+docs/deno.md's example, and a worker as a real process (paused past its lease with SIGSTOP, or
+drained with SIGTERM), through PgBouncer.
 
 Deno and postgres.js are the versions pinned in .tools/package.json, installed by scripts/setup
 from npm. Each run gets an empty DENO_DIR, so nothing is found in a cache of an earlier run: the
@@ -56,36 +56,6 @@ def test_negative_control_fmt_lint_and_check_catch_a_bad_file(
                        (["lint"], "no-var"), (["check"], "TS2322")):
         out = deno(deno_env, *args, str(bad), cwd=tmp_path)
         assert out.returncode != 0 and said in out.stdout + out.stderr, out.stdout + out.stderr
-
-
-def test_api_reference_builds_without_warnings(deno_env: dict[str, str], tmp_path: Path) -> None:
-    """scripts/apidoc-deno: `deno doc --lint` clean, the HTML built offline with nothing said
-    but its summary, a page for every symbol mod.ts exports."""
-    out = subprocess.run([str(ROOT / "scripts/apidoc-deno"), str(tmp_path / "api")],
-                         env=deno_env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "warning" not in (out.stdout + out.stderr).lower(), out.stdout + out.stderr
-    (module,) = json.loads(deno(deno_env, "doc", "--json", "mod.ts").stdout)["nodes"].values()
-    exported = {s["name"] for s in module["symbols"]
-                if any(d["declarationKind"] == "export" for d in s["declarations"])}
-    assert {"Owner", "Worker", "connect", "errorClasses", "ConnectionLost"} <= exported
-    missing = [name for name in sorted(exported)
-               if not (tmp_path / "api/mod.ts/~" / f"{name}.html").exists()]
-    assert not missing, f"no page for {missing}"
-    assert (tmp_path / "api/index.html").exists() and (tmp_path / "api/pgflow.ts").is_dir()
-
-
-def test_negative_control_doc_lint_catches_an_undocumented_export(
-        deno_env: dict[str, str], tmp_path: Path) -> None:
-    """The lint scripts/apidoc-deno runs fails on mod.ts with one export undocumented."""
-    for name in ("deno.json", "node_modules"):
-        (tmp_path / name).symlink_to(CLIENT / name)
-    source = (CLIENT / "mod.ts").read_text()
-    doc = "/** Seconds on a monotonic clock. */\n"
-    assert doc + "export type Clock" in source
-    (tmp_path / "mod.ts").write_text(source.replace(doc, ""))
-    out = deno(deno_env, "doc", "--lint", "mod.ts", cwd=tmp_path)
-    assert out.returncode != 0 and "missing-jsdoc" in out.stdout + out.stderr, out.stderr
 
 
 def url(port: int, database: str) -> str:
