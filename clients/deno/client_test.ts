@@ -622,7 +622,7 @@ class ShowsBackoff extends Owner {
   }
 }
 
-testDirect("retries wait with capped exponential backoff and full jitter", async (t) => {
+testDirect("retries wait with capped exponential backoff and full jitter", (t) => {
   let draw = 0.5;
   const owner = new ShowsBackoff({
     sql: t.sql,
@@ -635,10 +635,16 @@ testDirect("retries wait with capped exponential backoff and full jitter", async
   assert(owner.wait(30) < 10 && owner.wait(30) > 9.9, "the cap bounds every wait");
   draw = 0; // full jitter reaches down to the floor: a millisecond
   assertEquals(owner.wait(5), 0.001);
-  // The defaults: 0.1 s, 10 s, 5 tries of a conflict, Math.random.
+  // The defaults (the Python client's Retry): 0.1 s, 10 s, 60 s; 5 tries of a conflict.
   const defaults = new Owner({ sql: t.sql, resource: "r" }).retry;
-  assertEquals([defaults.base, defaults.cap, defaults.conflicts], [0.1, 10, 5]);
+  assertEquals([defaults.base, defaults.cap, defaults.giveUp, defaults.conflicts], [
+    0.1,
+    10,
+    60,
+    5,
+  ]);
   assert(defaults.random === Math.random);
+  return Promise.resolve();
 });
 
 // --- 40001 and 40P01 are retried ------------------------------------------------------------
@@ -809,6 +815,40 @@ test("a later task of a batch with too little visibility left is extended first"
   // Task 1: 30 s left; task 2: 22 s, enough for 15; task 3: 14 s, extended by 15 first.
   assertEquals([worker.extended, worker.handled, worker.verdicts.accepted], [[15], 3, 3]);
 });
+
+// --- past its local deadline unrenewed, the worker leaves ----------------------------------
+
+for (const expired of [true, false]) {
+  const name = expired
+    ? "past its local deadline unrenewed, the worker reports what it holds and leaves"
+    : "control: within its local deadline the worker goes on";
+  testDirect(name, async (t) => {
+    const [r, q] = [t.name("r"), t.name("q")];
+    await t.admin`select pgfence.register(${r})`;
+    for (let n = 0; n < 3; n++) await t.admin`select pgfence.enqueue(${q})`;
+    const clock = new FakeClock();
+    // No renewal comes (renewEvery): only the clock decides.
+    const owner = new Owner({
+      sql: t.sql,
+      resource: r,
+      ttl: 30,
+      renewEvery: 3600,
+      clock: clock.read,
+    });
+    assert(await owner.acquire());
+    const worker = new Worker({
+      owner,
+      queue: q,
+      handlerTimeout: Infinity,
+      handler: () => {
+        clock.now += expired ? 31 : 5;
+      },
+    });
+    await worker.run({ untilIdle: true });
+    assertEquals([worker.handled, worker.verdicts.accepted], expired ? [1, 1] : [3, 3]);
+    assert(!owner.valid);
+  });
+}
 
 // --- take only what can finish by a deadline ------------------------------------------------
 

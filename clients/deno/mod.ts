@@ -66,17 +66,17 @@ export function connect(url: string, options: ConnectOptions = {}): Sql {
 /** A lease id, attempt id or update token in a text: a capability, never shown. */
 const UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi;
 
-/** `text` with every uuid in it replaced by `<uuid>`. */
+/** `text` with every uuid in it replaced by `…` (as the Python client does). */
 function redact(text: string): string;
 function redact(text: string | undefined): string | undefined;
 function redact(text: string | undefined): string | undefined {
-  return text?.replace(UUID, "<uuid>");
+  return text?.replace(UUID, "…");
 }
 
 /**
  * A database error with one of the SQLSTATEs of docs/errors.md, by its subclass. Its message,
  * hint and detail are the database's with every uuid (a lease id, attempt id or update token:
- * capabilities) replaced by `<uuid>`, so that the error can be logged as it is; the original
+ * capabilities) replaced by `…`, so that the error can be logged as it is; the original
  * postgres.js error is not kept, for the same reason.
  */
 export class PgfenceError extends Error {
@@ -243,6 +243,9 @@ export interface RetryOptions {
   /** Tries of a statement (or a `fenced` transaction) refused with 40001 or 40P01 before the
    * error is thrown (default 5). */
   conflicts?: number;
+  /** Seconds (real time) one call is sent again at most, whatever its own bound (default 60):
+   * then its error is thrown. */
+  giveUp?: number;
   /** The jitter's source, in [0, 1) (default Math.random). */
   random?: () => number;
 }
@@ -266,9 +269,9 @@ export type Step =
 export interface QueryOptions {
   /**
    * Send the statement again after a lost connection, with backoff, until it is answered, the
-   * owner's clock passes `until`, or `signal` aborts (then ConnectionLost is thrown). Only for
-   * statements whose second copy cannot change the outcome. Default false: a lost connection
-   * throws ConnectionLost at once.
+   * owner's clock passes `until`, `signal` aborts, or `retry.giveUp` seconds have passed (then
+   * ConnectionLost is thrown). Only for statements whose second copy cannot change the
+   * outcome. Default false: a lost connection throws ConnectionLost at once.
    */
   resend?: boolean;
   /** On the owner's clock: resend no more after this. */
@@ -399,6 +402,7 @@ export class Owner {
       base: options.retry?.base ?? 0.1,
       cap: options.retry?.cap ?? 10,
       conflicts: options.retry?.conflicts ?? 5,
+      giveUp: options.retry?.giveUp ?? 60,
       random: options.retry?.random ?? Math.random,
     });
   }
@@ -455,19 +459,19 @@ export class Owner {
 
   /**
    * Resolves true as soon as the lease is `valid` again (a renewal passed after a lost
-   * connection, or after the local deadline), false once it is lost, released, or `signal`
+   * connection), false once it is lost, released, past the local deadline (judged at each of
+   * the renewer's tries: it tries again at least every `retry.cap` seconds), or `signal`
    * aborts. The renewer does the renewing; this only waits for its verdict.
    */
   trust(signal?: AbortSignal): Promise<boolean> {
+    const gone = () =>
+      this.#lost !== null || this.#stopped || signal?.aborted === true ||
+      this.clock() >= this.validUntil;
     if (this.valid) return Promise.resolve(true);
-    if (this.#lost !== null || this.#stopped || signal?.aborted) return Promise.resolve(false);
+    if (gone()) return Promise.resolve(false);
     return new Promise((resolve) => {
       const check = () => {
-        const verdict = this.valid
-          ? true
-          : this.#lost !== null || this.#stopped || signal?.aborted
-          ? false
-          : null;
+        const verdict = this.valid ? true : gone() ? false : null;
         if (verdict === null) return;
         this.#waiters.delete(check);
         signal?.removeEventListener("abort", check);
@@ -502,6 +506,7 @@ export class Owner {
   ): Promise<Row[]> {
     let conflicts = 0;
     let losses = 0;
+    const giveUp = monotonic() + this.retry.giveUp;
     for (;;) {
       await this.beforeStep(step);
       try {
@@ -511,7 +516,7 @@ export class Owner {
         if (error instanceof ConnectionLost) {
           this.connectionLost();
           const gaveUp = () =>
-            options.signal?.aborted ||
+            options.signal?.aborted || monotonic() >= giveUp ||
             (options.until !== undefined && this.clock() >= options.until);
           if (!options.resend || gaveUp()) throw error;
           await pause(this.backoff(losses++), options.signal);
@@ -520,7 +525,7 @@ export class Owner {
         }
         if (
           error instanceof PgfenceError && CONFLICTS.has(error.sqlstate) &&
-          ++conflicts < this.retry.conflicts
+          ++conflicts < this.retry.conflicts && monotonic() < giveUp
         ) {
           await pause(this.backoff(conflicts - 1));
           continue;
@@ -574,9 +579,9 @@ export class Owner {
    * Throws ResourceDisabled (PF003) for a paused resource (exit cleanly) and ResourceUnknown
    * (PF002). One lease per Owner at a time: `release` the last one first.
    *
-   * A lost connection is retried for up to one ttl, then ConnectionLost is thrown. When the
-   * lost answer had granted a lease, the retry is told another is current (false): that lease,
-   * unknown to anyone, expires unused within its ttl.
+   * A lost connection is retried (for at most `retry.giveUp` seconds), then ConnectionLost is
+   * thrown. When the lost answer had granted a lease, the retry is told another is current
+   * (false): that lease, unknown to anyone, expires unused within its ttl.
    */
   async acquire(invocationId: string | null = null): Promise<boolean> {
     if (this.#renewer !== null) {
@@ -585,12 +590,11 @@ export class Owner {
     this.#losses = 0;
     this.#doubt = false;
     let sent = this.clock();
-    const until = sent + this.ttl;
     const [row] = await this.query("acquire", (sql) => {
       sent = this.clock();
       return sql`select lease_id, generation from pgfence.acquire(${this.resource}, ${this.owner},
                    make_interval(secs => ${this.ttl}), ${invocationId}::uuid)`;
-    }, { resend: true, until });
+    }, { resend: true });
     if (!row || row.lease_id === null) return false;
     this.leaseId = row.lease_id as string;
     this.generation = BigInt(row.generation as string);
@@ -675,10 +679,12 @@ export class Owner {
         failures = 0;
         next = monotonic() + this.renewEvery;
       } catch {
-        // A transient failure only costs time: the local deadline decides. A refusal (PF001)
-        // has marked the lease lost and ends the loop.
+        // A transient failure only costs time: the local deadline decides (those waiting for
+        // trust give up once it has passed). A refusal (PF001) has marked the lease lost and
+        // ends the loop.
         if (this.#lost !== null) break;
         next = monotonic() + this.backoff(failures++);
+        this.#notify();
       }
     }
   }
