@@ -393,7 +393,7 @@ def phrase(step: str, path: Path) -> str:
     else:
         parts = ["not seen: PgBouncer opened another server connection"]
     if path.renewed and step not in ("renew", "claim"):
-        parts.append("renewed before the next claim")
+        parts.append("the lease in doubt until renewed")
     if path.duplicate:
         parts.append("answered duplicate")
     if path.leases > 1:
