@@ -1,13 +1,20 @@
 """The API reference (scripts/apidoc) builds from the doc comments without a warning: what CI
-checks. Its negative control: a module whose ``__all__`` names nothing fails the build."""
+checks, for both clients. Its negative controls: a Python module whose ``__all__`` names
+nothing, and the Deno client with one export undocumented, fail the build."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
-from tests.support import ROOT
+import pytest
+
+from tests.support import DENO, ROOT
+
+CLIENT = ROOT / "clients/deno"
 
 
 def apidoc(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -15,15 +22,22 @@ def apidoc(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
                           text=True, env={**os.environ, **env}, timeout=300)
 
 
-def test_the_python_reference_builds_without_warnings(tmp_path: Path) -> None:
-    built = apidoc(tmp_path)
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference, built once for this module's tests."""
+    out = tmp_path_factory.mktemp("apidoc")
+    built = apidoc(out)
     assert built.returncode == 0 and built.stderr == "", built.stderr
-    pages = {p.relative_to(tmp_path / "python").as_posix()
-             for p in (tmp_path / "python").rglob("*.html")}
+    return out
+
+
+def test_the_python_reference_builds_without_warnings(reference: Path) -> None:
+    pages = {p.relative_to(reference / "python").as_posix()
+             for p in (reference / "python").rglob("*.html")}
     assert {"pgfence.html", "pgfence/client.html", "pgfence/aio.html",
             "pgfence/connection.html"} <= pages
     assert "pgfence/_core.html" not in pages             # private: shown where exported
-    client = (tmp_path / "python/pgfence/client.html").read_text()
+    client = (reference / "python/pgfence/client.html").read_text()
     for name in ("Owner", "Worker", "Leader", "Context", "Retry", "Task", "LeaseLost"):
         assert f'id="{name}"' in client, name
     # Docstrings, not just names: the handler context's extend() and its rule.
@@ -38,3 +52,37 @@ def test_negative_control_a_warning_fails_the_build(tmp_path: Path) -> None:
                    PYTHONPATH=str(tmp_path / "src"))
     assert built.returncode != 0
     assert "does not resolve" in built.stderr
+
+
+def test_the_deno_reference_builds_without_warnings(reference: Path) -> None:
+    """A page for every symbol mod.ts exports (as `deno doc --json` lists them), and pgflow.ts's."""
+    listed = subprocess.run([str(DENO), "doc", "--json", "mod.ts"], cwd=CLIENT,
+                            capture_output=True, text=True, timeout=300)
+    assert listed.returncode == 0, listed.stderr
+    (module,) = json.loads(listed.stdout)["nodes"].values()
+    exported = {s["name"] for s in module["symbols"]
+                if any(d["declarationKind"] == "export" for d in s["declarations"])}
+    assert {"Owner", "Worker", "connect", "errorClasses", "ConnectionLost"} <= exported
+    missing = [name for name in sorted(exported)
+               if not (reference / "deno/mod.ts/~" / f"{name}.html").exists()]
+    assert not missing, f"no page for {missing}"
+    assert (reference / "deno/index.html").exists()
+    assert (reference / "deno/pgflow.ts/~/FlowWorker.html").exists()
+    # Doc comments, not just names: the Worker's visibility rule.
+    worker = (reference / "deno/mod.ts/~/Worker.html").read_text()
+    assert "remaining visibility" in worker
+
+
+def test_negative_control_an_undocumented_deno_export_fails_the_build(tmp_path: Path) -> None:
+    client = tmp_path / "client"
+    client.mkdir()
+    for name in ("deno.json", "pgflow.ts"):
+        shutil.copy(CLIENT / name, client / name)
+    (client / "node_modules").symlink_to(CLIENT / "node_modules")
+    doc = "/** Seconds on a monotonic clock. */\n"
+    source = (CLIENT / "mod.ts").read_text()
+    assert doc + "export type Clock" in source
+    (client / "mod.ts").write_text(source.replace(doc, ""))
+    built = apidoc(tmp_path / "out", APIDOC_DENO=str(client))
+    assert built.returncode != 0
+    assert "missing-jsdoc" in built.stderr, built.stderr

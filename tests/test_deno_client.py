@@ -1,7 +1,8 @@
-"""The Deno client (clients/deno): deno fmt, lint and check clean, with negative controls; then
-its own tests (`deno test`) against a fresh database of this run's cluster, reached directly
-and through PgBouncer in transaction pooling mode; docs/deno.md's example, and a worker as a real
-process (paused past its lease with SIGSTOP, or drained with SIGTERM), through PgBouncer.
+"""The Deno client (clients/deno): deno fmt, lint and check clean, with negative controls (its
+API reference: tests/test_apidoc.py); then its own tests (`deno test`) against a fresh database
+of this run's cluster, reached directly and through PgBouncer in transaction pooling mode;
+docs/deno.md's example, and a worker as a real process (paused past its lease with SIGSTOP, or
+drained with SIGTERM), through PgBouncer.
 
 Deno and postgres.js are the versions pinned in .tools/package.json, installed by scripts/setup
 from npm. Each run gets an empty DENO_DIR, so nothing is found in a cache of an earlier run: the
@@ -40,7 +41,8 @@ def deno(env: dict[str, str], *args: str, cwd: Path = CLIENT) -> subprocess.Comp
 def test_fmt_lint_and_check_are_clean(deno_env: dict[str, str]) -> None:
     for args in (["fmt", "--check"], ["lint"],
                  ["check", "mod.ts", "pgflow.ts", "client_test.ts", "testdata/worker_process.ts",
-                  "testdata/pgflow_worker_process.ts", "examples/pgflow_edge_function.ts"]):
+                  "testdata/fault_worker.ts", "testdata/pgflow_worker_process.ts",
+                  "examples/pgflow_edge_function.ts"]):
         out = deno(deno_env, *args)
         assert out.returncode == 0, f"deno {' '.join(args)}:\n{out.stdout}{out.stderr}"
 

@@ -7,16 +7,20 @@
  */
 import {
   connect,
+  errorClasses,
   InvalidArgument,
   LeaseLost,
   LeaseNotCurrent,
   Owner,
   type OwnerOptions,
+  PgfenceError,
   pgfenceError,
   ResourceDisabled,
   ResourceUnknown,
+  SerializationFailure,
   type Task,
   UnfencedWrite,
+  type Verdict,
   Worker,
 } from "./mod.ts";
 import {
@@ -275,7 +279,7 @@ test("SIGTERM drains: the task in hand is finished, nothing more claimed, releas
       return { done: true };
     },
   });
-  const remove = worker.installSigterm();
+  const remove = worker.installShutdown();
   const mark = () => seen.open();
   Deno.addSignalListener("SIGTERM", mark);
   try {
@@ -523,5 +527,493 @@ test("a throwing handler fails its task; extend keeps it until another attempt h
                           where queue = ${q}`,
     ),
     [{ kind: "fail", body: { error: "the handler gave up" } }],
+  );
+});
+
+// --- connect() ----------------------------------------------------------------------------
+
+testDirect("connect() refuses an empty or missing URL instead of localhost:5432", async () => {
+  for (const url of ["", "  ", undefined, null]) {
+    let error: unknown;
+    try {
+      connect(url as string);
+    } catch (e) {
+      error = e;
+    }
+    assert(error instanceof TypeError && error.message.includes("needs a database URL"), `${url}`);
+  }
+  // Negative control: what connect() stands between: postgres.js takes "" for localhost:5432.
+  const sql = (await import("postgres")).default("", { prepare: false });
+  try {
+    assertEquals([sql.options.host, sql.options.port], [["localhost"], [5432]]);
+  } finally {
+    await sql.end();
+  }
+});
+
+// --- the error map --------------------------------------------------------------------------
+
+/** The SQLSTATEs docs/errors.md names (backquoted five-character codes with a digit). */
+function documentedCodes(text: string): string[] {
+  const codes = [...text.matchAll(/`([0-9A-Z]{5})`/g)].map((m) => m[1]).filter((c) => /\d/.test(c));
+  return [...new Set(codes)].sort();
+}
+
+/** The documented codes the client has no typed error for. */
+function unmapped(text: string): string[] {
+  return documentedCodes(text).filter((code) => !(code in errorClasses));
+}
+
+const ERRORS_MD = new URL("../../docs/errors.md", import.meta.url);
+
+testDirect("every SQLSTATE of docs/errors.md comes back as its own typed error", async (t) => {
+  const doc = await Deno.readTextFile(ERRORS_MD);
+  const codes = documentedCodes(doc);
+  assert(codes.includes("PF001") && codes.includes("55P03") && codes.length >= 12, `${codes}`);
+  assertEquals(unmapped(doc), []);
+  const classes = new Set<unknown>();
+  for (const code of codes) {
+    // Raised by the server, as pgfence raises it, and mapped as the client maps it.
+    const e = pgfenceError(
+      await t.admin.unsafe(
+        `do $$ begin raise exception 'pgfence: lease ${crypto.randomUUID()} test' using errcode = '${code}', hint = 'h'; end $$`,
+      ).catch((e) => e),
+    );
+    assert(e instanceof errorClasses[code] && e.sqlstate === code && e.hint === "h", `${code}`);
+    assert(e.constructor !== PgfenceError && !(e.message.match(/[0-9a-f]{8}-/)), e.message);
+    classes.add(e.constructor);
+  }
+  assertEquals(classes.size, codes.length); // one class per code
+  // Negative controls: a code added to docs/errors.md without a class is caught, and a code the
+  // map lacks comes back untyped.
+  assertEquals(unmapped(doc + "\n| `PF042` | a new condition | | |\n"), ["PF042"]);
+  const other = await t.admin.unsafe(
+    "do $$ begin raise exception 'x' using errcode = 'PF042'; end $$",
+  ).catch(pgfenceError);
+  assert(!(other instanceof PgfenceError), String(other));
+});
+
+test("no lease id in an error's message, nor in why the lease was lost", async (t) => {
+  const r = t.name("r");
+  await t.admin`select pgfence.register(${r})`;
+  const owner = new Owner({ sql: t.sql, resource: r, renewEvery: 3600 });
+  assert(await owner.acquire());
+  const lease = owner.leaseId!;
+  await t.admin`select pgfence_test.expire(${lease}::uuid)`;
+  // Negative control: the database's own message names the lease id.
+  const raw = await t.sql`select pgfence.renew(${lease}::uuid, '30 s')`.catch((e) => e);
+  assert(String(raw.message).includes(lease), raw.message);
+  const refused = await rejects(owner.renewOnce(), LeaseNotCurrent) as LeaseNotCurrent;
+  for (const text of [refused.message, refused.detail ?? "", owner.lost ?? "", String(refused)]) {
+    assert(!text.includes(lease), text);
+  }
+  assert(owner.lost!.includes(`${r} generation ${owner.generation}`), owner.lost!);
+  const lost = await rejects(owner.fenced(() => Promise.resolve()), LeaseLost);
+  assert(!String(lost).includes(lease) && String(lost).includes(r), String(lost));
+  await owner.release();
+});
+
+// --- the backoff: capped, full jitter ------------------------------------------------------
+
+/** Shows the protected backoff. */
+class ShowsBackoff extends Owner {
+  wait(failures: number): number {
+    return this.backoff(failures);
+  }
+}
+
+testDirect("retries wait with capped exponential backoff and full jitter", (t) => {
+  let draw = 0.5;
+  const owner = new ShowsBackoff({
+    sql: t.sql,
+    resource: "r",
+    retry: { base: 0.1, cap: 10, random: () => draw },
+  });
+  // Half of min(cap, base * 2^n): 0.05, 0.1, 0.2, ... until the cap (10) halves to 5.
+  assertEquals([0, 1, 2, 6, 7, 20].map((n) => owner.wait(n)), [0.05, 0.1, 0.2, 3.2, 5, 5]);
+  draw = 0.999;
+  assert(owner.wait(30) < 10 && owner.wait(30) > 9.9, "the cap bounds every wait");
+  draw = 0; // full jitter reaches down to the floor: a millisecond
+  assertEquals(owner.wait(5), 0.001);
+  // The defaults (the Python client's Retry): 0.1 s, 10 s, 60 s; 5 tries of a conflict.
+  const defaults = new Owner({ sql: t.sql, resource: "r" }).retry;
+  assertEquals([defaults.base, defaults.cap, defaults.giveUp, defaults.conflicts], [
+    0.1,
+    10,
+    60,
+    5,
+  ]);
+  assert(defaults.random === Math.random);
+  return Promise.resolve();
+});
+
+// --- 40001 and 40P01 are retried ------------------------------------------------------------
+
+/** Counts the waits before retries. */
+class CountingOwner extends Owner {
+  retries = 0;
+  protected override backoff(failures: number): number {
+    this.retries += 1;
+    return super.backoff(failures);
+  }
+}
+
+/**
+ * A fenced transaction under REPEATABLE READ whose fence meets a lease row that another
+ * transaction changed after its snapshot (docs/errors.md: 40001). The other transaction holds
+ * the row (FOR UPDATE, which the fence's FOR KEY SHARE waits for) until the fence waits for it,
+ * then commits its change. Returns the fenced call's outcome, the owner and the rows written.
+ */
+async function fencedMeetsAConcurrentChange(
+  t: Target,
+  conflicts?: number,
+): Promise<[unknown, CountingOwner, number]> {
+  const [r, table, app] = [t.name("r"), t.name("t"), t.name("rr")];
+  await t.admin`create table ${t.admin(table)} (note text)`;
+  await t.admin`select pgfence.register(${r})`;
+  const sql = connect(Deno.env.get("PGFENCE_DENO_DIRECT_URL")!, {
+    connection: { application_name: app, default_transaction_isolation: "repeatable read" },
+    onnotice: () => {},
+  });
+  const owner = new CountingOwner({
+    sql,
+    resource: r,
+    renewEvery: 3600,
+    retry: { random: () => 0, conflicts },
+  });
+  const holder = await t.admin.reserve();
+  try {
+    assert(await owner.acquire());
+    await holder`begin`;
+    await holder`select from pgfence.leases where lease_id = ${owner.leaseId}::uuid for update`;
+    await holder`update pgfence.leases set expires_at = expires_at
+                  where lease_id = ${owner.leaseId}::uuid`;
+    let runs = 0;
+    const fenced = owner.fenced(async (tx) => {
+      runs += 1;
+      await tx`insert into ${tx(table)} values ('once')`;
+      return runs;
+    }).then((v) => v, (e) => e);
+    await t.waitUntil(async () => {
+      const [{ waiting }] = await t.admin`select count(*)::int as waiting from pg_stat_activity
+                                           where application_name = ${app}
+                                             and wait_event_type = 'Lock'`;
+      return waiting === 1;
+    }, "the fence to wait for the lease row");
+    await holder`commit`;
+    const outcome = await fenced;
+    const [{ n }] = await t.admin`select count(*)::int as n from ${t.admin(table)}`;
+    return [outcome, owner, n as number];
+  } finally {
+    await holder`rollback`; // a no-op after the commit
+    holder.release();
+    await owner.release();
+    await sql.end({ timeout: 1 });
+  }
+}
+
+testDirect("a fenced transaction refused with 40001 is run again", async (t) => {
+  const [outcome, owner, rows] = await fencedMeetsAConcurrentChange(t);
+  assertEquals([outcome, owner.retries, rows], [1, 1, 1]); // fn ran once: the first try failed at fence
+});
+
+testDirect("negative control: without conflict retries the 40001 reaches the caller", async (t) => {
+  const [outcome, owner, rows] = await fencedMeetsAConcurrentChange(t, 1);
+  assert(outcome instanceof SerializationFailure && outcome.retryable, String(outcome));
+  assertEquals([owner.retries, rows], [0, 0]);
+});
+
+// --- no handler starts after its visibility ran out -----------------------------------------
+
+/** Broken on purpose, today's behaviour: every task of a batch starts, whatever time is left. */
+class StartsAnyway extends Worker {
+  protected override stillHeld(): Promise<boolean> {
+    return Promise.resolve(true);
+  }
+}
+
+/**
+ * Two resources serve one queue. Worker A claims both tasks (a batch of two, visibility 10 s);
+ * its first handler is slow: while it runs, A's clock passes the visibility, the second task's
+ * visibility runs out in the database, and replica B re-claims that task and handles it. Then
+ * A's first handler returns. Returns how often each task's handler ran, and worker A.
+ */
+async function slowBatchBesideAReplica(
+  t: Target,
+  cls: typeof Worker,
+): Promise<[Record<string, number>, Worker]> {
+  const [a, b, q] = [t.name("a"), t.name("b"), t.name("q")];
+  for (const r of [a, b]) await t.admin`select pgfence.register(${r})`;
+  for (const n of [1, 2]) await t.admin`select pgfence.enqueue(${q}, ${t.admin.json({ n })})`;
+  const clock = new FakeClock();
+  const ownerA = new Owner({ sql: t.sql, resource: a, renewEvery: 3600, clock: clock.read });
+  const ownerB = new Owner({ sql: t.sql, resource: b, renewEvery: 3600 });
+  assert(await ownerA.acquire() && await ownerB.acquire());
+  const runs: Record<string, number> = {};
+  const slow = gate();
+  const replicaDone = gate();
+  const handler = async (payload: unknown, { task }: { task: Task }) => {
+    const n = (payload as { n: number }).n;
+    runs[n] = (runs[n] ?? 0) + 1;
+    if (n === 1) await slow.promise;
+    return { n, attempt: task.attempt };
+  };
+  const workerA = new cls({ owner: ownerA, queue: q, handler, qty: 2, visibility: 10 });
+  const workerB = new Worker({ owner: ownerB, queue: q, handler, visibility: 10 });
+  const running = workerA.run({ maxTasks: 2, untilIdle: true });
+  await t.waitUntil(() => Promise.resolve(runs[1] === 1), "A's first handler");
+  clock.now += 11; // A's first handler has run longer than the claim's visibility
+  await t.admin`update pgfence.tasks set visible_until = clock_timestamp() - interval '1 ms'
+                 where queue = ${q} and payload->>'n' = '2'`;
+  await workerB.run({ maxTasks: 1 }).then(() => replicaDone.open());
+  await replicaDone.promise;
+  slow.open();
+  await running;
+  return [runs, workerA];
+}
+
+test("no handler starts after its task's visibility ran out: every handler runs once", async (t) => {
+  const [runs, worker] = await slowBatchBesideAReplica(t, Worker);
+  assertEquals(runs, { 1: 1, 2: 1 });
+  assertEquals([worker.handled, worker.skipped, worker.verdicts.stale], [1, 1, 0]);
+});
+
+test("negative control: starting every task of the batch runs a handler twice", async (t) => {
+  const [runs, worker] = await slowBatchBesideAReplica(t, StartsAnyway);
+  assertEquals(runs, { 1: 1, 2: 2 });
+  assertEquals([worker.handled, worker.verdicts.stale], [2, 1]);
+});
+
+/** Records the extends it sends. */
+class CountingExtends extends Worker {
+  extended: number[] = [];
+  protected override extend(attemptId: string, visibility: number): Promise<Date | null> {
+    this.extended.push(visibility);
+    return super.extend(attemptId, visibility);
+  }
+}
+
+test("a later task of a batch with too little visibility left is extended first", async (t) => {
+  const [r, q] = [t.name("r"), t.name("q")];
+  await t.admin`select pgfence.register(${r})`;
+  for (const n of [1, 2, 3]) await t.admin`select pgfence.enqueue(${q}, ${t.admin.json({ n })})`;
+  const clock = new FakeClock();
+  const owner = new Owner({ sql: t.sql, resource: r, renewEvery: 3600, clock: clock.read });
+  assert(await owner.acquire());
+  const worker = new CountingExtends({
+    owner,
+    queue: q,
+    qty: 3,
+    visibility: 30,
+    handlerTimeout: 15,
+    handler: (payload) => {
+      clock.now += 8; // each handler takes 8 s of the batch's 30
+      return payload;
+    },
+  });
+  await worker.run({ maxTasks: 3 });
+  // Task 1: 30 s left; task 2: 22 s, enough for 15; task 3: 14 s, extended by 15 first.
+  assertEquals([worker.extended, worker.handled, worker.verdicts.accepted], [[15], 3, 3]);
+});
+
+// --- past its local deadline unrenewed, the worker leaves ----------------------------------
+
+for (const expired of [true, false]) {
+  const name = expired
+    ? "past its local deadline unrenewed, the worker reports what it holds and leaves"
+    : "control: within its local deadline the worker goes on";
+  testDirect(name, async (t) => {
+    const [r, q] = [t.name("r"), t.name("q")];
+    await t.admin`select pgfence.register(${r})`;
+    for (let n = 0; n < 3; n++) await t.admin`select pgfence.enqueue(${q})`;
+    const clock = new FakeClock();
+    // No renewal comes (renewEvery): only the clock decides.
+    const owner = new Owner({
+      sql: t.sql,
+      resource: r,
+      ttl: 30,
+      renewEvery: 3600,
+      clock: clock.read,
+    });
+    assert(await owner.acquire());
+    const worker = new Worker({
+      owner,
+      queue: q,
+      handlerTimeout: Infinity,
+      handler: () => {
+        clock.now += expired ? 31 : 5;
+      },
+    });
+    await worker.run({ untilIdle: true });
+    assertEquals([worker.handled, worker.verdicts.accepted], expired ? [1, 1] : [3, 3]);
+    assert(!owner.valid);
+  });
+}
+
+// --- take only what can finish by a deadline ------------------------------------------------
+
+for (const deadline of [true, false]) {
+  const name = deadline
+    ? "run({ deadline }) claims nothing that could not finish by then"
+    : "negative control: without a deadline the worker claims on";
+  testDirect(name, async (t) => {
+    const [r, q] = [t.name("r"), t.name("q")];
+    await t.admin`select pgfence.register(${r})`;
+    for (let n = 0; n < 3; n++) await t.admin`select pgfence.enqueue(${q})`;
+    const clock = new FakeClock();
+    const owner = new Owner({ sql: t.sql, resource: r, renewEvery: 3600, clock: clock.read });
+    assert(await owner.acquire());
+    const worker = new Worker({
+      owner,
+      queue: q,
+      handlerTimeout: 10,
+      handler: () => {
+        clock.now += 6;
+      },
+    });
+    await worker.run({ maxTasks: 3, deadline: deadline ? clock.now + 15 : undefined });
+    // At 100 a task could finish by 110; at 106, not by 115.
+    assertEquals(worker.handled, deadline ? 1 : 3);
+  });
+}
+
+// --- shutdown: Supabase's Edge Runtime, stood in for ----------------------------------------
+
+/**
+ * A stand-in for the Edge Runtime while `fn` runs: `EdgeRuntime.waitUntil` records its
+ * promises, and `unload(reason)` dispatches `beforeunload` on globalThis as the runtime does
+ * (supabase/edge-runtime, ext/runtime/js/bootstrap.js: a cancelable CustomEvent whose detail is
+ * `{ reason }`).
+ */
+async function inEdgeRuntime(
+  fn: (waited: Promise<unknown>[], unload: (reason: string) => void) => Promise<void>,
+): Promise<void> {
+  const waited: Promise<unknown>[] = [];
+  const global = globalThis as { EdgeRuntime?: unknown };
+  global.EdgeRuntime = { waitUntil: (p: Promise<unknown>) => waited.push(p) };
+  const unload = (reason: string) =>
+    globalThis.dispatchEvent(
+      new CustomEvent("beforeunload", { cancelable: true, detail: { reason } }),
+    );
+  try {
+    await fn(waited, unload);
+  } finally {
+    delete global.EdgeRuntime;
+  }
+}
+
+/** Records the reports it sends. */
+class CountingReports extends Worker {
+  reports: string[] = [];
+  protected override report(
+    kind: "complete" | "fail",
+    attemptId: string,
+    body: unknown,
+  ): Promise<Verdict> {
+    this.reports.push(kind);
+    return super.report(kind, attemptId, body);
+  }
+}
+
+async function workerAtBeforeunload(
+  t: Target,
+  options: { listen: boolean; grace: number; finish: boolean },
+): Promise<{ worker: CountingReports; q: string; r: string; waited: number }> {
+  const [r, q] = [t.name("w"), t.name("q")];
+  await t.admin`select pgfence.register(${r})`;
+  for (let n = 1; n <= 3; n++) await t.admin`select pgfence.enqueue(${q}, ${t.admin.json({ n })})`;
+  const owner = new Owner({ sql: t.sql, resource: r, renewEvery: 3600 });
+  assert(await owner.acquire());
+  let worker!: CountingReports;
+  let waited = 0;
+  const late = gate();
+  const returned = gate();
+  await inEdgeRuntime(async (promises, unload) => {
+    worker = new CountingReports({
+      owner,
+      queue: q,
+      shutdownGrace: options.grace,
+      handler: async (payload) => {
+        if ((payload as { n: number }).n === 1) {
+          unload("wall_clock");
+          // Cannot finish within the grace (unless the worker did not stop: then the test
+          // fails on what it did instead of waiting forever).
+          if (!options.finish && worker.stoppedBy !== null) await late.promise;
+        }
+        returned.open();
+        return payload;
+      },
+    });
+    const remove = options.listen ? worker.installShutdown() : () => {};
+    try {
+      await worker.run({ untilIdle: true });
+    } finally {
+      remove();
+    }
+    waited = promises.length;
+    await Promise.all(promises);
+  });
+  late.open(); // the handed-back handler returns after the worker left ...
+  await returned.promise;
+  await new Promise((resolve) => setTimeout(resolve, 0)); // ... and would have reported by now
+  return { worker, q, r, waited };
+}
+
+test("beforeunload drains: the task in hand finishes, nothing more is claimed, released", async (t) => {
+  const { worker, q, r, waited } = await workerAtBeforeunload(t, {
+    listen: true,
+    grace: 3600,
+    finish: true,
+  });
+  assertEquals([worker.stoppedBy, worker.handled, worker.handedBack, waited], [
+    "beforeunload: wall_clock",
+    1,
+    0,
+    1,
+  ]);
+  assertEquals(
+    await t.rows(t.admin`select state, count(*)::int as n from pgfence.tasks where queue = ${q}
+                          group by state order by state`),
+    [{ state: "completed", n: 1 }, { state: "queued", n: 2 }],
+  );
+  assertEquals(
+    await t.rows(t.admin`select status from pgfence.lease_status where resource = ${r}`),
+    [{ status: "released" }],
+  );
+});
+
+test("beforeunload: a task that cannot finish within the grace is handed back, unreported", async (t) => {
+  const { worker, q, r } = await workerAtBeforeunload(t, { listen: true, grace: 0, finish: false });
+  assertEquals([worker.handled, worker.handedBack, worker.reports], [0, 1, []]);
+  assertEquals(
+    await t.rows(t.admin`select status from pgfence.lease_status where resource = ${r}`),
+    [{ status: "released" }],
+  );
+  // It returns to the queue when its visibility runs out, for a new attempt.
+  const [task] = await t.admin`select task_id, state, attempt, lease_id from pgfence.tasks
+                                where queue = ${q} and payload->>'n' = '1'`;
+  assertEquals([task.state, task.attempt], ["claimed", 1]);
+  await t.admin`update pgfence.tasks set visible_until = clock_timestamp() - interval '1 ms'
+                 where task_id = ${task.task_id as string}`;
+  await t.admin`select pgfence.requeue_expired()`;
+  assertEquals(
+    await t.rows(
+      t.admin`select state from pgfence.tasks where task_id = ${task.task_id as string}`,
+    ),
+    [{ state: "queued" }],
+  );
+  const [lease] = await t.admin`select * from pgfence.acquire(${r}, 'next', '30 s')`;
+  const [again] = await t.admin`select task_id, attempt from pgfence.claim(${lease
+    .lease_id as string}::uuid, ${q}, 3, '30 s') order by task_id`;
+  assertEquals([again.task_id, again.attempt], [task.task_id, 2]);
+});
+
+test("negative control: a worker that does not listen works on after beforeunload", async (t) => {
+  const { worker, q } = await workerAtBeforeunload(t, { listen: false, grace: 0, finish: true });
+  assertEquals([worker.stoppedBy, worker.handled], [null, 3]);
+  assertEquals(
+    await t.rows(t.admin`select count(*)::int as n from pgfence.tasks
+                          where queue = ${q} and state = 'completed'`),
+    [{ n: 3 }],
   );
 });

@@ -7,11 +7,15 @@
  *   must stop trusting it, runs fenced transactions, drains and releases. Renewal can be tied
  *   to progress (`renewUntil`): past the deadline the renewer drains and stops.
  * - `Worker` claims tasks of pgfence's queue under an Owner, runs a handler under a deadline
- *   (`handlerTimeout`), reports results by attempt id, drains and releases when it leaves.
+ *   (`handlerTimeout`), reports results by attempt id, drains and releases when it leaves,
+ *   also when the runtime shuts it down (SIGTERM, Edge Runtime's `beforeunload`).
  *
  * Safety never rests on this module: the database refuses a stale owner whatever the client
  * believes (I1-I5). The client's job is liveness and good manners: stop claiming as soon as
- * ownership is in doubt, so that a stale isolate does as little unfenced work as possible.
+ * ownership is in doubt, so that a stale isolate does as little unfenced work as possible, and
+ * survive lost connections without doing anything twice (docs/deno.md, "Faults and retries"):
+ * a statement that lost its connection is sent again only where a second copy cannot change the
+ * outcome, and after any lost connection the lease is trusted again only once a renewal passes.
  *
  * Every call is one statement, or one `sql.begin` transaction, on a postgres.js client made
  * with `prepare: false` and no session state: it works through PgBouncer or Supavisor in
@@ -20,37 +24,85 @@
  * @module
  */
 import postgres from "postgres";
+import type { Options, PendingQuery as PendingQueryOf } from "postgres";
 
 /** A postgres.js client (a pool); see `connect`. */
 export type Sql = postgres.Sql;
 /** The transaction of `sql.begin`: `fence` and the writes it protects must share one. */
 export type TransactionSql = postgres.TransactionSql;
+/** postgres.js's options of a client (`connect`). */
+export type ConnectOptions = Options<Record<string, never>>;
+/** A row of a result. */
+export type Row = postgres.Row;
+/** A statement built on a pool and not sent yet (postgres.js sends it when awaited). */
+export type PendingQuery = PendingQueryOf<Row[]>;
 /** Seconds on a monotonic clock. */
 export type Clock = () => number;
 
 /** The default clock: monotonic, unlike Date.now(), so a wall-clock jump moves no deadline. */
-export const monotonic: Clock = () => performance.now() / 1000;
+export const monotonic: Clock = (): number => performance.now() / 1000;
 
 /**
  * A postgres.js client that keeps no session state a transaction pooler could lose: no
  * prepared statements. `options` are postgres.js's, except `prepare`, which stays false.
+ *
+ * An empty or missing `url` is refused (TypeError): postgres.js would take it for
+ * localhost:5432 and connect to whatever listens there, typically because `DATABASE_URL` was
+ * not set.
  */
-export function connect(url: string, options: postgres.Options<Record<string, never>> = {}): Sql {
+export function connect(url: string, options: ConnectOptions = {}): Sql {
+  if (typeof url !== "string" || url.trim() === "") {
+    const got = typeof url === "string" ? "an empty one" : `${url}`;
+    throw new TypeError(
+      `pgfence: connect() needs a database URL, got ${got} (is DATABASE_URL set?); ` +
+        "postgres.js would connect to localhost:5432 instead",
+    );
+  }
   return postgres(url, { ...options, prepare: false });
 }
 
 // --- errors -------------------------------------------------------------------------------
 
-/** An error pgfence raised in the database, by its SQLSTATE (docs/errors.md). */
-export class PgfenceError extends Error {
-  readonly sqlstate: string;
-  readonly hint: string | undefined;
+/** A lease id, attempt id or update token in a text: a capability, never shown. */
+const UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi;
 
-  constructor(sqlstate: string, message: string, hint?: string, options?: ErrorOptions) {
-    super(message, options);
+/** `text` with every uuid in it replaced by `…` (as the Python client does). */
+function redact(text: string): string;
+function redact(text: string | undefined): string | undefined;
+function redact(text: string | undefined): string | undefined {
+  return text?.replace(UUID, "…");
+}
+
+/**
+ * A database error with one of the SQLSTATEs of docs/errors.md, by its subclass. Its message,
+ * hint and detail are the database's with every uuid (a lease id, attempt id or update token:
+ * capabilities) replaced by `…`, so that the error can be logged as it is; the original
+ * postgres.js error is not kept, for the same reason.
+ */
+export class PgfenceError extends Error {
+  /** The SQLSTATE, e.g. `PF001`. */
+  readonly sqlstate: string;
+  /** What to do about it, when the database said. */
+  readonly hint: string | undefined;
+  /** The database's DETAIL (the refused value, the holder of a lock), when it gave one. */
+  readonly detail: string | undefined;
+
+  /** The error of `sqlstate`; `message`, `hint` and `detail` are redacted. */
+  constructor(sqlstate: string, message: string, hint?: string, detail?: string) {
+    super(redact(message));
     this.name = new.target.name;
     this.sqlstate = sqlstate;
-    this.hint = hint;
+    this.hint = redact(hint);
+    this.detail = redact(detail);
+  }
+
+  /**
+   * Whether the same call may pass when tried again, after a pause (40001, 40P01, 55P03): the
+   * client retries 40001 and 40P01 itself (`RetryOptions.conflicts`); other errors are not
+   * guessed at.
+   */
+  get retryable(): boolean {
+    return RETRYABLE.has(this.sqlstate);
   }
 }
 
@@ -60,7 +112,7 @@ export class LeaseNotCurrent extends PgfenceError {}
 export class ResourceUnknown extends PgfenceError {}
 /** PF003: the resource is disabled: a worker started for a paused resource exits cleanly. */
 export class ResourceDisabled extends PgfenceError {}
-/** PF004: the resource is already in another open update window. */
+/** PF004: the resource is already in another open update window (or a request id was reused). */
 export class UpdateConflict extends PgfenceError {}
 /** PF005: the update token is unknown. */
 export class UpdateTokenUnknown extends PgfenceError {}
@@ -68,8 +120,24 @@ export class UpdateTokenUnknown extends PgfenceError {}
 export class UnfencedWrite extends PgfenceError {}
 /** 22023: an invalid argument; the message names it. */
 export class InvalidArgument extends PgfenceError {}
+/** 25P01: an install or upgrade file was run outside a transaction block; nothing changed. */
+export class NoTransaction extends PgfenceError {}
+/** 40001: a serialization failure; the transaction rolled back and may be run again. */
+export class SerializationFailure extends PgfenceError {}
+/** 40P01: a deadlock; this transaction was chosen to roll back and may be run again. */
+export class DeadlockDetected extends PgfenceError {}
+/** 54000: a superseded attempt sent more than 10 different stale results: stop reporting. */
+export class TooManyStaleResults extends PgfenceError {}
+/** 55000: an install or upgrade found another release, or a prerequisite missing. */
+export class WrongInstalledState extends PgfenceError {}
+/** 55P03: a resource row stayed locked past `lock_timeout`; DETAIL names the holder. */
+export class LockNotAvailable extends PgfenceError {}
 
-const BY_SQLSTATE: Record<string, typeof PgfenceError> = {
+/**
+ * The error class of each SQLSTATE that docs/errors.md lists (a test checks that every code
+ * there is here).
+ */
+export const errorClasses: Readonly<Record<string, typeof PgfenceError>> = Object.freeze({
   PF001: LeaseNotCurrent,
   PF002: ResourceUnknown,
   PF003: ResourceDisabled,
@@ -77,32 +145,186 @@ const BY_SQLSTATE: Record<string, typeof PgfenceError> = {
   PF005: UpdateTokenUnknown,
   PF007: UnfencedWrite,
   "22023": InvalidArgument,
-};
+  "25P01": NoTransaction,
+  "40001": SerializationFailure,
+  "40P01": DeadlockDetected,
+  "54000": TooManyStaleResults,
+  "55000": WrongInstalledState,
+  "55P03": LockNotAvailable,
+});
+
+const RETRYABLE = new Set(["40001", "40P01", "55P03"]);
+/** Retried by the client itself: the transaction rolled back, nothing of it happened. */
+const CONFLICTS = new Set(["40001", "40P01"]);
 
 /**
- * The typed error for a database error with one of pgfence's SQLSTATEs (the original is its
- * `cause`); any other error as it is. For the caller's own queries too.
+ * The connection broke (or could not be made) before the answer came: the statement may or
+ * may not have run. The client sends a statement again only where a second copy cannot change
+ * the outcome (docs/deno.md); this error reaches the caller when it does not, or gives up.
+ */
+export class ConnectionLost extends Error {
+  /** postgres.js's or the socket's error code (`CONNECTION_CLOSED`, `ECONNRESET`, ...), or the
+   * SQLSTATE of a server that ended the session (`57P01`, class `08`). */
+  readonly code: string | undefined;
+
+  /** A lost connection; `code` as above. */
+  constructor(message: string, code?: string) {
+    super(redact(message));
+    this.name = "ConnectionLost";
+    this.code = code;
+  }
+}
+
+/** What postgres.js (and the sockets under it) report when a connection breaks or is refused.
+ * CONNECTION_ENDED and CONNECTION_DESTROYED are not among them: the pool was ended. */
+const LOST_CODES = new Set([
+  "CONNECTION_CLOSED",
+  "CONNECT_TIMEOUT",
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ECONNABORTED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "EHOSTDOWN",
+  "ENETUNREACH",
+  "ENETDOWN",
+  "ENOTCONN",
+  "EAI_AGAIN",
+  "ERR_SOCKET_CLOSED",
+]);
+
+/** The server ended the session: terminated (57P01, a crash 57P02), not accepting connections
+ * yet (57P03), or a connection exception (class 08, also PgBouncer's own errors). */
+function lostSqlstate(code: string): boolean {
+  return code.startsWith("08") || code === "57P01" || code === "57P02" || code === "57P03";
+}
+
+/**
+ * The typed error of a database error: a `PgfenceError` subclass for the SQLSTATEs of
+ * docs/errors.md, `ConnectionLost` for a lost connection; any other error as it is. For the
+ * caller's own queries too (`await sql\`...\`.catch((e) => { throw pgfenceError(e); })`).
  */
 export function pgfenceError(e: unknown): unknown {
-  if (e instanceof postgres.PostgresError && e.code in BY_SQLSTATE) {
-    return new BY_SQLSTATE[e.code](e.code, e.message, e.hint, { cause: e });
+  if (e instanceof PgfenceError || e instanceof ConnectionLost) return e;
+  if (e instanceof postgres.PostgresError) {
+    if (lostSqlstate(e.code)) return new ConnectionLost(e.message, e.code);
+    const cls = errorClasses[e.code];
+    if (cls !== undefined) return new cls(e.code, e.message, e.hint, e.detail);
+    return e;
+  }
+  const code = (e as { code?: unknown } | null)?.code;
+  if (e instanceof Error && typeof code === "string" && LOST_CODES.has(code)) {
+    return new ConnectionLost(e.message, code);
   }
   return e;
 }
 
 /** Ownership is lost or in doubt (a client-side verdict): stop claiming and writing at once. */
 export class LeaseLost extends Error {
+  /** `message` says why; `options.cause` the refusal, if any. */
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);
     this.name = "LeaseLost";
   }
 }
 
+// --- retries --------------------------------------------------------------------------------
+
+/**
+ * How the client waits before sending again: capped exponential backoff with full jitter (the
+ * n-th wait is uniform in [0, min(cap, base * 2^n)]), in real time.
+ */
+export interface RetryOptions {
+  /** Seconds: the first wait's ceiling (default 0.1). */
+  base?: number;
+  /** Seconds: the largest ceiling (default 10). */
+  cap?: number;
+  /** Tries of a statement (or a `fenced` transaction) refused with 40001 or 40P01 before the
+   * error is thrown (default 5). */
+  conflicts?: number;
+  /** Seconds (real time) one call is sent again at most, whatever its own bound (default 60):
+   * then its error is thrown. */
+  giveUp?: number;
+  /** The jitter's source, in [0, 1) (default Math.random). */
+  random?: () => number;
+}
+
+/**
+ * A statement of the client's cycle, as `Owner.query` names it to `Owner.beforeStep` (where
+ * the fault tests stop the client and break its connection).
+ */
+export type Step =
+  | "acquire"
+  | "renew"
+  | "claim"
+  | "extend"
+  | "complete"
+  | "fail"
+  | "requeue"
+  | "drain"
+  | "release";
+
+/** How `Owner.query` treats a lost connection; 40001 and 40P01 are always retried. */
+export interface QueryOptions {
+  /**
+   * Send the statement again after a lost connection, with backoff, until it is answered, the
+   * owner's clock passes `until`, `signal` aborts, or `retry.giveUp` seconds have passed (then
+   * ConnectionLost is thrown). Only for statements whose second copy cannot change the
+   * outcome. Default false: a lost connection throws ConnectionLost at once.
+   */
+  resend?: boolean;
+  /** On the owner's clock: resend no more after this. */
+  until?: number;
+  /** Aborting it stops resending. */
+  signal?: AbortSignal;
+}
+
+/** Waits `seconds` of real time, or less if `signal` aborts. */
+function pause(seconds: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, seconds * 1000);
+    signal?.addEventListener("abort", done);
+  });
+}
+
+/** Per pool (its options object), what to call when one of its connections closes. */
+const closeWatchers = new WeakMap<object, Set<() => void>>();
+
+/**
+ * Calls `fn` whenever a connection of `sql` closes, broken or ended (postgres.js then opens a
+ * new one for the next query, silently); returns the function that stops it. postgres.js reads
+ * its `onclose` option when a connection closes, so wrapping it once per pool is enough.
+ */
+function watchCloses(sql: Sql, fn: () => void): () => void {
+  const options = sql.options;
+  let watchers = closeWatchers.get(options);
+  if (watchers === undefined) {
+    const all = watchers = new Set();
+    closeWatchers.set(options, all);
+    const previous = options.onclose;
+    options.onclose = (id: number) => {
+      previous?.(id);
+      for (const watcher of [...all]) watcher();
+    };
+  }
+  watchers.add(fn);
+  return () => watchers.delete(fn);
+}
+
 // --- Owner --------------------------------------------------------------------------------
 
+/** The settings of an `Owner`. */
 export interface OwnerOptions {
   /** A client made with `prepare: false` (`connect`); the Owner never ends it. */
   sql: Sql;
+  /** The resource to hold. */
   resource: string;
   /** The owner's name, e.g. an execution id; default `owner-` and 8 random hex digits. */
   owner?: string;
@@ -112,6 +334,8 @@ export interface OwnerOptions {
   renewEvery?: number;
   /** The clock of the local deadlines (default `monotonic`); tests pass a fake one. */
   clock?: Clock;
+  /** The backoff of retries (see `RetryOptions`). */
+  retry?: RetryOptions;
 }
 
 /**
@@ -121,17 +345,31 @@ export interface OwnerOptions {
  * deadline passes: the last successful renewal's *send* time plus the ttl. Measuring from the
  * send keeps a slow success from stretching the lease: the database started the new term no
  * earlier than the request left. It also turns false when a progress deadline set with
- * `renewUntil` passes. `signal` aborts when the owner gives the lease up or learns it is lost,
- * so a handler can pass it to fetch() and stop its own work.
+ * `renewUntil` passes, and while the lease is in doubt: from any lost connection (a statement's,
+ * or any connection of the pool closing, after which postgres.js reconnects silently) until a
+ * renewal sent after it succeeds (the renewer sends one at once, then backs off). `signal`
+ * aborts when the owner gives the lease up or learns it is lost, so a handler can pass it to
+ * fetch() and stop its own work.
  */
 export class Owner {
+  /** The pool every statement runs on. */
   readonly sql: Sql;
+  /** The resource held. */
   readonly resource: string;
+  /** This owner's name. */
   readonly owner: string;
+  /** The lease's time to live, in seconds; also how long a statement may go unanswered
+   * before its connection counts as lost (at least a second). */
   readonly ttl: number;
+  /** Seconds between renewals. */
   readonly renewEvery: number;
+  /** The clock of the local deadlines. */
   readonly clock: Clock;
+  /** The backoff of retries, defaults filled in. */
+  readonly retry: Readonly<Required<RetryOptions>>;
+  /** The current lease's id (a capability: never log it); null before `acquire`. */
   leaseId: string | null = null;
+  /** The current lease's generation (its fencing token); null before `acquire`. */
   generation: bigint | null = null;
   /** The local deadline on `clock`; protected so that a test's broken variant can set it. */
   protected validUntil = 0;
@@ -141,7 +379,13 @@ export class Owner {
   #renewer: Promise<void> | null = null;
   #stopped = true;
   #wake: (() => void) | null = null;
+  /** Lost connections seen: a renewal restores trust only if none was lost since it was sent. */
+  #losses = 0;
+  #doubt = false;
+  #waiters = new Set<() => void>();
+  #unwatch: (() => void) | null = null;
 
+  /** An owner of `options.resource`; nothing is sent before `acquire`. */
   constructor(options: OwnerOptions) {
     // Named prepared statements live in one server session: behind a transaction pooler the
     // next statement may run in another, and fail.
@@ -154,6 +398,13 @@ export class Owner {
     this.ttl = options.ttl ?? 30;
     this.renewEvery = options.renewEvery ?? this.ttl / 3;
     this.clock = options.clock ?? monotonic;
+    this.retry = Object.freeze({
+      base: options.retry?.base ?? 0.1,
+      cap: options.retry?.cap ?? 10,
+      conflicts: options.retry?.conflicts ?? 5,
+      giveUp: options.retry?.giveUp ?? 60,
+      random: options.retry?.random ?? Math.random,
+    });
   }
 
   /** Why the lease is no longer trusted (refused, released, a deadline), or null. */
@@ -171,15 +422,31 @@ export class Owner {
     return this.validUntil;
   }
 
+  /** True while a lost connection keeps the lease in doubt (until a renewal passes). */
+  get inDoubt(): boolean {
+    return this.#doubt;
+  }
+
+  /** Whether the lease may be used: held, not lost, not in doubt, before the local deadline. */
   get valid(): boolean {
-    return this.leaseId !== null && this.#lost === null && this.clock() < this.validUntil;
+    return this.leaseId !== null && this.#lost === null && !this.#doubt &&
+      this.clock() < this.validUntil;
+  }
+
+  /** The lease as logs may name it: resource and generation, never the lease id. */
+  get name(): string {
+    return `${this.resource} generation ${this.generation ?? "none"}`;
   }
 
   /** Throws LeaseLost unless `valid`. */
   check(): void {
-    if (!this.valid) {
-      throw new LeaseLost(this.#lost ?? `no lease on ${this.resource} (expired locally)`);
+    if (this.valid) return;
+    if (this.#lost !== null) throw new LeaseLost(this.#lost);
+    if (this.leaseId === null) throw new LeaseLost(`no lease on ${this.resource}`);
+    if (this.#doubt) {
+      throw new LeaseLost(`lease ${this.name} in doubt after a lost connection (see trust())`);
     }
+    throw new LeaseLost(`lease ${this.name} expired locally`);
   }
 
   /** Stops trusting the lease (the first reason is kept) and aborts `signal`. */
@@ -187,54 +454,191 @@ export class Owner {
     if (this.#lost !== null) return;
     this.#lost = why;
     this.#abort.abort(new LeaseLost(why));
+    this.#notify();
+  }
+
+  /**
+   * Resolves true as soon as the lease is `valid` again (a renewal passed after a lost
+   * connection), false once it is lost, released, past the local deadline (judged at each of
+   * the renewer's tries: it tries again at least every `retry.cap` seconds), or `signal`
+   * aborts. The renewer does the renewing; this only waits for its verdict.
+   */
+  trust(signal?: AbortSignal): Promise<boolean> {
+    const gone = () =>
+      this.#lost !== null || this.#stopped || signal?.aborted === true ||
+      this.clock() >= this.validUntil;
+    if (this.valid) return Promise.resolve(true);
+    if (gone()) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const check = () => {
+        const verdict = this.valid ? true : gone() ? false : null;
+        if (verdict === null) return;
+        this.#waiters.delete(check);
+        signal?.removeEventListener("abort", check);
+        resolve(verdict);
+      };
+      this.#waiters.add(check);
+      signal?.addEventListener("abort", check);
+    });
+  }
+
+  #notify(): void {
+    for (const waiter of [...this.#waiters]) waiter();
+  }
+
+  /**
+   * Called before each try of each statement `query` sends (a no-op): the fault tests stop the
+   * client here and break its connection.
+   */
+  protected beforeStep(_step: Step): Promise<void> | void {}
+
+  /**
+   * One statement with the retry story: `make` builds it on the owner's pool, again for each
+   * try. 40001 and 40P01 are tried again after a backoff (up to `retry.conflicts` tries); a lost
+   * connection puts the lease in doubt (`inDoubt`) and is sent again only as `options` say.
+   * A statement unanswered for a whole `ttl` counts as a lost connection. Errors come back
+   * typed (`pgfenceError`). For workers built on the Owner (pgmq, pgflow) as well.
+   */
+  async query(
+    step: Step,
+    make: (sql: Sql) => PendingQuery,
+    options: QueryOptions = {},
+  ): Promise<Row[]> {
+    let conflicts = 0;
+    let losses = 0;
+    const giveUp = monotonic() + this.retry.giveUp;
+    for (;;) {
+      await this.beforeStep(step);
+      try {
+        return await this.#answer(make(this.sql));
+      } catch (e) {
+        const error = pgfenceError(e);
+        if (error instanceof ConnectionLost) {
+          this.connectionLost();
+          const gaveUp = () =>
+            options.signal?.aborted || monotonic() >= giveUp ||
+            (options.until !== undefined && this.clock() >= options.until);
+          if (!options.resend || gaveUp()) throw error;
+          await pause(this.backoff(losses++), options.signal);
+          if (gaveUp()) throw error;
+          continue;
+        }
+        if (
+          error instanceof PgfenceError && CONFLICTS.has(error.sqlstate) &&
+          ++conflicts < this.retry.conflicts && monotonic() < giveUp
+        ) {
+          await pause(this.backoff(conflicts - 1));
+          continue;
+        }
+        throw error;
+      }
+    }
+  }
+
+  /**
+   * Seconds to wait before the retry after `failures` failed tries: full jitter, at least a
+   * millisecond (postgres.js must see the broken socket close before anything is sent again).
+   */
+  protected backoff(failures: number): number {
+    const ceiling = Math.min(this.retry.cap, this.retry.base * 2 ** failures);
+    return Math.max(0.001, this.retry.random() * ceiling);
+  }
+
+  /** The statement's answer, or ConnectionLost when none came within a ttl (postgres.js can
+   * leave a query unanswered forever when its connection broke as it was sent). */
+  async #answer(pending: PendingQuery): Promise<Row[]> {
+    // A ttl the database will refuse (22023) still gets its answer.
+    const seconds = this.ttl > 0 && Number.isFinite(this.ttl) ? Math.max(1, this.ttl) : 30;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const watchdog = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new ConnectionLost(`no answer within ${seconds} s`, "TIMEOUT")),
+        seconds * 1000,
+      );
+    });
+    try {
+      return await Promise.race([pending, watchdog]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * A connection broke or closed: the lease is in doubt until a renewal sent after this passes,
+   * and the renewer sends one at once. Protected so that a test's broken variant can skip it.
+   */
+  protected connectionLost(): void {
+    this.#losses += 1;
+    if (this.leaseId === null || this.#lost !== null) return;
+    this.#doubt = true;
+    this.#wake?.(); // the renewer renews at once
   }
 
   /**
    * Takes the lease if nobody holds it and starts the renewer; false while another owns it.
    * Throws ResourceDisabled (PF003) for a paused resource (exit cleanly) and ResourceUnknown
    * (PF002). One lease per Owner at a time: `release` the last one first.
+   *
+   * A lost connection is retried (for at most `retry.giveUp` seconds), then ConnectionLost is
+   * thrown. When the lost answer had granted a lease, the retry is told another is current
+   * (false): that lease, unknown to anyone, expires unused within its ttl.
    */
   async acquire(invocationId: string | null = null): Promise<boolean> {
     if (this.#renewer !== null) {
       throw new Error("pgfence: this Owner holds a lease; release it first");
     }
-    const sent = this.clock();
-    const [row] = await query(
-      this.sql`select lease_id, generation from pgfence.acquire(${this.resource}, ${this.owner},
-                 make_interval(secs => ${this.ttl}), ${invocationId}::uuid)`,
-    );
+    this.#losses = 0;
+    this.#doubt = false;
+    let sent = this.clock();
+    const [row] = await this.query("acquire", (sql) => {
+      sent = this.clock();
+      return sql`select lease_id, generation from pgfence.acquire(${this.resource}, ${this.owner},
+                   make_interval(secs => ${this.ttl}), ${invocationId}::uuid)`;
+    }, { resend: true });
     if (!row || row.lease_id === null) return false;
     this.leaseId = row.lease_id as string;
     this.generation = BigInt(row.generation as string);
     this.#lost = null;
+    this.#doubt = false;
     this.#abort = new AbortController();
     this.validUntil = sent + this.ttl;
     this.#progress = null;
     this.#stopped = false;
+    this.#unwatch = watchCloses(this.sql, () => this.connectionLost());
     this.#renewer = this.#renewLoop();
     return true;
   }
 
   /** Sends one renewal and returns the state it answered (active or draining). */
   protected async sendRenew(): Promise<string> {
-    const [row] = await query(
-      this.sql`select state
-                 from pgfence.renew(${this.leaseId}::uuid, make_interval(secs => ${this.ttl}))`,
+    const [row] = await this.query(
+      "renew",
+      (sql) =>
+        sql`select state
+              from pgfence.renew(${this.leaseId}::uuid, make_interval(secs => ${this.ttl}))`,
     );
     return row ? String(row.state) : "active";
   }
 
-  /** One renewal; the new local deadline counts from when it was sent. */
+  /**
+   * One renewal, one try; the new local deadline counts from when it was sent. A success ends
+   * the doubt of a lost connection if no connection was lost since it was sent.
+   */
   async renewOnce(): Promise<string> {
     const sent = this.clock();
+    const losses = this.#losses;
     let state: string;
     try {
       state = await this.sendRenew();
     } catch (e) {
-      if (e instanceof LeaseNotCurrent) this.markLost(`renewal refused: ${e.message}`);
+      if (e instanceof LeaseNotCurrent) {
+        this.markLost(`renewal of ${this.name} refused: ${e.message}`);
+      }
       throw e;
     }
     this.validUntil = Math.max(this.validUntil, sent + this.ttl);
+    if (this.#losses === losses) this.#doubt = false;
+    this.#notify();
     return state;
   }
 
@@ -252,11 +656,14 @@ export class Owner {
   }
 
   async #renewLoop(): Promise<void> {
-    // The renewal cadence is real time; a progress deadline is judged on `clock`.
+    // The renewal cadence is real time; a progress deadline is judged on `clock`. After a
+    // failure, or a lost connection anywhere, it renews with backoff instead of the cadence.
     let next = monotonic() + this.renewEvery;
+    let failures = 0;
     while (!this.#stopped) {
       const progress = this.#progress;
-      let wait = next - monotonic();
+      const due = this.#doubt && failures === 0 ? monotonic() : next;
+      let wait = due - monotonic();
       if (progress !== null) wait = Math.min(wait, progress.deadline - this.clock());
       if (wait > 0) {
         await this.#sleep(wait); // then read the state again: a wake-up changes it
@@ -267,13 +674,17 @@ export class Owner {
         await this.#abandon(progress.why);
         break;
       }
-      next = monotonic() + this.renewEvery;
       try {
         await this.renewOnce();
+        failures = 0;
+        next = monotonic() + this.renewEvery;
       } catch {
-        // A transient failure only costs time: the local deadline decides. A refusal (PF001)
-        // has marked the lease lost and ends the loop.
+        // A transient failure only costs time: the local deadline decides (those waiting for
+        // trust give up once it has passed). A refusal (PF001) has marked the lease lost and
+        // ends the loop.
         if (this.#lost !== null) break;
+        next = monotonic() + this.backoff(failures++);
+        this.#notify();
       }
     }
   }
@@ -296,24 +707,41 @@ export class Owner {
    * the drain fails, the unrenewed lease expires within its ttl anyway.
    */
   async #abandon(why: string): Promise<void> {
-    this.markLost(`renewal stopped: ${why}`);
+    this.markLost(`renewal of ${this.name} stopped: ${why}`);
     try {
-      await ignoreNotCurrent(this.sql`select pgfence.drain(${this.leaseId}::uuid)`);
+      await this.#end("drain");
     } catch {
       // see above: expiry covers it
+    }
+  }
+
+  /** drain or release, resent after a lost connection until the local deadline (then the
+   * lease expires by itself); an ended lease is no error. */
+  async #end(step: "drain" | "release"): Promise<void> {
+    try {
+      await this.query(
+        step,
+        (sql) =>
+          step === "drain"
+            ? sql`select pgfence.drain(${this.leaseId}::uuid)`
+            : sql`select pgfence.release(${this.leaseId}::uuid)`,
+        { resend: true, until: this.validUntil },
+      );
+    } catch (e) {
+      if (!(e instanceof LeaseNotCurrent)) throw e;
     }
   }
 
   /**
    * The guard inside the caller's own transaction (`sql.begin`), before the writes it protects;
    * returns the lease's generation, to stamp on rows. Throws LeaseLost, and stops trusting the
-   * lease, when the database refuses it (PF001). A pgflow or pgmq worker fences its own
-   * transactions with it.
+   * lease, when the database refuses it (PF001), and ConnectionLost (the lease in doubt) when
+   * the connection broke. A pgflow or pgmq worker fences its own transactions with it.
    */
   async fence(tx: TransactionSql): Promise<bigint> {
     this.check();
     try {
-      const [row] = await query(tx`select pgfence.fence(${this.leaseId}::uuid) as generation`);
+      const [row] = await tx`select pgfence.fence(${this.leaseId}::uuid) as generation`;
       return BigInt(row.generation as string);
     } catch (e) {
       throw this.#refused(e);
@@ -322,64 +750,69 @@ export class Owner {
 
   /**
    * A transaction that is the owner's only if fence() passes in it (I2): `fn` gets it and the
-   * generation to stamp on rows; `fn`'s result.
+   * generation to stamp on rows; `fn`'s result. A transaction refused with 40001 or 40P01 rolled
+   * back and is run again, `fn` included (up to `retry.conflicts` tries). A lost connection is
+   * not: whether it committed is unknown, so ConnectionLost is thrown (make its writes
+   * idempotent, e.g. keyed by a task id, and check).
    */
   async fenced<T>(fn: (tx: TransactionSql, generation: bigint) => Promise<T>): Promise<T> {
-    this.check();
-    let result: T | undefined;
-    try {
-      await this.sql.begin(async (tx) => {
-        result = await fn(tx, await this.fence(tx));
-      });
-    } catch (e) {
-      throw this.#refused(e);
+    for (let tries = 1;; tries++) {
+      this.check();
+      let result: T | undefined;
+      try {
+        await this.sql.begin(async (tx) => {
+          result = await fn(tx, await this.fence(tx));
+        });
+        return result as T;
+      } catch (e) {
+        const error = this.#refused(e);
+        if (
+          error instanceof PgfenceError && CONFLICTS.has(error.sqlstate) &&
+          tries < this.retry.conflicts
+        ) {
+          await pause(this.backoff(tries - 1));
+          continue;
+        }
+        throw error;
+      }
     }
-    return result as T;
   }
 
   #refused(e: unknown): unknown {
+    if (e instanceof LeaseLost || e instanceof ConnectionLost) return e; // judged already
     const error = pgfenceError(e);
     if (error instanceof LeaseNotCurrent || error instanceof UnfencedWrite) {
-      this.markLost(`fence refused: ${error.message}`);
+      this.markLost(`fence of ${this.name} refused: ${error.message}`);
       return new LeaseLost(this.#lost ?? error.message, { cause: error });
     }
+    if (error instanceof ConnectionLost) this.connectionLost();
     return error;
   }
 
   /** Stops claiming; the resource is free for a successor at once. */
   async drain(): Promise<void> {
-    if (this.leaseId !== null && this.#lost === null) {
-      await ignoreNotCurrent(this.sql`select pgfence.drain(${this.leaseId}::uuid)`);
-    }
+    if (this.leaseId !== null && this.#lost === null) await this.#end("drain");
   }
 
-  /** Stops the renewer, then gives the lease up (a lease already ended is no error). */
+  /**
+   * Stops the renewer, then gives the lease up (a lease already ended is no error). A lost
+   * connection is retried until the local deadline; past it, the lease expires by itself and
+   * nothing is thrown.
+   */
   async release(): Promise<void> {
     this.#stopped = true;
     this.#wake?.();
     await this.#renewer;
     this.#renewer = null;
-    if (this.leaseId !== null) {
-      await ignoreNotCurrent(this.sql`select pgfence.release(${this.leaseId}::uuid)`);
+    try {
+      if (this.leaseId !== null) await this.#end("release");
+    } catch (e) {
+      if (!(e instanceof ConnectionLost) || this.clock() < this.validUntil) throw e;
+    } finally {
+      this.#unwatch?.();
+      this.#unwatch = null;
+      this.markLost("released");
     }
-    this.markLost("released");
-  }
-}
-
-/** Awaits a query; a database error with a pgfence SQLSTATE comes back typed. */
-async function query(pending: postgres.PendingQuery<postgres.Row[]>): Promise<postgres.Row[]> {
-  try {
-    return await pending;
-  } catch (e) {
-    throw pgfenceError(e);
-  }
-}
-
-async function ignoreNotCurrent(pending: postgres.PendingQuery<postgres.Row[]>): Promise<void> {
-  try {
-    await query(pending);
-  } catch (e) {
-    if (!(e instanceof LeaseNotCurrent)) throw e;
   }
 }
 
@@ -390,16 +823,29 @@ export type Verdict = "accepted" | "duplicate" | "stale";
 
 /** One claimed task: the attempt id is what its result is reported with. */
 export interface Task {
+  /** The task's id: the key for the handler's external effects (idempotency key). */
   taskId: bigint;
+  /** This attempt's id (a capability: never log it). */
   attemptId: string;
+  /** The attempt number, from 1. */
   attempt: number;
+  /** The task's payload (JSON). */
   payload: unknown;
+  /** Until when the attempt holds the task, on the owner's clock: the local estimate,
+   * counted from when the claim (or the last extend) was sent. */
+  visibleUntil: number;
 }
 
+/** What a handler gets beside the payload. */
 export interface HandlerContext {
+  /** The task, with its ids. */
   task: Task;
-  /** Aborts when the owner gives the lease up (a handler past its deadline, a refusal). */
+  /** Aborts when the owner gives the lease up (a handler past its deadline, a refusal, a
+   * shutdown whose grace ran out). */
   signal: AbortSignal;
+  /** The handler's deadline on the owner's clock (`handlerTimeout` after it started;
+   * Infinity without one). */
+  deadline: number;
   /** Keeps the task for `visibility` more seconds; null when the attempt no longer holds it. */
   extend(visibility: number): Promise<Date | null>;
 }
@@ -407,9 +853,13 @@ export interface HandlerContext {
 /** Returns the task's result (JSON); throws to fail it. */
 export type Handler = (payload: unknown, context: HandlerContext) => unknown;
 
+/** The settings of a `Worker`. */
 export interface WorkerOptions {
+  /** The Owner whose lease the tasks are claimed under. */
   owner: Owner;
+  /** The queue to work. */
   queue: string;
+  /** The handler of every task. */
   handler: Handler;
   /** Tasks per claim (default 1). */
   qty?: number;
@@ -419,32 +869,82 @@ export interface WorkerOptions {
   idleWait?: number;
   /** Seconds per handler call on the owner's clock (default: visibility); Infinity: none. */
   handlerTimeout?: number;
+  /** Seconds (real time) the task in hand gets after a shutdown signal (`installShutdown`)
+   * before it is handed back (default 5). */
+  shutdownGrace?: number;
+}
+
+/** What `Worker.run` is asked to do. */
+export interface RunOptions {
+  /** Return after this many handler calls. */
+  maxTasks?: number;
+  /** Return when the queue has nothing to claim: the shape of an Edge Function invocation
+   * that must not idle. */
+  untilIdle?: boolean;
+  /** On the owner's clock: claim nothing that could not finish by then (a task needs its
+   * handler's deadline, `handlerTimeout`, or else `visibility`), e.g. the invocation's
+   * wall-clock limit less a margin. */
+  deadline?: number;
+}
+
+/** The Edge Runtime's global, where there is one (Supabase Edge Functions). */
+interface EdgeRuntimeGlobal {
+  waitUntil(promise: Promise<unknown>): void;
+}
+
+function edgeRuntime(): EdgeRuntimeGlobal | undefined {
+  const runtime = (globalThis as { EdgeRuntime?: Partial<EdgeRuntimeGlobal> }).EdgeRuntime;
+  return typeof runtime?.waitUntil === "function" ? runtime as EdgeRuntimeGlobal : undefined;
 }
 
 /**
  * Claims and handles tasks of one queue while its Owner is valid.
  *
  * Each handler call runs under a deadline, `handlerTimeout` seconds on the owner's clock
- * (default: `visibility`, after which the task may be handed to someone else anyway). A
- * handler still running at its deadline makes the owner stop renewing and drain
- * (`Owner.renewUntil`), and aborts `context.signal`: a hung promise cannot keep the lease alive
- * forever. The worker then starts no other handler; when the hung one returns, its result is
- * reported (accepted if nobody re-claimed the task, stale otherwise) and the worker releases
- * and returns. `verdicts` counts the database's answers to the reports.
+ * (default: `visibility`, after which the task may be handed to someone else anyway). No
+ * handler starts unless its task's remaining visibility covers that deadline: the worker
+ * extends the task first, and skips it when the extend finds the attempt superseded
+ * (`skipped`). A handler still running at its deadline makes the owner stop renewing and
+ * drain (`Owner.renewUntil`), and aborts `context.signal`: a hung promise cannot keep the
+ * lease alive forever. The worker then starts no other handler; when the hung one returns,
+ * its result is reported (accepted if nobody re-claimed the task, stale otherwise) and the
+ * worker releases and returns. `verdicts` counts the database's answers to the reports.
  */
 export class Worker {
+  /** The owner of the lease. */
   readonly owner: Owner;
+  /** The queue worked. */
   readonly queue: string;
+  /** The handler of every task. */
   readonly handler: Handler;
+  /** Tasks per claim. */
   readonly qty: number;
+  /** Seconds a claimed task stays the attempt's. */
   readonly visibility: number;
+  /** Seconds to wait when the queue is empty. */
   readonly idleWait: number;
+  /** Seconds per handler call, on the owner's clock. */
   readonly handlerTimeout: number;
+  /** Seconds the task in hand gets after a shutdown signal. */
+  readonly shutdownGrace: number;
+  /** Handler calls so far. */
   handled = 0;
+  /** Claimed tasks not started because their attempt no longer held them. */
+  skipped = 0;
+  /** Tasks handed back at a shutdown: not finished within the grace, left to be reclaimed. */
+  handedBack = 0;
+  /** The database's answers to the reports. */
   readonly verdicts: Record<Verdict, number> = { accepted: 0, duplicate: 0, stale: 0 };
+  /** Why the worker was stopped (`stop`, `SIGTERM`, `beforeunload: wall_clock`, ...), or null. */
+  stoppedBy: string | null = null;
   #stop = false;
+  #stopping = new AbortController();
+  #halt = new AbortController();
+  #graceTimer: ReturnType<typeof setTimeout> | undefined;
+  #running = false;
   #wake: (() => void) | null = null;
 
+  /** A worker of `options.queue` under `options.owner`; nothing runs before `run`. */
   constructor(options: WorkerOptions) {
     this.owner = options.owner;
     this.queue = options.queue;
@@ -453,52 +953,134 @@ export class Worker {
     this.visibility = options.visibility ?? 30;
     this.idleWait = options.idleWait ?? 1;
     this.handlerTimeout = options.handlerTimeout ?? this.visibility;
+    this.shutdownGrace = options.shutdownGrace ?? 5;
   }
 
-  /** Drains: claim nothing more, finish the handler in hand, release. */
-  stop(): void {
+  /** Seconds of visibility a task must have left when its handler starts. */
+  get #needed(): number {
+    return Number.isFinite(this.handlerTimeout) ? this.handlerTimeout : this.visibility;
+  }
+
+  /**
+   * Drains: claim nothing more, start no other handler, finish the one in hand, release. With
+   * `grace` (seconds of real time), the task in hand is handed back if it has not finished by
+   * then: not reported, left to return to the queue when its visibility runs out, while the
+   * worker releases and returns. `reason` is kept in `stoppedBy` (the first one).
+   */
+  stop(options: { grace?: number; reason?: string } = {}): void {
+    this.stoppedBy ??= options.reason ?? "stop";
     this.#stop = true;
+    this.#stopping.abort();
     this.#wake?.();
+    const grace = options.grace ?? Infinity;
+    if (this.#running && Number.isFinite(grace) && this.#graceTimer === undefined) {
+      this.#graceTimer = setTimeout(() => this.#halt.abort(), Math.max(0, grace) * 1000);
+    }
   }
 
-  /** SIGTERM drains (see `stop`); returns a function that removes the listener. */
-  installSigterm(): () => void {
-    const listener = () => this.stop();
-    Deno.addSignalListener("SIGTERM", listener);
-    return () => Deno.removeSignalListener("SIGTERM", listener);
+  /**
+   * Shutdown signals stop the worker with `shutdownGrace` (see `stop`): SIGTERM, where the
+   * runtime lets a program listen for it, and the `beforeunload` event, which Supabase's Edge
+   * Runtime dispatches on globalThis shortly before it ends an isolate (`detail.reason`:
+   * `wall_clock`, `cpu`, `memory`, `early_drop`, `termination`). Returns a function that removes
+   * the listeners.
+   */
+  installShutdown(): () => void {
+    const grace = this.shutdownGrace;
+    const onSigterm = () => this.stop({ grace, reason: "SIGTERM" });
+    const onUnload = (event: Event) => {
+      const reason = (event as CustomEvent<{ reason?: unknown } | null>).detail?.reason;
+      this.stop({ grace, reason: `beforeunload: ${reason ?? "unknown"}` });
+    };
+    let sigterm = false;
+    try {
+      Deno.addSignalListener("SIGTERM", onSigterm);
+      sigterm = true;
+    } catch {
+      // The Edge Runtime refuses (or ignores) signal listeners: beforeunload is its signal.
+    }
+    globalThis.addEventListener("beforeunload", onUnload);
+    return () => {
+      if (sigterm) Deno.removeSignalListener("SIGTERM", onSigterm);
+      globalThis.removeEventListener("beforeunload", onUnload);
+    };
   }
 
   /**
    * The loop; drains and releases the lease when it ends, however it ends. It ends after
-   * `maxTasks` handler calls, on `stop`, when ownership is in doubt, or (`untilIdle`) when the
-   * queue has nothing to claim: the shape of an Edge Function invocation that must not idle.
+   * `maxTasks` handler calls, on `stop` (or a shutdown signal), once the lease is known lost,
+   * (`untilIdle`) when the queue has nothing to claim, or when nothing more could finish by
+   * `deadline`. While the lease is in doubt (a lost connection) it claims nothing and waits for
+   * the renewer's verdict. Under Supabase's Edge Runtime the returned promise is also passed to
+   * `EdgeRuntime.waitUntil`, so that the isolate lives until the lease is released.
    */
-  async run(options: { maxTasks?: number; untilIdle?: boolean } = {}): Promise<void> {
-    const { maxTasks, untilIdle = false } = options;
+  run(options: RunOptions = {}): Promise<void> {
+    const done = this.#run(options);
+    edgeRuntime()?.waitUntil(done.catch(() => {}));
+    return done;
+  }
+
+  async #run(options: RunOptions): Promise<void> {
+    const { maxTasks, untilIdle = false, deadline } = options;
+    const owner = this.owner;
+    // Nothing could finish by `deadline` any more.
+    const late = () => deadline !== undefined && owner.clock() + this.#needed > deadline;
+    this.#running = true;
     try {
       while (!this.#stop && (maxTasks === undefined || this.handled < maxTasks)) {
-        if (!this.owner.valid) break; // ownership in doubt: claim nothing more
+        if (!(await this.#trusted()) || late()) break;
         const tasks = await this.claim();
+        if (tasks === null) continue; // the claim's answer was lost: its tasks come back
         if (tasks.length === 0) {
-          const [{ requeued }] = await query(
-            this.owner.sql`select pgfence.requeue_expired() as requeued`,
-          );
+          const requeued = await this.requeue();
           if (requeued === 0) {
             if (untilIdle) break;
             await this.#idle();
           }
           continue;
         }
-        for (const task of tasks) {
-          // After a handler ran past its deadline, start no other: the rest of the batch
-          // returns to the queue when its visibility runs out.
-          if (!this.owner.valid) break;
-          await this.handle(task);
+        for (const [i, task] of tasks.entries()) {
+          // After a shutdown, or a handler past its deadline, start no other: the rest of the
+          // batch returns to the queue when its visibility runs out.
+          if (this.#stop) break;
+          // Fresh: the claim's first task, started right after its answer, without waiting.
+          const fresh = i === 0 && owner.valid;
+          if (!(await this.#trusted()) || late()) break;
+          await this.#inHand(task, fresh);
         }
       }
     } finally {
+      this.#running = false;
+      clearTimeout(this.#graceTimer);
       await this.leave();
     }
+  }
+
+  /** Whether the lease may be used, waiting for the renewer's verdict while it is in doubt. */
+  async #trusted(): Promise<boolean> {
+    return this.owner.valid || await this.owner.trust(this.#stopping.signal);
+  }
+
+  /** The task in hand: handled, unless a shutdown's grace runs out first (handed back). */
+  async #inHand(task: Task, fresh: boolean): Promise<void> {
+    const halt = this.#halt.signal;
+    let onHalt = () => {};
+    const halted = new Promise<"halted">((resolve) => {
+      onHalt = () => resolve("halted");
+      if (halt.aborted) onHalt();
+      halt.addEventListener("abort", onHalt);
+    });
+    const work = this.handle(task, fresh);
+    try {
+      if (await Promise.race([work.then(() => "done" as const), halted]) === "halted") {
+        work.catch(() => {}); // it settles after the worker left; nothing waits for it
+        this.handedBack += 1;
+        return;
+      }
+    } finally {
+      halt.removeEventListener("abort", onHalt);
+    }
+    await work;
   }
 
   /**
@@ -513,19 +1095,28 @@ export class Worker {
     }
   }
 
-  protected async claim(): Promise<Task[]> {
-    let rows: postgres.Row[];
+  /**
+   * One claim, not resent after a lost connection (its tasks, if it took any, come back when
+   * their visibility runs out, to a new attempt): null then. A refusal (PF001) marks the lease
+   * lost and returns no task.
+   */
+  protected async claim(): Promise<Task[] | null> {
+    const owner = this.owner;
+    let sent = owner.clock();
+    let rows: Row[];
     try {
-      rows = await query(
-        this.owner.sql`select task_id, attempt_id, attempt, payload
-                         from pgfence.claim(${this.owner.leaseId}::uuid, ${this.queue}, ${this.qty},
-                                            make_interval(secs => ${this.visibility}))`,
-      );
+      rows = await owner.query("claim", (sql) => {
+        sent = owner.clock();
+        return sql`select task_id, attempt_id, attempt, payload
+                     from pgfence.claim(${owner.leaseId}::uuid, ${this.queue}, ${this.qty},
+                                        make_interval(secs => ${this.visibility}))`;
+      });
     } catch (e) {
       if (e instanceof LeaseNotCurrent) {
-        this.owner.markLost(`claim refused: ${e.message}`);
+        owner.markLost(`claim under ${owner.name} refused: ${e.message}`);
         return [];
       }
+      if (e instanceof ConnectionLost) return null;
       throw e;
     }
     return rows.map((r) => ({
@@ -533,21 +1124,63 @@ export class Worker {
       attemptId: r.attempt_id as string,
       attempt: r.attempt as number,
       payload: r.payload,
+      visibleUntil: sent + this.visibility,
     }));
   }
 
-  protected async handle(task: Task): Promise<void> {
-    const owner = this.owner;
-    if (this.handlerTimeout !== Infinity) {
-      owner.renewUntil(
-        owner.clock() + this.handlerTimeout,
-        `a handler ran past its deadline (${this.handlerTimeout} s)`,
+  /** requeue_expired, once: how many tasks came back, or null when its answer was lost. */
+  protected async requeue(): Promise<number | null> {
+    try {
+      const [row] = await this.owner.query(
+        "requeue",
+        (sql) => sql`select pgfence.requeue_expired() as requeued`,
       );
+      return row.requeued as number;
+    } catch (e) {
+      if (e instanceof ConnectionLost) return null;
+      throw e;
+    }
+  }
+
+  /**
+   * Before a handler starts: true if the task's remaining visibility covers the handler's
+   * deadline, extending it first when it does not; false when the attempt no longer holds it
+   * (the extend answered NULL: superseded, or its task requeued). The first task of a claim,
+   * started right after the claim's answer (`fresh`), has what the claim just gave it,
+   * `visibility`, which covers a `handlerTimeout` no longer than that: it starts without a
+   * round trip.
+   */
+  protected async stillHeld(task: Task, fresh: boolean): Promise<boolean> {
+    const needed = this.#needed;
+    if (fresh && needed <= this.visibility) return true;
+    if (task.visibleUntil - this.owner.clock() >= needed) return true;
+    return await this.#extend(task, needed) !== null;
+  }
+
+  async #extend(task: Task, visibility: number): Promise<Date | null> {
+    const sent = this.owner.clock();
+    const until = await this.extend(task.attemptId, visibility);
+    if (until !== null) task.visibleUntil = sent + visibility;
+    return until;
+  }
+
+  /** One task (`fresh`: the first of its claim): the visibility check, the handler under its
+   * deadline, the report. */
+  protected async handle(task: Task, fresh = false): Promise<void> {
+    if (!(await this.stillHeld(task, fresh))) {
+      this.skipped += 1;
+      return;
+    }
+    const owner = this.owner;
+    const deadline = owner.clock() + this.handlerTimeout;
+    if (this.handlerTimeout !== Infinity) {
+      owner.renewUntil(deadline, `a handler ran past its deadline (${this.handlerTimeout} s)`);
     }
     const context: HandlerContext = {
       task,
       signal: owner.signal,
-      extend: (visibility) => this.extend(task.attemptId, visibility),
+      deadline,
+      extend: (visibility) => this.#extend(task, visibility),
     };
     let kind: "complete" | "fail" = "complete";
     let body: unknown;
@@ -560,34 +1193,44 @@ export class Worker {
     } finally {
       owner.renewUntil(null);
     }
+    if (this.#halt.signal.aborted) return; // handed back at a shutdown: not reported
     await this.report(kind, task.attemptId, body);
     this.handled += 1;
   }
 
-  /** complete or fail; the database's verdict (I5) is counted in `verdicts`. */
+  /**
+   * complete or fail; the database's verdict (I5) is counted in `verdicts`. Sent again with the
+   * same attempt id after a lost connection, until answered (or a shutdown's grace runs out):
+   * `accepted` or `duplicate` both mean the result is recorded, once.
+   */
   protected async report(
     kind: "complete" | "fail",
     attemptId: string,
     body: unknown,
   ): Promise<Verdict> {
-    const sql = this.owner.sql;
-    // sql.json: postgres.js serializes the value once (a string passed for jsonb would be
-    // encoded again, as a JSON string). null and undefined report SQL NULL.
-    const json = body === undefined || body === null ? null : sql.json(body as postgres.JSONValue);
-    const [row] = await query(
-      kind === "complete"
+    const [row] = await this.owner.query(kind, (sql) => {
+      // sql.json: postgres.js serializes the value once (a string passed for jsonb would be
+      // encoded again, as a JSON string). null and undefined report SQL NULL.
+      const json = body === undefined || body === null
+        ? null
+        : sql.json(body as postgres.JSONValue);
+      return kind === "complete"
         ? sql`select pgfence.complete(${attemptId}::uuid, ${json}) as verdict`
-        : sql`select pgfence.fail(${attemptId}::uuid, ${json}) as verdict`,
-    );
+        : sql`select pgfence.fail(${attemptId}::uuid, ${json}) as verdict`;
+    }, { resend: true, signal: this.#halt.signal });
     const verdict = row.verdict as Verdict;
     this.verdicts[verdict] += 1;
     return verdict;
   }
 
+  /** extend, resent after a lost connection (a second extend only moves the same deadline). */
   protected async extend(attemptId: string, visibility: number): Promise<Date | null> {
-    const [row] = await query(
-      this.owner.sql`select pgfence.extend(${attemptId}::uuid, make_interval(secs => ${visibility}))
-                       as visible_until`,
+    const [row] = await this.owner.query(
+      "extend",
+      (sql) =>
+        sql`select pgfence.extend(${attemptId}::uuid, make_interval(secs => ${visibility}))
+              as visible_until`,
+      { resend: true, signal: this.#halt.signal },
     );
     return (row.visible_until as Date | null) ?? null;
   }

@@ -16,13 +16,14 @@ const stdin = Deno.stdin.readable.getReader();
 const worker = new Worker({
   owner,
   queue: "q",
+  shutdownGrace: Infinity, // SIGTERM: the handler in hand finishes, however long the test takes
   handler: async (_payload, { task }) => {
     console.log(JSON.stringify({ started: task.attemptId }));
     await stdin.read();
     return { by: "process" };
   },
 });
-worker.installSigterm();
+worker.installShutdown();
 try {
   if (!(await owner.acquire())) throw new Error("not acquired");
   await worker.run({ untilIdle: true });

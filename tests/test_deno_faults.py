@@ -1,0 +1,422 @@
+"""The Deno client's retry story under faults (issue 27): a worker as a process of its own
+(clients/deno/testdata/fault_worker.ts) works two tasks, one whose handler returns and one
+whose handler throws, while the test breaks its connection at one step of the cycle: acquire,
+renew, claim, the handler running, complete, fail, drain, release. The worker stops before
+each statement (and in each handler) until the test answers, so every fault lands at a chosen
+point, never at a time:
+
+- ``terminate``: the step's statement is sent and waits for a lock the test holds; the test
+  finds its backend by application name (``pg_blocking_pids``), terminates it
+  (``pg_terminate_backend``) and lets go: the statement rolled back, the client saw the
+  connection break. Directly, and through PgBouncer (the server backend behind it).
+- ``lose-answer``: a relay (tests/wire_proxy.py) in front of the server, or of PgBouncer, lets
+  the step's statement commit, drops its answer and cuts the connection.
+- ``restart``: PgBouncer is killed and started again at the step (between statements).
+
+In the handler (no statement in flight) ``terminate`` terminates the worker's backends,
+``lose-answer`` cuts the relay's connections, ``restart`` restarts PgBouncer.
+
+Every cell checks that each handler ran once and each task's result was applied exactly once
+(the returned result completed the task, the thrown error failed it, nothing stale, every
+report answered ``accepted`` or ``duplicate``), that the worker released its lease, and that
+after the fault no claim was sent before a renewal passed. Each cell's path (what was sent
+again, what a lost answer left behind) is compared with FAULT_TABLE, which docs/deno.md shows.
+Negative controls: a worker that does not resend a report leaves the result unrecorded; one
+whose lease is not put in doubt claims again without a renewal.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from testkit.cluster import LOOPBACK, USER, Cluster, PgBouncer
+from testkit.harness import Database
+from tests.support import DENO, ROOT
+from tests.wire_proxy import WireProxy
+
+CLIENT = ROOT / "clients/deno"
+PERMISSIONS = ["--allow-net=" + LOOPBACK, "--allow-env", "--allow-read", "--allow-sys"]
+
+STEPS = ("acquire", "renew", "claim", "handler", "complete", "fail", "drain", "release")
+FAULTS = (("direct", "terminate"), ("direct", "lose-answer"), ("pgbouncer", "terminate"),
+          ("pgbouncer", "lose-answer"), ("pgbouncer", "restart"))
+
+# What the test locks so that the step's statement waits, for ``terminate``.
+LOCKS = {
+    "acquire": "lock table pgfence.leases in share mode",   # its insert of the new lease
+    "renew": "select from pgfence.leases where resource = %(resource)s for update",
+    "claim": "select from pgfence.leases where resource = %(resource)s for update",
+    "drain": "select from pgfence.leases where resource = %(resource)s for update",
+    "release": "select from pgfence.leases where resource = %(resource)s for update",
+    "complete": "select from pgfence.tasks where queue = %(queue)s for update",
+    "fail": "select from pgfence.tasks where queue = %(queue)s for update",
+}
+# What the relay watches for, for ``lose-answer``.
+STATEMENTS = {step: f"pgfence.{step}(" for step in LOCKS}
+
+# The cycle without faults: how often the worker stopped at each step.
+BASELINE = {"acquire": 1, "renew": 1, "claim": 3, "handler": 2, "complete": 1, "fail": 1,
+            "requeue": 1, "drain": 1, "release": 1}
+
+
+@dataclass(frozen=True)
+class Path:
+    """A cell's path, beside what every cell checks. ``again``: the worker stopped at the
+    broken step more often than without the fault (the statement sent again, or a new claim,
+    or a new renewal); ``renewed``: more renewals than without it (the lease was in doubt);
+    ``duplicate``: reports answered duplicate; ``leases``: leases granted (2: the first one's
+    answer was lost); ``attempts``: the two tasks' last attempt numbers."""
+    again: bool
+    renewed: bool
+    duplicate: int = 0
+    leases: int = 1
+    attempts: tuple[int, int] = (1, 1)
+
+
+# Broken in flight: sent again. A statement's copy that committed (lose-answer) shows in what
+# the retry is told: duplicate (complete, fail), or another lease is current (acquire: the
+# worker stands by until the lease it was granted unseen expires, moved by the test). A claim is
+# never sent again: after a renewal, a new claim, and a claim whose answer was lost had taken
+# task 1, which comes back from requeue_expired after its visibility (moved by the test).
+# Between statements (the handler's step, and PgBouncer's restart): the next statement
+# reconnects silently, the lease in doubt until a renewal passes; a server backend behind
+# PgBouncer that dies between transactions is not seen at all.
+IN_FLIGHT = Path(again=True, renewed=True)
+BEFORE_LEASE = Path(again=True, renewed=False)     # no lease yet, or its renewer stopped
+SILENT = Path(again=False, renewed=True)
+FAULT_TABLE: dict[str, dict[str, Path]] = {
+    "acquire": {"terminate": BEFORE_LEASE, "lose-answer": Path(True, False, leases=2),
+                "restart": Path(again=False, renewed=False)},
+    "renew": {"terminate": IN_FLIGHT, "lose-answer": IN_FLIGHT, "restart": IN_FLIGHT},
+    "claim": {"terminate": IN_FLIGHT, "lose-answer": Path(True, True, attempts=(2, 1)),
+              "restart": SILENT},
+    "handler": {"terminate": SILENT, "terminate behind PgBouncer": Path(False, False),
+                "lose-answer": SILENT, "restart": SILENT},
+    "complete": {"terminate": IN_FLIGHT, "lose-answer": Path(True, True, duplicate=1),
+                 "restart": SILENT},
+    "fail": {"terminate": IN_FLIGHT, "lose-answer": Path(True, True, duplicate=1),
+             "restart": SILENT},
+    "drain": {"terminate": IN_FLIGHT, "lose-answer": IN_FLIGHT, "restart": SILENT},
+    "release": {"terminate": BEFORE_LEASE, "lose-answer": BEFORE_LEASE,
+                "restart": Path(again=False, renewed=False)},
+}
+
+
+def expected_path(target: str, fault: str, step: str) -> Path:
+    if step == "handler" and fault == "terminate" and target == "pgbouncer":
+        return FAULT_TABLE[step]["terminate behind PgBouncer"]
+    return FAULT_TABLE[step][fault]
+
+
+def url(port: int, database: str) -> str:
+    return f"postgres://{USER}@{LOOPBACK}:{port}/{database}?sslmode=disable"
+
+
+@dataclass
+class Outcome:
+    """What a run saw: the worker's own report, its events in order, and the database."""
+    done: dict[str, Any]
+    timeline: list[str]
+    tasks: list[tuple[Any, ...]]
+    stale: int
+    leases: list[str]
+    fired: bool
+    problems: list[str] = field(default_factory=list)
+
+    def path(self, step: str) -> Path:
+        steps = self.done["steps"]
+        return Path(again=steps.get(step, 0) > BASELINE[step],
+                    renewed=steps.get("renew", 0) > BASELINE["renew"],
+                    duplicate=self.done["verdicts"]["duplicate"], leases=len(self.leases),
+                    attempts=(self.tasks[0][2], self.tasks[1][2]))
+
+
+class FaultRun:
+    """One run of the worker process with one fault at one step (or none)."""
+
+    def __init__(self, db: Database, cluster: Cluster, bouncer: PgBouncer,
+                 env: dict[str, str], target: str, fault: str | None, step: str | None,
+                 broken: str = "") -> None:
+        self.db, self.cluster, self.bouncer = db, cluster, bouncer
+        self.target, self.fault, self.step = target, fault, step
+        suffix = uuid.uuid4().hex[:8]
+        self.resource, self.queue, self.app = f"r-{suffix}", f"q-{suffix}", f"fault-{suffix}"
+        self.proxy: WireProxy | None = None
+        port = cluster.port if target == "direct" else bouncer.port
+        if fault == "lose-answer":
+            self.proxy = WireProxy(port)
+            port = self.proxy.port
+        name = conninfo_to_dict(db.dsn)["dbname"]
+        assert isinstance(name, str)
+        self.env = {**env, "DATABASE_URL": url(port, name), "RESOURCE": self.resource,
+                    "QUEUE": self.queue, "APP": self.app, "BROKEN": broken}
+        db.sql("select pgfence.register(%s)", (self.resource,))
+        db.sql("select pgfence.enqueue(%s, '{\"n\": 1}')", (self.queue,))
+        db.sql("select pgfence.enqueue(%s, '{\"n\": 2, \"fail\": true}')", (self.queue,))
+        self.fired = False
+        self.timeline: list[str] = []
+
+    def run(self) -> Outcome:
+        proc = subprocess.Popen([str(DENO), "run", *PERMISSIONS, "testdata/fault_worker.ts"],
+                                cwd=CLIENT, env=self.env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        timeline = self.timeline = []
+        # A hung worker is a failure, not a hung suite: killed, its stdout ends.
+        watchdog = threading.Timer(120, proc.kill)
+        watchdog.start()
+        try:
+            while True:
+                line = proc.stdout.readline()
+                assert line, f"the worker exited ({proc.wait()}) before it was done"
+                said = json.loads(line)
+                if "done" in said:
+                    done: dict[str, Any] = said["done"]
+                    break
+                at = said["at"]
+                timeline.append(at)
+                if at in ("renewed", "closed"):
+                    continue
+                if at == "standby":          # the lease it was granted, unknown to it, expires
+                    self.db.sql("select pgfence_test.expire(lease_id) from pgfence.leases "
+                                "where resource = %s and state = 'active'", (self.resource,))
+                if at == "requeue":          # a claim's lost tasks' visibility runs out
+                    self.db.sql("update pgfence.tasks set visible_until = clock_timestamp() "
+                                "- interval '1 ms' where queue = %s and state = 'claimed'",
+                                (self.queue,))
+                if at == self.step and said["n"] == 1 and not self.fired:
+                    self._break(proc)
+                    timeline.append("FAULT")
+                    self.fired = True
+                    continue
+                self._go(proc)
+            assert proc.wait(timeout=60) == 0
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if self.proxy is not None:
+                self.proxy.close()
+        tasks = self.db.sql("select (payload->>'n')::int, state, attempt, result, error "
+                            "from pgfence.tasks where queue = %s order by task_id",
+                            (self.queue,))
+        stale = self.db.one("select count(*) from pgfence.stale_results s "
+                            "join pgfence.tasks using (task_id) where queue = %s", (self.queue,))
+        leases = [s for (s,) in self.db.sql(
+            "select status from pgfence.lease_status where resource = %s order by generation",
+            (self.resource,))]
+        fired = self.fired and (self.proxy is None or self.step == "handler"
+                                or self.proxy.fired.is_set())
+        return Outcome(done, timeline, tasks, stale, leases, fired)
+
+    def _go(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+
+    def _break(self, proc: subprocess.Popen[str]) -> None:
+        """The fault, at the step the worker stopped at; the worker goes on from here."""
+        step, fault = self.step, self.fault
+        if step == "handler" or fault == "restart":
+            # Between statements: the worker goes on once postgres.js has seen its connection
+            # close (then its next statement reconnects), except where nothing closes it.
+            if fault == "restart":
+                self.bouncer.restart()
+            elif fault == "lose-answer":
+                assert self.proxy is not None and self.proxy.cut() >= 1
+            else:
+                assert self._terminate("") >= 1, "no backend of the worker to terminate"
+            if not (fault == "terminate" and self.target == "pgbouncer"):
+                self._until(proc, "closed")
+            self._go(proc)
+        elif fault == "lose-answer":
+            assert self.proxy is not None
+            self.proxy.lose_answer(STATEMENTS[str(step)])
+            self._go(proc)
+        else:
+            holder = self.db.session(f"holder-{self.app}")
+            holder.begin()
+            holder.run(LOCKS[str(step)], {"resource": self.resource, "queue": self.queue})
+            self._go(proc)
+            self.db.wait_until("select exists (select from pg_stat_activity where "
+                               "application_name = %s and wait_event_type = 'Lock')", (self.app,))
+            assert self._terminate("and wait_event_type = 'Lock'") == 1
+            holder.rollback()
+            holder.close()
+
+    def _until(self, proc: subprocess.Popen[str], event: str) -> None:
+        """Reads the worker's events (none of them awaiting an answer) until ``event``."""
+        assert proc.stdout is not None
+        while True:
+            line = proc.stdout.readline()
+            assert line, f"the worker exited ({proc.wait()}) before {event}"
+            at = json.loads(line)["at"]
+            self.timeline.append(at)
+            if at == event:
+                return
+
+    def _terminate(self, condition: str) -> int:
+        """Terminates the worker's backends (``condition`` on pg_stat_activity); how many."""
+        pids = [pid for (pid,) in self.db.sql(
+            "select pid from pg_stat_activity where application_name = %s " + condition,
+            (self.app,))]
+        for pid in pids:
+            self.db.sql("select pg_terminate_backend(%s)", (pid,))
+        self.db.wait_until("select not exists (select from pg_stat_activity "
+                           "where pid = any(%s))", (pids,))
+        return len(pids)
+
+
+def check(run: FaultRun, outcome: Outcome) -> None:
+    """Everything a cell must show whatever its path; raises AssertionError naming the cell."""
+    cell = f"{run.fault} at {run.step} ({run.target})"
+    done = outcome.done
+    assert done["error"] is None, f"{cell}: the worker failed: {done['error']}"
+    assert outcome.fired or run.fault is None, f"{cell}: the fault did not happen"
+    assert done["runs"] == {"1": 1, "2": 1}, f"{cell}: handlers ran {done['runs']}"
+    (n1, state1, _, result1, _), (n2, state2, _, _, error2) = outcome.tasks
+    assert (n1, state1, result1) == (1, "completed", {"n": 1, "by": run.app}), \
+        f"{cell}: task 1 is {outcome.tasks[0]}"
+    assert (n2, state2, error2) == (2, "queued", {"error": "task 2 fails"}), \
+        f"{cell}: task 2 is {outcome.tasks[1]}"
+    assert outcome.stale == 0, f"{cell}: stale results"
+    verdicts = done["verdicts"]
+    assert verdicts["stale"] == 0 and verdicts["accepted"] + verdicts["duplicate"] == 2, \
+        f"{cell}: verdicts {verdicts}"
+    assert outcome.leases[-1] == "released" and set(outcome.leases) <= {"released", "superseded"}, \
+        f"{cell}: leases {outcome.leases}"
+    # After the fault, no claim before a renewal that passed (unless the client could not see
+    # it: a server backend behind PgBouncer dying between transactions).
+    unseen = run.step == "handler" and run.fault == "terminate" and run.target == "pgbouncer"
+    if "FAULT" in outcome.timeline and not unseen:
+        after = outcome.timeline[outcome.timeline.index("FAULT"):]
+        if "claim" in after:
+            assert "renewed" in after[:after.index("claim")], \
+                f"{cell}: claimed again without a renewal: {outcome.timeline}"
+
+
+def check_path(run: FaultRun, outcome: Outcome) -> None:
+    step = str(run.step)
+    expected = expected_path(run.target, str(run.fault), step)
+    path = outcome.path(step)
+    assert path == expected, f"{run.fault} at {step} ({run.target}): {path} != {expected}"
+
+
+@pytest.fixture
+def own_bouncer(cluster: Cluster) -> Iterator[PgBouncer]:
+    """A PgBouncer of these tests' own: they restart it."""
+    b = cluster.pgbouncer()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def faults(db: Database, cluster: Cluster, own_bouncer: PgBouncer,
+           deno_env: dict[str, str]) -> Any:
+    def make(target: str, fault: str | None, step: str | None, broken: str = "") -> FaultRun:
+        return FaultRun(db, cluster, own_bouncer, deno_env, target, fault, step, broken)
+    return make
+
+
+def test_the_cycle_without_faults(faults: Any) -> None:
+    """The control: the baseline every path is measured from."""
+    for target in ("direct", "pgbouncer"):
+        run = faults(target, None, None)
+        outcome = run.run()
+        check(run, outcome)
+        assert outcome.done["steps"] == BASELINE, outcome.done["steps"]
+        assert outcome.done["verdicts"] == {"accepted": 2, "duplicate": 0, "stale": 0}
+        assert outcome.leases == ["released"]
+
+
+@pytest.mark.parametrize(("target", "fault"), FAULTS, ids=[f"{t}-{f}" for t, f in FAULTS])
+def test_every_result_applied_once_whatever_step_breaks(faults: Any, target: str,
+                                                        fault: str) -> None:
+    problems = []
+    for step in STEPS:
+        run = faults(target, fault, step)
+        outcome = run.run()
+        try:
+            check(run, outcome)
+            check_path(run, outcome)
+        except AssertionError as e:
+            problems.append(f"{e}\n    timeline: {' '.join(outcome.timeline)}")
+    assert not problems, "\n".join(problems)
+
+
+def test_negative_control_a_report_not_sent_again_is_lost(faults: Any) -> None:
+    run = faults("direct", "terminate", "complete", broken="no-resend")
+    outcome = run.run()
+    assert "ConnectionLost" in str(outcome.done["error"]), outcome.done
+    with pytest.raises(AssertionError, match="the worker failed"):
+        check(run, outcome)
+    assert outcome.tasks[0][1] == "claimed"     # the result is nowhere; the task waits
+
+
+def test_negative_control_without_doubt_it_claims_again_unrenewed(faults: Any) -> None:
+    run = faults("direct", "terminate", "claim", broken="no-doubt")
+    outcome = run.run()
+    with pytest.raises(AssertionError, match="claimed again without a renewal"):
+        check(run, outcome)
+
+
+# --- the fault table of docs/deno.md --------------------------------------------------------
+
+COLUMNS = (("direct", "terminate", "backend terminated"), ("direct", "lose-answer", "answer lost"),
+           ("pgbouncer", "terminate", "PgBouncer: server backend terminated"),
+           ("pgbouncer", "lose-answer", "PgBouncer: answer lost"),
+           ("pgbouncer", "restart", "PgBouncer restarted"))
+AGAIN = {"acquire": "sent again", "renew": "renewed again at once",
+         "claim": "not sent again; claimed anew after a renewal",
+         "complete": "sent again, same attempt id", "fail": "sent again, same attempt id",
+         "drain": "sent again", "release": "sent again"}
+
+
+def phrase(step: str, path: Path) -> str:
+    """A cell of the fault table: what the worker did, in words."""
+    if path.again:
+        parts = [AGAIN[step]]
+    elif path.renewed or step != "handler":
+        parts = ["reconnected silently"]
+    else:
+        parts = ["not seen: PgBouncer opened another server connection"]
+    if path.renewed and step not in ("renew", "claim"):
+        parts.append("the lease in doubt until renewed")
+    if path.duplicate:
+        parts.append("answered duplicate")
+    if path.leases > 1:
+        parts.append("the retry is told a lease is current: the one granted unseen, which "
+                     "expires unused; then acquired anew")
+    if path.attempts[0] > 1:
+        parts.append("the task claimed unseen returns after its visibility: attempt 2")
+    return "; ".join(parts)
+
+
+def fault_table() -> str:
+    rows = ["| step broken | " + " | ".join(title for _, _, title in COLUMNS) + " |",
+            "|---" * (len(COLUMNS) + 1) + "|"]
+    for step in STEPS:
+        cells = [phrase(step, expected_path(t, f, step)) for t, f, _ in COLUMNS]
+        rows.append(f"| {step} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def test_docs_show_the_fault_table() -> None:
+    """docs/deno.md's fault table is FAULT_TABLE, which the runs above check cell by cell."""
+    doc = (ROOT / "docs/deno.md").read_text()
+    start, end = "<!-- fault table: tests/test_deno_faults.py -->\n", "\n<!-- /fault table -->"
+    assert start in doc and end in doc, "docs/deno.md has no fault table"
+    shown = doc[doc.index(start) + len(start):doc.index(end)]
+    assert shown == fault_table(), f"docs/deno.md's fault table should be:\n{fault_table()}"
