@@ -6,12 +6,16 @@ testkit.harness's."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import pgfence.aio
 import pgfence.client
@@ -73,6 +77,26 @@ def install_pgflow_layer(cluster: Cluster, database: str) -> None:
 def install_test_helpers(cluster: Cluster, database: str) -> None:
     """Schema pgfence_test (pgtap/helpers): expire() and the other helpers of the tests."""
     cluster.psql(database, "-f", TEST_HELPERS)
+
+
+def once_per_run(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], str]) -> str:
+    """What ``build`` makes (a file's path, a database's name), made once for the whole run:
+    by the first of the run's pytest-xdist workers to ask, under a file lock, in the dir the
+    workers share (each worker's basetemp is inside the run's); the others wait and read it.
+    ``build`` gets an empty dir of its own. Without xdist, the run is this one process."""
+    base = factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "once"
+    shared.mkdir(exist_ok=True)
+    with (shared / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / f"{name}.done"
+        if done.exists():
+            return done.read_text()
+        work = shared / name
+        work.mkdir(exist_ok=True)
+        value = build(work)
+        done.write_text(value)
+        return value
 
 
 def acquired(lease: Lease | None) -> Lease:
