@@ -89,16 +89,28 @@ VERSIONS: dict[str, tuple[str, str]] = {
                            "version above"),
     "test_lint.py": (ONCE, "pgspot and squawk read the SQL text; no server"),
     "test_mutation.py": (ONCE, "tests the tests (scripts/mutate), not the server"),
+    "test_suite_plan.py": (ONCE, "reads this table, the test files and the docs"),
     "test_wheel.py": (ONCE, "pip wheel and a venv; `pgfence install` of the same bundle is "
                             "per version in test_install"),
 }
 
 
-def version_dependence(path: Path) -> str:
-    """ONCE or PER_VERSION for a test file (PER_VERSION when VERSIONS does not list it)."""
+@pytest.fixture(scope="session")
+def versions_table() -> dict[str, tuple[str, str]]:
+    """VERSIONS, for tests/test_suite_plan.py (test files import nothing from here)."""
+    return VERSIONS
+
+
+def module_key(config: pytest.Config, path: Path) -> str:
+    """A test file's name in the tables below: its path inside tests/."""
     with suppress(ValueError):
-        return VERSIONS.get(path.relative_to(ROOT / "tests").as_posix(), (PER_VERSION, ""))[0]
-    return PER_VERSION
+        return path.relative_to(config.rootpath / "tests").as_posix()
+    return ""
+
+
+def version_dependence(config: pytest.Config, path: Path) -> str:
+    """ONCE or PER_VERSION for a test file (PER_VERSION when VERSIONS does not list it)."""
+    return VERSIONS.get(module_key(config, path), (PER_VERSION, ""))[0]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -121,9 +133,7 @@ GROUPS: dict[str, tuple[str, str]] = {
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        for key in (item.path.relative_to(ROOT / "tests").as_posix()
-                    if item.path.is_relative_to(ROOT / "tests") else "",
-                    *getattr(item, "fixturenames", ())):
+        for key in (module_key(config, item.path), *getattr(item, "fixturenames", ())):
             if key in GROUPS:
                 item.add_marker(pytest.mark.xdist_group(GROUPS[key][0]))
     once = config.getoption("once")
@@ -132,7 +142,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
-        (keep if (version_dependence(item.path) == ONCE) == (once == "only") else drop).append(item)
+        once_only = version_dependence(config, item.path) == ONCE
+        (keep if once_only == (once == "only") else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
