@@ -33,6 +33,13 @@ Query = str | sql.SQL | sql.Composed
 Params = Sequence[Any] | dict[str, Any] | None
 
 
+# A test's lease runs out only when the test says so (pgfence_test.expire, or a short ttl of
+# its own): an hour outlasts any test on any machine, however loaded, and so does the idle
+# limit a fence derives from it (hold_current). A 30 s default lost a lease to four Supabase
+# CLI commands on a busy machine (tests/test_cli_install.py, issue 23).
+LONG_TTL = "1 hour"
+
+
 @dataclass(frozen=True)
 class Lease:
     """A lease as ``pgfence.acquire`` returns it."""
@@ -157,13 +164,13 @@ class Session:
         return Step(self, query, params)
 
     # -- pgfence calls -------------------------------------------------------------------
-    def acquire(self, resource: str, owner: str | None = None, ttl: str = "30 seconds",
+    def acquire(self, resource: str, owner: str | None = None, ttl: str = LONG_TTL,
                 invocation_id: uuid.UUID | None = None) -> Lease | None:
         row = self.run("select * from pgfence.acquire(%s, %s, %s::interval, %s)",
                        (resource, owner or self.name, ttl, invocation_id))[0]
         return None if row[0] is None else Lease(*row)
 
-    def renew(self, lease: Lease, ttl: str = "30 seconds") -> tuple[datetime, str]:
+    def renew(self, lease: Lease, ttl: str = LONG_TTL) -> tuple[datetime, str]:
         expires_at, state = self.run("select * from pgfence.renew(%s, %s::interval)",
                                      (lease.lease_id, ttl))[0]
         return expires_at, state

@@ -1,8 +1,12 @@
 """Fixtures: one cluster per run, one template database, a fresh clone of it per test.
 
 scripts/test starts the cluster and exports its settings (PGHOST, PGPORT, ...). Run alone,
-pytest starts a cluster of its own (testkit.cluster) and removes it at the end. What test
-files share beside fixtures is in tests/support.py.
+pytest starts a cluster of its own (testkit.cluster) and removes it at the end; with
+pytest-xdist (``-n N``) the controller starts it and its workers share it. Templates (and the
+wheel of tests/test_wheel.py) are built once per run, by the first worker to need them
+(tests.support.once_per_run). What test files share beside fixtures is in tests/support.py.
+
+VERSIONS below is the one place that says which test modules depend on the server's version.
 """
 
 from __future__ import annotations
@@ -10,11 +14,12 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 
 import pytest
 
-from testkit.cluster import Cluster, PgBouncer
+from testkit.cluster import Cluster, ClusterError, PgBouncer
 from testkit.harness import Database
 from tests.support import (
     DENO,
@@ -25,7 +30,164 @@ from tests.support import (
     install_pgmq,
     install_pgmq_layer,
     install_test_helpers,
+    once_per_run,
 )
+
+# -- which modules depend on the server's version -------------------------------------------
+# A matrix run (scripts/test --pg all) runs a module marked ONCE on its first version only
+# (pytest --once=skip on the others). A module not listed runs on every version: a new module
+# is per version until someone writes down here why it need not be.
+ONCE, PER_VERSION = "once", "per version"
+VERSIONS: dict[str, tuple[str, str]] = {
+    # what tests pgfence's SQL on the server: per version
+    "test_complete_many.py": (PER_VERSION, "row locks and deadlock detection of the server"),
+    "test_failover.py": (PER_VERSION, "streaming replication, promotion, sequences after it"),
+    "test_frozen_owner.py": (PER_VERSION, "idle_in_transaction_session_timeout ends a session"),
+    "test_hmac.py": (PER_VERSION, "pgcrypto's hmac and digest on this server"),
+    "test_install.py": (PER_VERSION, "Sqitch and the bundle install, revert, reinstall here"),
+    "test_isolation.py": (PER_VERSION, "REPEATABLE READ / SERIALIZABLE row-lock semantics"),
+    "test_labels.py": (PER_VERSION, "the server's regex classes and Unicode tables"),
+    "test_names.py": (PER_VERSION, "the server's regex engine against Python's"),
+    "test_ownership.py": (PER_VERSION, "I1-I4, I7 under interleavings: locks, snapshots"),
+    "test_permutations.py": (PER_VERSION, "every interleaving: lock waits and MVCC are the "
+                                          "server's (exhaustive on every version)"),
+    "test_pgflow.py": (PER_VERSION, "the pgflow layer's SQL on the server"),
+    "test_pgmq.py": (PER_VERSION, "the pgmq layer's SQL on the server"),
+    "test_stale_results.py": (PER_VERSION, "I5 checks in SQL"),
+    "test_supabase_install.py": (PER_VERSION, "roles and default privileges (CREATEROLE "
+                                              "changed in 16)"),
+    "test_supabase_rpc.py": (PER_VERSION, "set local role and request settings in SQL"),
+    "test_updates.py": (PER_VERSION, "update windows under interleavings"),
+    "test_upgrade.py": (PER_VERSION, "every release upgraded to head on this server"),
+    "test_wedge.py": (PER_VERSION, "lock_timeout, SKIP LOCKED / NOWAIT of the server"),
+    "test_work_boundary.py": (PER_VERSION, "claim and completion under interleavings"),
+    # what tests something else than the server: once
+    "campaign/test_campaign.py": (ONCE, "the clients and PgBouncer under faults; the SQL "
+                                        "rules it relies on are tested per version above"),
+    "test_apidoc.py": (ONCE, "pdoc and deno doc read the clients' source; no server"),
+    "test_bench.py": (ONCE, "the benchmark driver's plumbing; no number is asserted"),
+    "test_cli.py": (ONCE, "the CLI and its transports (psycopg, PgBouncer, Supabase CLI); "
+                          "the SQL they send is tested per version above"),
+    "test_cli_install.py": (ONCE, "the CLI runs the SQL files; test_install and test_upgrade "
+                                  "run the same files on every version"),
+    "test_client.py": (ONCE, "the Python client's loop and deadlines; its SQL is tested per "
+                             "version above"),
+    "test_client_batches.py": (ONCE, "the client's batch rule; time is the test's clock"),
+    "test_client_context.py": (ONCE, "the handler's context in the client"),
+    "test_client_faults.py": (ONCE, "the client's answer to a killed connection: a terminated "
+                                    "backend rolls back alike on every version"),
+    "test_client_rules.py": (ONCE, "pgfence._core alone; no database"),
+    "test_control_plane.py": (ONCE, "an example's processes; acquire/fence are per version "
+                                    "in test_ownership"),
+    "test_demo.py": (ONCE, "the demo's narration; its SQL is the tested functions"),
+    "test_deno_client.py": (ONCE, "deno fmt/lint/check and the Deno client's own tests; "
+                                  "the wire protocol is the same on every version"),
+    "test_deno_faults.py": (ONCE, "the Deno client's retries under faults, as for Python's"),
+    "test_deno_pgflow.py": (ONCE, "the Deno pgflow worker; the layer's SQL is per version in "
+                                  "test_pgflow"),
+    "test_docs.py": (ONCE, "the docs' examples run as written; what they call is tested per "
+                           "version above"),
+    "test_lint.py": (ONCE, "pgspot and squawk read the SQL text; no server"),
+    "test_mutation.py": (ONCE, "tests the tests (scripts/mutate), not the server"),
+    "test_suite_plan.py": (ONCE, "reads this table, the test files and the docs"),
+    "test_wheel.py": (ONCE, "pip wheel and a venv; `pgfence install` of the same bundle is "
+                            "per version in test_install"),
+}
+
+
+@pytest.fixture(scope="session")
+def versions_table() -> dict[str, tuple[str, str]]:
+    """VERSIONS, for tests/test_suite_plan.py (test files import nothing from here)."""
+    return VERSIONS
+
+
+def module_key(config: pytest.Config, path: Path) -> str:
+    """A test file's name in the tables below: its path inside tests/."""
+    with suppress(ValueError):
+        return path.relative_to(config.rootpath / "tests").as_posix()
+    return ""
+
+
+def version_dependence(config: pytest.Config, path: Path) -> str:
+    """ONCE or PER_VERSION for a test file (PER_VERSION when VERSIONS does not list it)."""
+    return VERSIONS.get(module_key(config, path), (PER_VERSION, ""))[0]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--once", choices=("run", "skip", "only"), default="run",
+                     help="the modules that VERSIONS (tests/conftest.py) marks once: run them "
+                          "(default), leave them out (a matrix run's later versions), or run "
+                          "only them")
+
+
+# -- what pytest-xdist's workers must not run at once ----------------------------------------
+# Tests that change what the whole cluster shares run in one xdist group (--dist loadgroup
+# sends a group to one worker, in order): by module, or by a fixture they take.
+GROUPS: dict[str, tuple[str, str]] = {
+    "test_supabase_install.py": ("roles", "creates Supabase's roles by fixed names"),
+    "test_supabase_rpc.py": ("roles", "creates service_role"),
+    "password_role": ("hba", "rewrites pg_hba.conf and reloads the server"),
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for key in (module_key(config, item.path), *getattr(item, "fixturenames", ())):
+            if key in GROUPS:
+                item.add_marker(pytest.mark.xdist_group(GROUPS[key][0]))
+    once = config.getoption("once")
+    if once == "run":
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        once_only = version_dependence(config, item.path) == ONCE
+        (keep if once_only == (once == "only") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+# -- one cluster for the run, shared by pytest-xdist's workers -------------------------------
+_OWN: list[Cluster] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist controller without a cluster (pytest -n N alone) starts one for its workers,
+    which inherit its exports."""
+    if (getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
+            and not os.environ.get("PGFENCE_CLUSTER")):
+        c = Cluster.start(["fsync=off"])
+        _OWN.append(c)
+        os.environ.update(c.env())
+        # pgfence's roles are the cluster's: made now, before workers install pgfence at once
+        # and race to create them (scripts/test's pgTAP run makes them first the same way).
+        c.create_database("pgfence_roles")
+        install_bundle(c, "pgfence_roles")
+        c.drop_database("pgfence_roles")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _OWN:
+        _OWN.pop().remove()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The xdist controller drops the templates its workers shared (each worker leaves them:
+    another may still clone one)."""
+    config = session.config
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    # The factory whose basetemp holds the workers' (as xdist itself reads it).
+    factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
+    shared = factory.getbasetemp() / "once"
+    names = [p.read_text() for p in shared.glob("template-*.done")]
+    if names and os.environ.get("PGFENCE_CLUSTER"):
+        c = Cluster.from_env()
+        for name in names:
+            with suppress(ClusterError, OSError):
+                c.drop_database(name)
 
 
 @pytest.fixture(scope="session")
@@ -45,8 +207,7 @@ def cluster() -> Iterator[Cluster]:
         os.environ.update(saved)
 
 
-@contextmanager
-def made_template(cluster: Cluster, with_pgmq: bool, with_pgflow: bool = False) -> Iterator[str]:
+def make_template(cluster: Cluster, with_pgmq: bool, with_pgflow: bool = False) -> str:
     # Named per run: two runs on one cluster (PGFENCE_CLUSTER) must not drop each other's.
     name = f"pgfence_template_{uuid.uuid4().hex[:12]}"
     cluster.create_database(name)
@@ -61,29 +222,45 @@ def made_template(cluster: Cluster, with_pgmq: bool, with_pgflow: bool = False) 
         if with_pgflow:
             install_pgflow_layer(cluster, name)
         install_test_helpers(cluster, name)
+    except BaseException:
+        cluster.drop_database(name)
+        raise
+    return name
+
+
+@contextmanager
+def shared_template(factory: pytest.TempPathFactory, cluster: Cluster, kind: str,
+                    with_pgmq: bool, with_pgflow: bool = False) -> Iterator[str]:
+    """A template built once per run (tests.support.once_per_run). Without xdist this process
+    drops it at the end; with xdist the controller does, after every worker is done."""
+    name = once_per_run(factory, f"template-{kind}",
+                        lambda _: make_template(cluster, with_pgmq, with_pgflow))
+    try:
         yield name
     finally:
-        cluster.drop_database(name)
+        if not os.environ.get("PYTEST_XDIST_WORKER"):
+            cluster.drop_database(name)
 
 
 @pytest.fixture(scope="session")
-def template(cluster: Cluster) -> Iterator[str]:
-    with made_template(cluster, with_pgmq=False) as name:
+def template(tmp_path_factory: pytest.TempPathFactory, cluster: Cluster) -> Iterator[str]:
+    with shared_template(tmp_path_factory, cluster, "core", with_pgmq=False) as name:
         yield name
 
 
 @pytest.fixture(scope="session")
-def mq_template(cluster: Cluster) -> Iterator[str]:
+def mq_template(tmp_path_factory: pytest.TempPathFactory, cluster: Cluster) -> Iterator[str]:
     """pgmq (the extension), pgfence and its pgmq layer."""
-    with made_template(cluster, with_pgmq=True) as name:
+    with shared_template(tmp_path_factory, cluster, "mq", with_pgmq=True) as name:
         yield name
 
 
 @pytest.fixture(scope="session")
-def flow_template(cluster: Cluster) -> Iterator[str]:
+def flow_template(tmp_path_factory: pytest.TempPathFactory, cluster: Cluster) -> Iterator[str]:
     """pgmq, pgflow (its migrations from npm, with the test-only realtime.send stand-in),
     pgfence, its pgmq layer and its pgflow layer."""
-    with made_template(cluster, with_pgmq=True, with_pgflow=True) as name:
+    with shared_template(tmp_path_factory, cluster, "flow", with_pgmq=True,
+                         with_pgflow=True) as name:
         yield name
 
 

@@ -6,12 +6,16 @@ testkit.harness's."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import pgfence.aio
 import pgfence.client
@@ -31,7 +35,16 @@ PGFLOW_MIGRATIONS = ROOT / ".tools/node_modules/@pgflow/core/dist/supabase/migra
 # that records its calls (realtime.stand_in_calls).
 # Deno's own binary from npm's platform package (scripts/setup), not npm's .bin/deno shim.
 DENO = ROOT / ".tools/node_modules/@deno/linux-x64-glibc/deno"
+# The Supabase CLI's own binary from npm's platform package, as npm's .bin/supabase (a Node
+# shim that spawns it with the same argv, stdio and environment) runs it: without the shim's
+# Node start, about 1.5 s of CPU less for each of the tests' hundreds of calls.
+SUPABASE = ROOT / ".tools/node_modules/@supabase/cli-linux-x64/bin/supabase"
 REALTIME_STAND_IN = ROOT / "tests/sql/realtime_stand_in.sql"
+
+
+# A client's ttl or visibility, in seconds, that runs out only when a test moves time: no
+# machine is so loaded that a test's real time reaches it (issue 23).
+LONG = 600
 
 
 def install_bundle(cluster: Cluster, database: str) -> None:
@@ -73,6 +86,26 @@ def install_pgflow_layer(cluster: Cluster, database: str) -> None:
 def install_test_helpers(cluster: Cluster, database: str) -> None:
     """Schema pgfence_test (pgtap/helpers): expire() and the other helpers of the tests."""
     cluster.psql(database, "-f", TEST_HELPERS)
+
+
+def once_per_run(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], str]) -> str:
+    """What ``build`` makes (a file's path, a database's name), made once for the whole run:
+    by the first of the run's pytest-xdist workers to ask, under a file lock, in the dir the
+    workers share (each worker's basetemp is inside the run's); the others wait and read it.
+    ``build`` gets an empty dir of its own. Without xdist, the run is this one process."""
+    base = factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "once"
+    shared.mkdir(exist_ok=True)
+    with (shared / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / f"{name}.done"
+        if done.exists():
+            return done.read_text()
+        work = shared / name
+        work.mkdir(exist_ok=True)
+        value = build(work)
+        done.write_text(value)
+        return value
 
 
 def acquired(lease: Lease | None) -> Lease:

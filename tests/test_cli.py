@@ -28,9 +28,8 @@ from pgfence import sql
 from pgfence.connection import connect
 from testkit.cluster import Cluster, free_port
 from testkit.harness import Database
-from tests.support import ROOT
+from tests.support import ROOT, SUPABASE
 
-SUPABASE = ROOT / ".tools/node_modules/.bin/supabase"
 FAKE = ROOT / "tests/bin/fake-supabase"
 
 

@@ -27,9 +27,8 @@ from pgfence.releases import Files
 from pgfence.transport import Refused, Supabase
 from testkit.cluster import Cluster
 from testkit.harness import Database
-from tests.support import ROOT, acquired
+from tests.support import ROOT, SUPABASE, acquired
 
-SUPABASE = ROOT / ".tools/node_modules/.bin/supabase"
 PACKAGE = Files()
 RELEASE_0_1_0 = ROOT / "sql/releases/pgfence--0.1.0.sql"
 

@@ -5,8 +5,9 @@ handler started after the lease was lost. Both clients (threads and asyncio).
 Every fault fires at an exact step, driven by the TCP relay in front of the client
 (testkit.relay): the statement of the step is held while its backend is terminated or
 PgBouncer restarted (the server never sees it), or it is forwarded and its answer lost (the
-server did it, the client never learns). The lease's ttl and the tasks' visibility are 30 s and
-never run out by themselves; where a scenario needs time to pass, a test moves it.
+server did it, the client never learns). The lease's ttl and the tasks' visibility (LONG, 10
+min) never run out by themselves, on however loaded a machine; where a scenario needs time
+to pass, a test moves it.
 
 docs/python.md ("Faults") has the table of what each fault at each step does: the rows of
 test_fault_at_each_step_applies_every_result_once, checked there from the database's record.
@@ -27,7 +28,7 @@ from pgfence.client import LeaseLost, Retry
 from testkit.cluster import Cluster, PgBouncer
 from testkit.harness import Database
 from testkit.relay import Link, Relay
-from tests.support import KINDS, ROOT, AnyContext, Client, client, effects_table
+from tests.support import KINDS, LONG, ROOT, AnyContext, Client, client, effects_table
 
 STEPS = ("acquire", "renew", "claim", "extend", "handler", "complete", "fail", "requeue",
          "drain", "release")
@@ -125,7 +126,7 @@ def test_fault_at_each_step_applies_every_result_once(scene: Scene, step: str) -
     lost_answer = scene.fault in LOST_ANSWER
     # Renewals run in the background only where the renewal is the step killed; elsewhere the
     # only renewals are the ones that trust the lease again after a lost connection.
-    owner = c.owner(scene.dsn, "r", owner="w1", ttl=30,
+    owner = c.owner(scene.dsn, "r", owner="w1", ttl=LONG,
                     renew_every=0.02 if step == "renew" else 3600, retry=fast_retry())
     if step == "acquire":
         scene.arm(step)
@@ -161,8 +162,8 @@ def test_fault_at_each_step_applies_every_result_once(scene: Scene, step: str) -
         scene.arm(step)
     if step == "renew":             # the renewer's next renewal is the one killed
         assert c.wait(scene.relay.fired, 30), "no renewal passed the relay"
-    worker = c.worker(owner, "q", pre, qty=1, visibility=30,
-                      handler_timeout=60 if step == "extend" else None)
+    worker = c.worker(owner, "q", pre, qty=1, visibility=LONG,
+                      handler_timeout=2 * LONG if step == "extend" else None)
     c.call(worker.run(until_idle=True))
 
     # (A kill's action may still be returning in the relay's thread when the client has
@@ -198,7 +199,7 @@ def lease_lost_in_outage(scene: Scene, step: str, owner_cls: type[Any] | None = 
     during the outage, the lease expires and a successor takes the resource. Returns who
     started (task, its lease's status then) and what ``run`` raised."""
     c, db = scene.client, scene.db
-    kwargs: dict[str, Any] = {"owner": "w1", "ttl": 30, "renew_every": 3600,
+    kwargs: dict[str, Any] = {"owner": "w1", "ttl": LONG, "renew_every": 3600,
                               "retry": fast_retry()}
     owner = owner_cls(scene.dsn, "r", **kwargs) if owner_cls else c.owner(scene.dsn, "r", **kwargs)
     assert c.call(owner.acquire())
@@ -222,7 +223,7 @@ def lease_lost_in_outage(scene: Scene, step: str, owner_cls: type[Any] | None = 
     if step == "complete":
         scene.relay.arm(PATTERNS["complete"], before=kill_and_take_over)
     # No fenced effect: the handler in hand during the takeover is to finish and report.
-    worker = c.worker(owner, "q", pre, qty=3, visibility=30, effect=False)
+    worker = c.worker(owner, "q", pre, qty=3, visibility=LONG, effect=False)
     error: BaseException | None = None
     try:
         c.call(worker.run(until_idle=True))
@@ -280,7 +281,7 @@ def test_negative_control_without_retries_a_lost_result_runs_its_handler_twice(
     c, db = scene.client, scene.db
     outcomes = []
     for term in (1, 2):
-        owner = c.owner(scene.dsn, "r", owner="w1", ttl=30, renew_every=3600,
+        owner = c.owner(scene.dsn, "r", owner="w1", ttl=LONG, renew_every=3600,
                         retry=Retry(give_up=0))
         assert owner.acquire()
         if term == 1:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from testkit.harness import Database, Lease, sqlstate
+from testkit.harness import Database, Lease, Session, sqlstate
 from tests.support import acquired
 
 ACQUIRE = "pgfence.acquire(text, text, interval, uuid)"
@@ -67,10 +67,17 @@ def takeover_racing_a_renewal(db: Database) -> tuple[Lease | None, str]:
     db.sql("select pgfence.register('r')")
     a, b = db.session("a"), db.session("b")
     la = acquired(a.acquire("r"))
-    db.sql("update pgfence.leases set expires_at = clock_timestamp() + interval '1 second' "
-           "where lease_id = %s", (la.lease_id,))
-    a.begin()
-    a.renew(la, ttl="30 seconds")  # written before the expiry, committed after it
+    # The renewal must come before the expiry, however slow the machine: a margin that the
+    # work outran is given again, longer (a verdict never rests on how fast this runs).
+    margin = 1.0
+    while True:
+        db.sql("update pgfence.leases set expires_at = clock_timestamp() "
+               "+ make_interval(secs => %s) where lease_id = %s", (margin, la.lease_id))
+        a.begin()
+        if sqlstate(lambda: a.renew(la, ttl="30 seconds")) is None:
+            break                  # written before the expiry, committed after it
+        a.rollback()
+        margin *= 4
     db.wait_until("select clock_timestamp() > expires_at from pgfence.leases "
                   "where lease_id = %s", (la.lease_id,))
     step = b.start("select * from pgfence.acquire('r', 'b', '30 seconds')")
@@ -174,6 +181,10 @@ def test_negative_control_fence_with_exclusive_lock_blocks_renewal(db: Database)
 RENEW = "pgfence.renew(uuid, interval)"
 
 
+def drain_draining(s: Session, lease: Lease) -> None:
+    assert s.drain(lease) == "draining"
+
+
 def renewal_waiting_across_expiry(db: Database) -> tuple[str | None, bool]:
     """The owner renews while another transaction holds the lease row locked without changing
     it (a repeated drain), and the lease expires before that transaction ends. Returns the
@@ -182,14 +193,27 @@ def renewal_waiting_across_expiry(db: Database) -> tuple[str | None, bool]:
     owner, other = db.session("owner"), db.session("other")
     lease = acquired(owner.acquire("r"))
     owner.drain(lease)
-    db.sql("update pgfence.leases set expires_at = clock_timestamp() + interval '2 seconds' "
-           "where lease_id = %s", (lease.lease_id,))
-    other.begin()
-    assert other.drain(lease) == "draining"  # FOR UPDATE on the lease row; changes nothing
-    step = owner.start("select * from pgfence.renew(%s, '30 seconds')", (lease.lease_id,))
-    assert step.settle(), "the renewal must wait for the row lock"
     live = "select expires_at > clock_timestamp() from pgfence.leases where lease_id = %s"
-    assert db.one(live, (lease.lease_id,)), "the lease expired before the renewal was queued"
+    # The renewal must be queued before the expiry, however slow the machine: a margin that
+    # the work outran is given again, longer (a verdict never rests on how fast this runs).
+    margin = 2.0
+    while True:
+        db.sql("update pgfence.leases set expires_at = clock_timestamp() "
+               "+ make_interval(secs => %s) where lease_id = %s", (margin, lease.lease_id))
+        other.begin()
+        # FOR UPDATE on the lease row; changes nothing. Refused if the expiry came first.
+        step = None
+        if sqlstate(lambda: drain_draining(other, lease)) is None:
+            step = owner.start("select * from pgfence.renew(%s, '30 seconds')",
+                               (lease.lease_id,))
+            blocked = step.settle()
+            if db.one(live, (lease.lease_id,)):
+                assert blocked, "the renewal must wait for the row lock"
+                break                            # queued before the expiry
+        other.rollback()
+        if step is not None:
+            sqlstate(step.result)                # came after the expiry (refused)
+        margin *= 4                              # try with more time
     db.wait_until("select not (" + live + ")", (lease.lease_id,))
     other.commit()
     return sqlstate(step.result), db.one(live, (lease.lease_id,))

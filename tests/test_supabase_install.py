@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from testkit.cluster import Cluster
-from tests.support import ROOT, install_test_helpers
+from tests.support import ROOT, SUPABASE, install_test_helpers
 
-SUPABASE = ROOT / ".tools/node_modules/.bin/supabase"
 OWNER = "supabase_owner_test"
 
 SUPABASE_ROLES = f"""

@@ -18,7 +18,7 @@ import pytest
 
 from pgfence.releases import Files
 from testkit.cluster import Cluster
-from tests.support import ROOT
+from tests.support import ROOT, once_per_run
 
 PIP = Path(sys.executable).parent / "pip"
 
@@ -48,10 +48,12 @@ def repository_sql() -> dict[str, bytes]:
             for p in sorted((ROOT / "sql").rglob("*.sql"))}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = tmp_path_factory.mktemp("wheel")
-    return build_wheel(source_tree(work / "repo"), work / "out")
+    """Built once per run, whichever xdist worker asks first (about 45 s)."""
+    return Path(once_per_run(tmp_path_factory, "wheel",
+                             lambda work: str(build_wheel(source_tree(work / "repo"),
+                                                          work / "out"))))
 
 
 @pytest.fixture

@@ -112,7 +112,7 @@ const owner = new SteppedOwner({
   sql,
   resource: env("RESOURCE"),
   owner: app,
-  ttl: 30,
+  ttl: 600, // runs out only when the test moves time, on however loaded a machine
   renewEvery: 3600, // no renewal but the one below and those a lost connection calls for
   retry: { random: () => 0 },
 });
@@ -120,7 +120,7 @@ const runs: Record<string, number> = {};
 const worker = new SteppedWorker({
   owner,
   queue: env("QUEUE"),
-  visibility: 30,
+  visibility: 600,
   handler: async (payload) => {
     const { n, fail } = payload as { n: number; fail?: boolean };
     runs[n] = (runs[n] ?? 0) + 1;
