@@ -108,7 +108,10 @@ declare
   v_role name := pgfence.invoker();
 begin
   if not (pg_catalog.has_schema_privilege(v_role, 'pgmq', 'usage')
-          and pg_catalog.has_table_privilege(v_role, pg_catalog.format('pgmq.%I', queue_table), privileges)
+          -- each of them (has_table_privilege of a list asks for any one)
+          and not exists (select from pg_catalog.unnest(pg_catalog.string_to_array(privileges, ',')) w(p)
+                           where not pg_catalog.has_table_privilege(v_role, pg_catalog.format('pgmq.%I', queue_table),
+                                                                    pg_catalog.btrim(w.p)))
           and (not archive or pg_catalog.has_table_privilege(
                  v_role, pg_catalog.format('pgmq.%I', 'a' operator(pg_catalog.||) pg_catalog.substr(queue_table, 2)),
                  'insert'))) then
