@@ -152,7 +152,8 @@ language plpgsql
 stable
 as $$
 begin
-  if queue is null or pg_catalog.length(queue) not between 1 and 47
+  if queue is null or pg_catalog.length(queue) operator(pg_catalog.<) 1
+     or pg_catalog.length(queue) operator(pg_catalog.>) 47
      or queue operator(pg_catalog.~) '\$|;|--|''' then
     perform pgfence.invalid_argument('queue', 'must be a pgmq queue name: 1 to 47 characters, none of $ ; -- or ''', queue);
   end if;
@@ -347,7 +348,8 @@ begin
          array_agg(l.enqueued_at order by l.msg_id, l.read_ct desc) filter (where l.outcome is null),
          array_agg(l.attempt_id order by l.msg_id, l.read_ct desc) filter (where l.outcome is null)
     into v_found, v_finished, v_queues, v_leases, v_msg_ids, v_read_cts, v_enqueued, v_attempts
-    from (select a.attempt_id, a.outcome, a.queue, a.lease_id, a.msg_id, a.read_ct, a.enqueued_at
+    from (select a.attempt_id, a.outcome, a.queue, a.lease_id,
+                 a.msg_id, a.read_ct, a.enqueued_at
             from pgfence_pgmq.attempts a
            where a.attempt_id = any (finish.attempt_ids)
            order by a.attempt_id
@@ -626,7 +628,6 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_queue text;
-  v_n bigint;
 begin
   for v_queue in
     select distinct a.queue

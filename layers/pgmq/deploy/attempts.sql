@@ -84,7 +84,8 @@ language plpgsql
 stable
 as $$
 begin
-  if queue is null or pg_catalog.length(queue) not between 1 and 47
+  if queue is null or pg_catalog.length(queue) operator(pg_catalog.<) 1
+     or pg_catalog.length(queue) operator(pg_catalog.>) 47
      or queue operator(pg_catalog.~) '\$|;|--|''' then
     perform pgfence.invalid_argument('queue', 'must be a pgmq queue name: 1 to 47 characters, none of $ ; -- or ''', queue);
   end if;
