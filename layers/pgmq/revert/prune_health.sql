@@ -1,4 +1,4 @@
--- Revert pgfence_pgmq:pgmq_read
+-- Revert pgfence_pgmq:prune_health
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -7,6 +7,8 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-drop function pgfence.pgmq_read(uuid, text, interval, int);
+update pgfence.layers set prune = null, health = null where schema_name = 'pgfence_pgmq';
+drop function pgfence_pgmq.health();
+drop function pgfence_pgmq.prune(interval);
 
 commit;
