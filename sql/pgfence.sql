@@ -222,39 +222,6 @@ revoke all on table pgfence.resources from public;
 grant select on table pgfence.resources to pgfence_operator;
 
 
--- change: register
--- Deploy pgfence:register
--- requires: resources
--- requires: checks
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create function pgfence.register(resource text, enabled boolean default true)
-returns void
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  perform pgfence.check_name('resource', register.resource);
-  perform pgfence.check_not_null('enabled', register.enabled);
-  -- An existing resource keeps its enabled: registration never enables anything (I6).
-  insert into pgfence.resources (resource, enabled)
-  values (register.resource, register.enabled)
-  on conflict on constraint resources_pkey do nothing;
-end
-$$;
-comment on function pgfence.register(text, boolean) is
-  'Registers a resource; idempotent. Never changes an existing resource''s enabled. Raises 22023 on a bad name.';
-
-revoke all on function pgfence.register(text, boolean) from public;
-grant execute on function pgfence.register(text, boolean) to pgfence_worker, pgfence_operator;
-
-
 -- change: leases
 -- Deploy pgfence:leases
 -- requires: resources
@@ -333,51 +300,6 @@ comment on table pgfence.invocations is 'Startup requests (request_start) and th
 create index invocations_pending on pgfence.invocations (resource) where acknowledged_at is null;
 
 revoke all on table pgfence.invocations from public;
-
-
--- change: release
--- Deploy pgfence:release
--- requires: leases
--- requires: checks
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create function pgfence.release(lease_id uuid)
-returns boolean
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_state text;
-begin
-  perform pgfence.check_not_null('lease_id', release.lease_id);
-  select l.state into v_state
-    from pgfence.leases l
-   where l.lease_id = release.lease_id
-     for update;
-  if not found then
-    perform pgfence.lease_not_current(release.lease_id);
-  end if;
-  if v_state not in ('active', 'draining') then
-    return false;
-  end if;
-  update pgfence.leases l
-     set state = 'released', ended_at = clock_timestamp()
-   where l.lease_id = release.lease_id;
-  return true;
-end
-$$;
-comment on function pgfence.release(uuid) is
-  'Ends this lease: true if this call ended it, false if it had already ended. Never touches another lease. Raises PF001 for an unknown lease.';
-
-revoke all on function pgfence.release(uuid) from public;
-grant execute on function pgfence.release(uuid) to pgfence_worker;
 
 
 -- change: unfenced_writes
@@ -535,60 +457,6 @@ comment on function pgfence.fail(uuid, jsonb) is
 
 revoke all on function pgfence.fail(uuid, jsonb) from public;
 grant execute on function pgfence.fail(uuid, jsonb) to pgfence_worker;
-
-
--- change: requeue_expired
--- Deploy pgfence:requeue_expired
--- requires: tasks
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create function pgfence.requeue_expired(max_tasks int default 1000)
-returns int
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_count int;
-begin
-  if requeue_expired.max_tasks is null or requeue_expired.max_tasks not between 1 and 100000 then
-    perform pgfence.invalid_argument('max_tasks', 'must be 1 to 100000', requeue_expired.max_tasks::text);
-  end if;
-  -- SKIP LOCKED lets several sessions run this at once. A row whose visibility was extended
-  -- after this statement's snapshot is re-read under the lock and no longer matches.
-  with expired as (
-    select t.task_id
-      from pgfence.tasks t
-     where t.state = 'claimed' and t.visible_until < clock_timestamp()
-     order by t.visible_until
-     limit requeue_expired.max_tasks
-       for update skip locked)
-  update pgfence.tasks t
-     set state = case when t.attempt >= t.max_attempts then 'failed' else 'queued' end,
-         ready_at = clock_timestamp(),
-         visible_until = null,
-         error = case when t.attempt >= t.max_attempts
-                      then jsonb_build_object('reason', 'visibility expired', 'attempts', t.attempt)
-                      else t.error end,
-         finished_at = case when t.attempt >= t.max_attempts then clock_timestamp() end
-    from expired
-   where t.task_id = expired.task_id;
-  get diagnostics v_count = row_count;
-  return v_count;
-end
-$$;
-comment on function pgfence.requeue_expired(int) is
-  'Tasks whose visibility ran out go back to their queue, or fail for good after max_attempts; returns how many. '
-  'Safe to run from several sessions at once; never touches an attempt within its visibility.';
-
-revoke all on function pgfence.requeue_expired(int) from public;
-grant execute on function pgfence.requeue_expired(int) to pgfence_worker, pgfence_operator;
 
 
 -- change: updates
@@ -820,6 +688,46 @@ comment on function pgfence.lock_resources(text[]) is
   'Locks the resource rows in name order, waiting at most lock_timeout (5 s when unset); raises 55P03 naming who holds them.';
 
 revoke all on function pgfence.lock_resources(text[]) from public;
+
+
+-- change: limit_idle
+-- Deploy pgfence:limit_idle
+-- requires: schema
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- A worker may call pgfence inside a transaction of its own and then idle. Every function
+-- that locks rows other sessions need (a resource row, a lease row, a task row) calls this
+-- after taking the lock: the transaction may then stay idle at most 5 seconds (the bound an
+-- operator's lock wait has too, lock_resources), after which PostgreSQL ends the session and
+-- the lock goes with it. So no worker, holding a lease or not, keeps a successor off longer
+-- (issue 26). For that transaction only (set_config's is_local): a later transaction on the
+-- same pooled connection is not limited. A caller's own shorter limit is kept; fence and claim
+-- set theirs (what the lease had left, hold_current), and the shorter one wins. Called by
+-- SECURITY DEFINER functions only, on hot paths (renew, complete), so no SET of its own;
+-- every name is qualified. (The setting is compared as text first: '0' needs no parsing.)
+create function pgfence.limit_idle()
+returns void
+language plpgsql
+as $$
+declare
+  v_set text := pg_catalog.current_setting('idle_in_transaction_session_timeout');
+begin
+  if v_set operator(pg_catalog.=) '0'
+     or v_set::pg_catalog.interval operator(pg_catalog.>) '5 s'::pg_catalog.interval then
+    perform pg_catalog.set_config('idle_in_transaction_session_timeout', '5s', true);
+  end if;
+end
+$$;
+comment on function pgfence.limit_idle() is
+  'Limits how long the calling transaction may stay idle to 5 s (a shorter limit is kept): '
+  'called after locking rows other sessions need, so that no idle transaction wedges them.';
+
+revoke all on function pgfence.limit_idle() from public;
 
 
 -- change: signing_key_hmac
@@ -1115,6 +1023,7 @@ grant execute on function pgfence.is_current(text, timestamptz) to pgfence_monit
 
 -- change: acquire
 -- Deploy pgfence:acquire
+-- requires: limit_idle
 -- requires: lease_judgement
 -- requires: lock_resources
 -- requires: leases
@@ -1170,6 +1079,7 @@ begin
     perform pgfence.lock_resources(array[acquire.resource]);
     select r.enabled into v_enabled from pgfence.resources r where r.resource = acquire.resource;
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if not v_enabled then
     raise exception 'pgfence: resource % is disabled', acquire.resource
       using errcode = 'PF003', hint = 'a worker started for a disabled resource should exit';
@@ -1234,6 +1144,7 @@ grant execute on function pgfence.acquire(text, text, interval, uuid) to pgfence
 
 -- change: renew
 -- Deploy pgfence:renew
+-- requires: limit_idle
 -- requires: lease_judgement
 -- requires: leases
 -- requires: checks
@@ -1284,6 +1195,7 @@ begin
     -- It expired while this renewal waited: the exception undoes the update.
     perform pgfence.lease_not_current(renew.lease_id, v_replaced);
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
 end
 $$;
 comment on function pgfence.renew(uuid, interval) is
@@ -1295,6 +1207,7 @@ grant execute on function pgfence.renew(uuid, interval) to pgfence_worker;
 
 -- change: drain
 -- Deploy pgfence:drain
+-- requires: limit_idle
 -- requires: lease_judgement
 -- requires: leases
 -- requires: checks
@@ -1327,6 +1240,7 @@ begin
   if not found or not pgfence.is_live(v_state, v_expires_at) then
     perform pgfence.lease_not_current(drain.lease_id);
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if v_state = 'active' then
     update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
      where l.lease_id = drain.lease_id;
@@ -1416,6 +1330,7 @@ grant execute on function pgfence.fence(uuid) to pgfence_worker;
 
 -- change: request_start
 -- Deploy pgfence:request_start
+-- requires: limit_idle
 -- requires: lease_judgement
 -- requires: lock_resources
 -- requires: leases
@@ -1453,6 +1368,7 @@ begin
   if not found then
     return null;
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if not v_enabled
      or exists (select from pgfence.leases l
                  where l.resource = request_start.resource and pgfence.is_current(l.state, l.expires_at))
@@ -2328,6 +2244,7 @@ comment on column pgfence.stale_results.pgmq_queue is
 
 -- change: report
 -- Deploy pgfence:report
+-- requires: limit_idle
 -- requires: attempt_leases
 -- requires: stale_reports
 -- requires: tasks
@@ -2364,6 +2281,7 @@ begin
          and not pgfence.attempt_signed(report.attempt_id, v_task_id, v_attempt, v_task.lease_id)) then
     perform pgfence.unknown_attempt(report.attempt_id);
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if v_attempt < v_task.attempt then
     -- An older attempt is checked against the lease it was claimed under, like the current
     -- one, so nobody can make up stale results for a task. Attempts claimed before release
@@ -2487,6 +2405,7 @@ grant execute on function pgfence.claim(uuid, text, int, interval) to pgfence_wo
 
 -- change: complete
 -- Deploy pgfence:complete
+-- requires: limit_idle
 -- requires: attempt_id
 -- requires: report
 
@@ -2531,6 +2450,7 @@ begin
    where t.task_id = pgfence.attempt_task(complete.attempt_id)
      and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, k.hmac_key, complete.attempt_id);
   if found then
+    perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
     return 'accepted';
   end if;
   -- Everything else (a retry, a stale or unknown attempt, a bad id) by the rule of report.
@@ -2547,6 +2467,7 @@ grant execute on function pgfence.complete(uuid, jsonb) to pgfence_worker;
 
 -- change: extend
 -- Deploy pgfence:extend
+-- requires: limit_idle
 -- requires: attempt_id
 -- requires: tasks
 -- requires: attempt_id
@@ -2579,6 +2500,7 @@ begin
          and not pgfence.attempt_signed(extend.attempt_id, v_task_id, v_attempt, v_task.lease_id)) then
     perform pgfence.unknown_attempt(extend.attempt_id);
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if v_attempt < v_task.attempt or v_task.state <> 'claimed' or v_task.reported then
     return null;
   end if;
@@ -2748,6 +2670,147 @@ comment on function pgfence.version() is 'The pgfence release installed in this 
 
 revoke all on function pgfence.version() from public;
 grant execute on function pgfence.version() to pgfence_worker, pgfence_operator, pgfence_monitor;
+
+
+-- change: release
+-- Deploy pgfence:release
+-- requires: limit_idle
+-- requires: leases
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.release(lease_id uuid)
+returns boolean
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_state text;
+begin
+  perform pgfence.check_not_null('lease_id', release.lease_id);
+  select l.state into v_state
+    from pgfence.leases l
+   where l.lease_id = release.lease_id
+     for update;
+  if not found then
+    perform pgfence.lease_not_current(release.lease_id);
+  end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+  if v_state not in ('active', 'draining') then
+    return false;
+  end if;
+  update pgfence.leases l
+     set state = 'released', ended_at = clock_timestamp()
+   where l.lease_id = release.lease_id;
+  return true;
+end
+$$;
+comment on function pgfence.release(uuid) is
+  'Ends this lease: true if this call ended it, false if it had already ended. Never touches another lease. Raises PF001 for an unknown lease.';
+
+revoke all on function pgfence.release(uuid) from public;
+grant execute on function pgfence.release(uuid) to pgfence_worker;
+
+
+-- change: requeue_expired
+-- Deploy pgfence:requeue_expired
+-- requires: limit_idle
+-- requires: tasks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.requeue_expired(max_tasks int default 1000)
+returns int
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_count int;
+begin
+  if requeue_expired.max_tasks is null or requeue_expired.max_tasks not between 1 and 100000 then
+    perform pgfence.invalid_argument('max_tasks', 'must be 1 to 100000', requeue_expired.max_tasks::text);
+  end if;
+  -- SKIP LOCKED lets several sessions run this at once. A row whose visibility was extended
+  -- after this statement's snapshot is re-read under the lock and no longer matches.
+  with expired as (
+    select t.task_id
+      from pgfence.tasks t
+     where t.state = 'claimed' and t.visible_until < clock_timestamp()
+     order by t.visible_until
+     limit requeue_expired.max_tasks
+       for update skip locked)
+  update pgfence.tasks t
+     set state = case when t.attempt >= t.max_attempts then 'failed' else 'queued' end,
+         ready_at = clock_timestamp(),
+         visible_until = null,
+         error = case when t.attempt >= t.max_attempts
+                      then jsonb_build_object('reason', 'visibility expired', 'attempts', t.attempt)
+                      else t.error end,
+         finished_at = case when t.attempt >= t.max_attempts then clock_timestamp() end
+    from expired
+   where t.task_id = expired.task_id;
+  get diagnostics v_count = row_count;
+  if v_count > 0 then
+    perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+  end if;
+  return v_count;
+end
+$$;
+comment on function pgfence.requeue_expired(int) is
+  'Tasks whose visibility ran out go back to their queue, or fail for good after max_attempts; returns how many. '
+  'Safe to run from several sessions at once; never touches an attempt within its visibility.';
+
+revoke all on function pgfence.requeue_expired(int) from public;
+grant execute on function pgfence.requeue_expired(int) to pgfence_worker, pgfence_operator;
+
+
+-- change: register
+-- Deploy pgfence:register
+-- requires: limit_idle
+-- requires: resources
+-- requires: checks
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.register(resource text, enabled boolean default true)
+returns void
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform pgfence.check_name('resource', register.resource);
+  perform pgfence.check_not_null('enabled', register.enabled);
+  -- An existing resource keeps its enabled: registration never enables anything (I6).
+  insert into pgfence.resources (resource, enabled)
+  values (register.resource, register.enabled)
+  on conflict on constraint resources_pkey do nothing;
+  -- A new row, uncommitted, makes every other register of the name wait for it.
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+end
+$$;
+comment on function pgfence.register(text, boolean) is
+  'Registers a resource; idempotent. Never changes an existing resource''s enabled. Raises 22023 on a bad name.';
+
+revoke all on function pgfence.register(text, boolean) from public;
+grant execute on function pgfence.register(text, boolean) to pgfence_worker, pgfence_operator;
 
 
 -- change: lockdown

@@ -1,4 +1,5 @@
 -- Deploy pgfence:request_start
+-- requires: limit_idle
 -- requires: lease_judgement
 -- requires: lock_resources
 -- requires: leases
@@ -37,6 +38,7 @@ begin
   if not found then
     return null;
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if not v_enabled
      or exists (select from pgfence.leases l
                  where l.resource = request_start.resource and pgfence.is_current(l.state, l.expires_at))
