@@ -69,97 +69,6 @@ revoke all on schema pgfence from public;
 grant usage on schema pgfence to pgfence_worker, pgfence_operator, pgfence_monitor;
 
 
--- change: errors
--- Deploy pgfence:errors
--- requires: schema
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- Every function raises 22023 naming the argument it refuses, before it changes anything.
-create function pgfence.invalid_argument(arg text, problem text, got text)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  raise exception 'pgfence: invalid argument %: %', arg, problem
-    using errcode = '22023',
-          detail = case when got is null then 'got NULL' else format('got %s', left(got, 200)) end,
-          hint = 'see docs/contract.md for the accepted values';
-end
-$$;
-
--- Raises PF001 with the reason a lease authorizes nothing. Callers hold no lock they need
--- after this: the exception rolls the statement back.
--- expired_at: the expiry the caller found passed, when its own uncommitted write hides it.
-create function pgfence.lease_not_current(lease_id uuid, expired_at timestamptz default null)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_reason text;
-begin
-  select case when lease_not_current.expired_at is not null
-              then 'expired at ' || lease_not_current.expired_at
-              when l.state in ('active', 'draining') and l.expires_at <= clock_timestamp()
-              then 'expired at ' || l.expires_at
-              else l.state end
-    into v_reason
-    from pgfence.leases l
-   where l.lease_id = lease_not_current.lease_id;
-  raise exception 'pgfence: lease % is not current (%)', lease_not_current.lease_id, coalesce(v_reason, 'unknown')
-    using errcode = 'PF001',
-          hint = 'stop working under this lease; acquire a new one before claiming or writing';
-end
-$$;
-
-create function pgfence.resource_not_found(resource text)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  raise exception 'pgfence: resource % is not registered', resource
-    using errcode = 'PF002', hint = 'register it first with pgfence.register(resource)';
-end
-$$;
-
-create function pgfence.unknown_attempt(attempt_id uuid)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  perform pgfence.invalid_argument('attempt_id', 'no such attempt', attempt_id::text);
-end
-$$;
-
-create function pgfence.update_not_found(token uuid)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  raise exception 'pgfence: update % does not exist', token
-    using errcode = 'PF005', hint = 'check the token prepare_update returned; open windows are listed in pgfence.open_updates';
-end
-$$;
-
-revoke all on function pgfence.invalid_argument(text, text, text) from public;
-revoke all on function pgfence.lease_not_current(uuid, timestamptz) from public;
-revoke all on function pgfence.resource_not_found(text) from public;
-revoke all on function pgfence.unknown_attempt(uuid) from public;
-revoke all on function pgfence.update_not_found(uuid) from public;
--- pgfence.protect runs as the operator and raises these for a bad argument or an unknown name.
-grant execute on function pgfence.invalid_argument(text, text, text), pgfence.resource_not_found(text)
-   to pgfence_operator;
-
-
 -- change: signing_key
 -- Deploy pgfence:signing_key
 -- requires: schema
@@ -728,6 +637,37 @@ comment on function pgfence.limit_idle() is
   'called after locking rows other sessions need, so that no idle transaction wedges them.';
 
 revoke all on function pgfence.limit_idle() from public;
+
+
+-- change: ref
+-- Deploy pgfence:ref
+-- requires: schema
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- How an error names a lease id, attempt id, invocation id, update token or request id: by a
+-- digest of it, never the id itself. The ids are capabilities (whoever has a lease id may
+-- fence, renew and release under it) and error messages land in server logs (on Supabase,
+-- readable by every project member) and in the clients' logs. The first 12 hex digits of the
+-- id's SHA-256: enough to tell ids apart in a log, and a uuid's 122 random bits cannot be
+-- recovered from it. The owner of an id computes the same digest to find its own errors.
+create function pgfence.ref(id uuid)
+returns text
+language sql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select left(encode(sha256(convert_to(ref.id::text, 'UTF8')), 'hex'), 12);
+$$;
+comment on function pgfence.ref(uuid) is
+  'The digest by which errors name an id (a capability, never shown): the first 12 hex digits of SHA-256 of its text.';
+
+revoke all on function pgfence.ref(uuid) from public;
+grant execute on function pgfence.ref(uuid) to pgfence_worker, pgfence_operator, pgfence_monitor;
 
 
 -- change: signing_key_hmac
@@ -1983,6 +1923,7 @@ grant execute on function pgfence.deprecate(text) to pgfence_operator;
 
 -- change: prepare_update
 -- Deploy pgfence:prepare_update
+-- requires: ref
 -- requires: lock_resources
 -- requires: updates
 -- requires: leases
@@ -2040,8 +1981,10 @@ begin
     -- temporary false now would lose the state to restore.
     select * into v_existing from pgfence.updates u where u.request_id = prepare_update.request_id;
     if v_existing.resources <> v_set then
-      raise exception 'pgfence: request_id % was used for another set of resources', prepare_update.request_id
-        using errcode = 'PF004', detail = format('update %s covers %s', v_existing.token, array_to_string(v_existing.resources, ', ')),
+      -- The request id and the token are named by their digests: either gets the window.
+      raise exception 'pgfence: request_id ref % was used for another set of resources', pgfence.ref(prepare_update.request_id)
+        using errcode = 'PF004', detail = format('update ref %s covers %s', pgfence.ref(v_existing.token),
+                                                 array_to_string(v_existing.resources, ', ')),
               hint = 'use a new request_id for a new update';
     end if;
     return v_existing.token;
@@ -2811,6 +2754,113 @@ comment on function pgfence.register(text, boolean) is
 
 revoke all on function pgfence.register(text, boolean) from public;
 grant execute on function pgfence.register(text, boolean) to pgfence_worker, pgfence_operator;
+
+
+-- change: errors
+-- Deploy pgfence:errors
+-- requires: schema
+-- requires: ref
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Every function raises 22023 naming the argument it refuses, before it changes anything.
+create or replace function pgfence.invalid_argument(arg text, problem text, got text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_got text := got;
+  v_id text;
+begin
+  -- What was given is shown, but an id in it (a lease id, an attempt id: capabilities) only
+  -- by its digest (pgfence.ref): every caller at once, complete_many's lists too.
+  for v_id in select m[1] from regexp_matches(got, '([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})', 'gi') m loop
+    v_got := replace(v_got, v_id, 'ref ' || pgfence.ref(v_id::uuid));
+  end loop;
+  raise exception 'pgfence: invalid argument %: %', arg, problem
+    using errcode = '22023',
+          detail = case when got is null then 'got NULL' else format('got %s', left(v_got, 200)) end,
+          hint = 'see docs/contract.md for the accepted values';
+end
+$$;
+
+-- Raises PF001 with the reason a lease authorizes nothing. Callers hold no lock they need
+-- after this: the exception rolls the statement back.
+-- expired_at: the expiry the caller found passed, when its own uncommitted write hides it.
+-- PF001 names the lease by its resource and generation (what an operator reads in
+-- resource_status), and an unknown one by its digest: never by its id, which is a capability
+-- (a draining lease, refused by fence, can still renew and release under it).
+create or replace function pgfence.lease_not_current(lease_id uuid, expired_at timestamptz default null)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_lease pgfence.leases;
+  v_reason text;
+begin
+  select * into v_lease from pgfence.leases l where l.lease_id = lease_not_current.lease_id;
+  if not found then
+    raise exception 'pgfence: lease ref % is not current (unknown)', pgfence.ref(lease_not_current.lease_id)
+      using errcode = 'PF001',
+            hint = 'stop working under this lease; acquire a new one before claiming or writing';
+  end if;
+  v_reason := case when lease_not_current.expired_at is not null
+                   then 'expired at ' || lease_not_current.expired_at
+                   when v_lease.state in ('active', 'draining') and v_lease.expires_at <= clock_timestamp()
+                   then 'expired at ' || v_lease.expires_at
+                   else v_lease.state end;
+  raise exception 'pgfence: lease of % generation % is not current (%)', v_lease.resource, v_lease.generation, v_reason
+    using errcode = 'PF001', detail = format('lease ref %s', pgfence.ref(lease_not_current.lease_id)),
+          hint = 'stop working under this lease; acquire a new one before claiming or writing';
+end
+$$;
+
+create or replace function pgfence.resource_not_found(resource text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  raise exception 'pgfence: resource % is not registered', resource
+    using errcode = 'PF002', hint = 'register it first with pgfence.register(resource)';
+end
+$$;
+
+create or replace function pgfence.unknown_attempt(attempt_id uuid)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform pgfence.invalid_argument('attempt_id', 'no such attempt', attempt_id::text);
+end
+$$;
+
+create or replace function pgfence.update_not_found(token uuid)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  raise exception 'pgfence: update ref % does not exist', pgfence.ref(token)
+    using errcode = 'PF005', hint = 'check the token prepare_update returned; open windows are listed in pgfence.open_updates';
+end
+$$;
+
+revoke all on function pgfence.invalid_argument(text, text, text) from public;
+revoke all on function pgfence.lease_not_current(uuid, timestamptz) from public;
+revoke all on function pgfence.resource_not_found(text) from public;
+revoke all on function pgfence.unknown_attempt(uuid) from public;
+revoke all on function pgfence.update_not_found(uuid) from public;
+-- pgfence.protect runs as the operator and raises these for a bad argument or an unknown name.
+grant execute on function pgfence.invalid_argument(text, text, text), pgfence.resource_not_found(text)
+   to pgfence_operator;
 
 
 -- change: lockdown
