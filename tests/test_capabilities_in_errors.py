@@ -78,9 +78,9 @@ def test_the_clients_lease_lost_names_no_id(db: Database) -> None:
     assert owner.acquire()
     lease_id = str(owner.lease_id)
     db.sql("select pgfence.drain(%s)", (owner.lease_id,))
-    with psycopg.connect(db.dsn, autocommit=True) as conn, pytest.raises(LeaseLost) as lost:
-        with owner.fenced(conn):
-            pass
+    with (psycopg.connect(db.dsn, autocommit=True) as conn, pytest.raises(LeaseLost) as lost,
+          owner.fenced(conn)):
+        pass
     assert "r generation 1" in str(lost.value) and lease_id not in str(lost.value)
     cause = lost.value.__cause__
     assert isinstance(cause, psycopg.Error) and lease_id not in str(cause)
@@ -88,8 +88,9 @@ def test_the_clients_lease_lost_names_no_id(db: Database) -> None:
 
 
 def test_negative_control_the_released_message_names_the_lease(db: Database) -> None:
-    db.replace_in_function("pgfence.lease_not_current(uuid,timestamp with time zone)",
-                           "detail = format('lease ref %s', pgfence.ref(lease_not_current.lease_id))",
-                           "detail = format('lease %s', lease_not_current.lease_id)")
+    db.replace_in_function(
+        "pgfence.lease_not_current(uuid,timestamp with time zone)",
+        "detail = format('lease ref %s', pgfence.ref(lease_not_current.lease_id))",
+        "detail = format('lease %s', lease_not_current.lease_id)")
     texts, ids = errors_of(db)
     assert any(id_ in t for t in texts for id_ in ids)
