@@ -181,7 +181,7 @@ class Cli:
     def say(self, text: str) -> None:
         """Progress for people: stderr, and never in --json mode."""
         if not self.json:
-            print(text, file=sys.stderr)
+            print(shown(text, lines=True), file=sys.stderr)
 
     # -- commands -----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -449,12 +449,29 @@ def ordered(rows: Rows, columns: list[str]) -> Rows:
     return [{c: row.get(c) for c in columns} for row in rows]
 
 
+def shown(text: str, lines: bool = False) -> str:
+    """Text from a database as the terminal gets it: every character that is not printable
+    (controls, format characters such as bidi overrides, separators other than the space)
+    escaped as Python writes it (\\x1b, \\u202e), and backslashes doubled, so that nothing
+    in a table, trigger, resource or owner name can move the cursor, recolour or reorder the
+    operator's screen, and an escape cannot be faked. Every string that reaches the terminal
+    from a database goes through here (table, say, _fail); --json output is escaped by json.
+    With ``lines``, a message's own line breaks are kept."""
+    if lines:
+        return "\n".join(shown(line) for line in text.split("\n"))
+    return "".join(c if c.isprintable() and c != "\\" else
+                   "\\\\" if c == "\\" else
+                   f"\\x{ord(c):02x}" if ord(c) < 0x100 else
+                   f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}"
+                   for c in text)
+
+
 def table(rows: Rows) -> str:
     if not rows:
         return "(none)"
     cols = list(rows[0])
-    cells = [[("" if r[c] is None else str(r[c]).lower() if isinstance(r[c], bool) else str(r[c]))
-              for c in cols] for r in rows]
+    cells = [[shown("" if r[c] is None else str(r[c]).lower() if isinstance(r[c], bool)
+                    else str(r[c])) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
@@ -486,7 +503,7 @@ def _fail(code: int, message: str, as_json: bool, extra: dict[str, Any]) -> int:
     if as_json:
         print(json.dumps({"error": message, "exit_code": code, **extra}, indent=2))
     else:
-        print(f"pgfence: {message}", file=sys.stderr)
+        print(f"pgfence: {shown(message, lines=True)}", file=sys.stderr)
     return code
 
 
