@@ -1995,7 +1995,7 @@ begin
       using errcode = 'PF002', hint = 'nothing was changed; register them or fix the names';
   end if;
 
-  select string_agg(format('%s (update %s)', i.resource, i.token), ', ' order by i.resource) into v_open
+  select string_agg(format('%s (update ref %s)', i.resource, pgfence.ref(i.token)), ', ' order by i.resource) into v_open
     from pgfence.update_items i
    where i.resource = any (v_set) and i.outcome is null;
   if v_open is not null then
