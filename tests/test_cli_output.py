@@ -56,7 +56,7 @@ def raw(text: str) -> list[str]:
     return [repr(c) for c in text if not (c.isprintable() or c == "\n")]
 
 
-@pytest.mark.parametrize("command", ["status", "update-status"])
+@pytest.mark.parametrize("command", ["status", "update-status", "doctor"])
 def test_hostile_names_reach_the_terminal_escaped(db: Database, command: str) -> None:
     token = hostile_database(db)
     args = {"status": ["status"], "update-status": ["workers", "update-status", str(token)],

@@ -17,10 +17,16 @@ set local lock_timeout = '5s';
 
 -- Where prune finds old rows without reading the live ones: each index holds only rows that
 -- have ended, so no hot path reads it; a completion or a lease's end (already an update that
--- changes an indexed state) adds one entry.
+-- changes an indexed state) adds one entry. (Invocations are few once pruned: prune reads
+-- them all.)
 create index tasks_finished on pgfence.tasks (finished_at) where state in ('completed', 'failed');
 create index leases_ended on pgfence.leases (ended_at) where state in ('released', 'superseded');
-create index invocations_expiry on pgfence.invocations (expires_at);
+-- request_start asks for a pending, unexpired invocation of its resource: by resource alone it
+-- walked every expired one nobody acknowledged (a supervisor whose starts never arrive), and
+-- slowed as they piled up; by resource and expiry it reads only the latest one.
+create index invocations_pending_expiry on pgfence.invocations (resource, expires_at)
+  where acknowledged_at is null;
+drop index pgfence.invocations_pending;
 
 -- Deletes history older than older_than, in batches of 5000 rows, each batch chosen FOR
 -- UPDATE SKIP LOCKED, so it never waits for a worker and a worker never waits for it longer

@@ -3,7 +3,8 @@
 begin;
 
 drop function pgfence.prune(interval);
-drop index pgfence.invocations_expiry;
+create index invocations_pending on pgfence.invocations (resource) where acknowledged_at is null;
+drop index pgfence.invocations_pending_expiry;
 drop index pgfence.leases_ended;
 drop index pgfence.tasks_finished;
 

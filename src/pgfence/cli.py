@@ -48,7 +48,8 @@ bypasses that. install and upgrade run their SQL in one transaction: all of it, 
 exit codes:
   0  done (also: upgrade with nothing to do)
   1  the database refused (unknown token, overlap, conflict, not current; pgfence already
-     installed, not installed, newer than this package, or an install/upgrade file failed)
+     installed, not installed, newer than this package, or an install/upgrade file failed);
+     doctor: a check failed
   2  usage or bad input (also: an upgrade --to a release this package does not know)
   3  transport or connection failure
   4  confirmation missing or wrong
@@ -82,6 +83,8 @@ def build_parser() -> Parser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                      parser_class=Parser)
     commands.add_parser("status", help="resources, owners and open windows (read-only)")
+    commands.add_parser("doctor", help="pgfence.health(): every check of this installation "
+                                       "(read-only; exit 1 when one fails)")
     commands.add_parser("version", help="the installed pgfence release and this package's "
                                         "(read-only)")
     install = commands.add_parser(
@@ -203,6 +206,20 @@ class Cli:
                 ["table_name", "resources", "mode", "problem"])
         return {"target": self.transport.target, "resources": resources, "open_updates": windows,
                 "protection_problems": problems}
+
+    def doctor(self) -> tuple[dict[str, Any], int]:
+        """pgfence.health(), read-only: exit 1 when any check fails, or when the database has
+        no pgfence.health() (no pgfence, or a release older than 0.2.0)."""
+        has = self.read("select pg_catalog.to_regprocedure('pgfence.health()') is not null "
+                        "as present", ["present"])
+        if not has or not has[0]["present"]:
+            raise Exit(EXIT_REFUSED, f"{self.transport.target} has no pgfence.health(): pgfence "
+                       "is not installed, or older than 0.2.0 (pgfence version)")
+        checks = self.read('select h."check", h.ok, h.detail from pgfence.health() h',
+                           ["check", "ok", "detail"])
+        healthy = all(c["ok"] is True for c in checks)
+        return ({"target": self.transport.target, "ok": healthy, "checks": checks},
+                EXIT_OK if healthy else EXIT_REFUSED)
 
     def update_status(self, token: uuid.UUID) -> Rows:
         return self.read(
@@ -398,6 +415,12 @@ class Cli:
                              + ("\n\nprotections that stopped protecting:\n"
                                 + table(d["protection_problems"]) if d["protection_problems"]
                                 else ""))
+        if a.command == "doctor":
+            doc, code = self.doctor()
+            self.emit(doc, lambda d: table(d["checks"]) + "\n\n" + (
+                "healthy" if d["ok"] else
+                f"{sum(not c['ok'] for c in d['checks'])} of {len(d['checks'])} checks failed"))
+            return code
         if a.action == "update-status":
             token = sql.token(a.token)
             rows = self.update_status(token)
