@@ -10,6 +10,7 @@ prints the same rows through a table() without the helper.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -85,3 +86,18 @@ def test_shown_escapes_every_unprintable_character_and_backslashes() -> None:
 @pytest.fixture(autouse=True)
 def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+
+
+def test_status_shows_the_counters(db: Database) -> None:
+    db.sql("select pgfence.register('r')")
+    first = db.one("select lease_id from pgfence.acquire('r', 'w', '1 minute')")
+    db.sql("select pgfence_test.expire(%s)", (first,))
+    db.sql("select pgfence.acquire('r', 'w2', '1 minute')")
+    code, out, _ = run(db, "--json", "status")
+    assert code == 0
+    (row,) = json.loads(out)["counters"]
+    assert {k: row[k] for k in ("resource", "generation", "lease_state", "takeovers")} == {
+        "resource": "r", "generation": 2, "lease_state": "current", "takeovers": 1}
+    assert str(first) not in out
+    code, out, _ = run(db, "status")
+    assert "counters:" in out and "takeovers" in out

@@ -204,8 +204,18 @@ class Cli:
                 "select table_name, array_to_string(resources, ' ') as resources, mode, problem "
                 "from pgfence.protected_tables where not healthy order by table_name",
                 ["table_name", "resources", "mode", "problem"])
+        # Per-resource counters (pgfence.counters, from release 0.2.0 on).
+        counters: Rows = []
+        if self.read("select pg_catalog.to_regclass('pgfence.counters') is not null as present",
+                     ["present"])[0]["present"]:
+            counters = self.read(
+                "select resource, generation, lease_state, "
+                "date_trunc('second', lease_age)::text as lease_age, takeovers, stale_results, "
+                "unfenced_writes, array_to_string(queues, ' ') as queues, queue_depth, "
+                "date_trunc('second', oldest_ready_age)::text as oldest_ready_age "
+                "from pgfence.counters order by resource", COUNTER_COLUMNS)
         return {"target": self.transport.target, "resources": resources, "open_updates": windows,
-                "protection_problems": problems}
+                "protection_problems": problems, "counters": counters}
 
     def doctor(self) -> tuple[dict[str, Any], int]:
         """pgfence.health(), read-only: exit 1 when any check fails, or when the database has
@@ -412,6 +422,7 @@ class Cli:
         if a.command == "status":
             return self.emit(self.status(), lambda d: table(d["resources"]) + "\n\nopen updates:\n"
                              + table(d["open_updates"])
+                             + ("\n\ncounters:\n" + table(d["counters"]) if d["counters"] else "")
                              + ("\n\nprotections that stopped protecting:\n"
                                 + table(d["protection_problems"]) if d["protection_problems"]
                                 else ""))
@@ -464,6 +475,8 @@ class Cli:
 
 RESOURCE_COLUMNS = ["resource", "enabled", "owner", "generation", "time_left", "stale",
                     "draining_leases", "pending_invocations", "claimed_tasks", "open_update"]
+COUNTER_COLUMNS = ["resource", "generation", "lease_state", "lease_age", "takeovers",
+                   "stale_results", "unfenced_writes", "queues", "queue_depth", "oldest_ready_age"]
 UPDATE_STATUS_COLUMNS = ["resource", "saved_enabled", "enabled", "active_owner", "draining_leases",
                          "in_flight_tasks", "pending_invocations", "verdict", "last_heartbeat"]
 
