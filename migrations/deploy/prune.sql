@@ -19,13 +19,19 @@ set local lock_timeout = '5s';
 -- have ended, so no hot path reads it; a completion or a lease's end (already an update that
 -- changes an indexed state) adds one entry. (Invocations are few once pruned: prune reads
 -- them all.)
+-- Built inside the upgrade's transaction (CONCURRENTLY cannot be), so writes to the table wait
+-- for the build: on a large history, seconds. Upgrade at a quiet moment (docs/upgrading.md).
+-- squawk-ignore require-concurrent-index-creation
 create index tasks_finished on pgfence.tasks (finished_at) where state in ('completed', 'failed');
+-- squawk-ignore require-concurrent-index-creation
 create index leases_ended on pgfence.leases (ended_at) where state in ('released', 'superseded');
 -- request_start asks for a pending, unexpired invocation of its resource: by resource alone it
 -- walked every expired one nobody acknowledged (a supervisor whose starts never arrive), and
 -- slowed as they piled up; by resource and expiry it reads only the latest one.
+-- squawk-ignore require-concurrent-index-creation
 create index invocations_pending_expiry on pgfence.invocations (resource, expires_at)
   where acknowledged_at is null;
+-- squawk-ignore require-concurrent-index-deletion
 drop index pgfence.invocations_pending;
 
 -- Deletes history older than older_than, in batches of 5000 rows, each batch chosen FOR

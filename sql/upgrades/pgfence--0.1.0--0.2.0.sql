@@ -2549,13 +2549,19 @@ set local lock_timeout = '5s';
 -- have ended, so no hot path reads it; a completion or a lease's end (already an update that
 -- changes an indexed state) adds one entry. (Invocations are few once pruned: prune reads
 -- them all.)
+-- Built inside the upgrade's transaction (CONCURRENTLY cannot be), so writes to the table wait
+-- for the build: on a large history, seconds. Upgrade at a quiet moment (docs/upgrading.md).
+-- squawk-ignore require-concurrent-index-creation
 create index tasks_finished on pgfence.tasks (finished_at) where state in ('completed', 'failed');
+-- squawk-ignore require-concurrent-index-creation
 create index leases_ended on pgfence.leases (ended_at) where state in ('released', 'superseded');
 -- request_start asks for a pending, unexpired invocation of its resource: by resource alone it
 -- walked every expired one nobody acknowledged (a supervisor whose starts never arrive), and
 -- slowed as they piled up; by resource and expiry it reads only the latest one.
+-- squawk-ignore require-concurrent-index-creation
 create index invocations_pending_expiry on pgfence.invocations (resource, expires_at)
   where acknowledged_at is null;
+-- squawk-ignore require-concurrent-index-deletion
 drop index pgfence.invocations_pending;
 
 -- Deletes history older than older_than, in batches of 5000 rows, each batch chosen FOR
@@ -2831,20 +2837,20 @@ create table pgfence.manifest (
 comment on table pgfence.manifest is
   'The schema objects as this release installed them (pgfence.schema_objects()), which pgfence.health() compares with.';
 
--- The health of an installation, one row per check; ok false names what is wrong, never a
--- capability. Read-only; the monitor may run it (pgfence doctor does).
-create function pgfence.health()
-returns table ("check" text, ok boolean, detail text)
+-- The checks of health(), below (a reserved word, "check", is its column's name by contract,
+-- but is kept out of PL/pgSQL).
+create function pgfence.health_checks()
+returns table (name text, ok boolean, detail text)
 language plpgsql
 stable
-security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_bad text;
+  v_jobs regclass := to_regclass('cron.job');
 begin
   -- Schema as installed: nothing changed, added or removed by hand since.
-  "check" := 'schema matches its release';
+  name := 'schema matches its release';
   select string_agg(format('%s %s', x.object, x.how), '; ' order by x.object) into v_bad
     from (select coalesce(m.object, s.object) as object,
                  case when m.object is null then 'added' when s.object is null then 'missing'
@@ -2859,7 +2865,7 @@ begin
 
   -- Roles and grants as installed: the three roles exist, PUBLIC and other roles hold nothing
   -- in schema pgfence but what its owner and the three roles hold (lockdown's rule).
-  "check" := 'roles and grants';
+  name := 'roles and grants';
   select string_agg(x, '; ' order by x) into v_bad from (
     select format('role %s is missing', r) as x
       from unnest(array['pgfence_worker', 'pgfence_operator', 'pgfence_monitor']) r
@@ -2892,7 +2898,7 @@ begin
   -- The three roles are cluster-wide: a login role granted pgfence_worker here may connect to
   -- every other database that lets it, and claim there if pgfence is installed there too
   -- (docs/deployment.md: REVOKE CONNECT). Superusers are left out: they may do anything.
-  "check" := 'roles confined to this database';
+  name := 'roles confined to this database';
   select string_agg(format('%s may connect to database %s', m.rolname, d.datname), '; '
                     order by m.rolname, d.datname) into v_bad
     from pg_roles m
@@ -2905,7 +2911,7 @@ begin
   detail := coalesce(v_bad, 'no login role of pgfence_worker or pgfence_operator may connect elsewhere');
   return next;
 
-  "check" := 'protections guard every write';
+  name := 'protections guard every write';
   select string_agg(format('%s: %s', t.table_name, t.problem), '; ' order by t.table_name) into v_bad
     from pgfence.protected_tables t where not t.healthy;
   ok := v_bad is null;
@@ -2914,12 +2920,13 @@ begin
 
   -- requeue_expired on a schedule (pg_cron): without it a queue whose workers all died keeps
   -- its claimed tasks for ever.
-  "check" := 'requeue job scheduled';
-  if to_regclass('cron.job') is null then
+  name := 'requeue job scheduled';
+  if v_jobs is null then
     ok := false;
     detail := 'pg_cron is not installed: schedule pgfence.requeue_expired() (docs/supabase.md)';
   else
-    execute 'select count(*) > 0 from cron.job where active and command ~ ''pgfence\.requeue_expired'''
+    execute format('select count(*) > 0 from %s where active and command ~ %L', v_jobs,
+                   'pgfence\.requeue_expired')
       into ok;
     detail := case when ok then 'a pg_cron job runs pgfence.requeue_expired()'
                    else 'no active pg_cron job runs pgfence.requeue_expired() (docs/supabase.md)' end;
@@ -2928,7 +2935,7 @@ begin
 
   -- Overdue: a resource left without a live owner, or a task its worker no longer holds
   -- that nothing requeued, for over a minute.
-  "check" := 'no lease or task overdue';
+  name := 'no lease or task overdue';
   select string_agg(x, '; ' order by x) into v_bad from (
     select format('resource %s: its lease (generation %s) expired at %s and nobody took over',
                   l.resource, l.generation, l.expires_at) as x
@@ -2944,7 +2951,7 @@ begin
   detail := coalesce(v_bad, 'none');
   return next;
 
-  "check" := 'no update window left open';
+  name := 'no update window left open';
   select string_agg(format('window over %s open since %s', array_to_string(u.resources, ', '), u.prepared_at),
                     '; ' order by u.prepared_at) into v_bad
     from pgfence.updates u
@@ -2954,7 +2961,7 @@ begin
   return next;
 
   -- Twice prune's default bound: older history means no prune runs.
-  "check" := 'history within retention';
+  name := 'history within retention';
   select string_agg(x, '; ' order by x) into v_bad from (
     select format('%s finished tasks older than 14 days', count(*)) as x
       from pgfence.tasks t where t.state in ('completed', 'failed') and t.finished_at < clock_timestamp() - interval '14 days'
@@ -2979,11 +2986,26 @@ begin
   --   end loop;
 end
 $$;
+comment on function pgfence.health_checks() is
+  'The checks pgfence.health() returns (as name, ok, detail).';
+
+-- The health of an installation, one row per check; ok false names what is wrong, never a
+-- capability. Read-only; the monitor may run it (pgfence doctor does).
+create function pgfence.health()
+returns table ("check" text, ok boolean, detail text)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select c.name, c.ok, c.detail from pgfence.health_checks() c;
+$$;
 comment on function pgfence.health() is
   'One row per check of this installation: schema as released, roles and grants, roles confined to this database, '
   'protections, the requeue job, nothing overdue, no window left open, history within retention. Read-only.';
 
 revoke all on function pgfence.schema_objects() from public;
+revoke all on function pgfence.health_checks() from public;
 revoke all on function pgfence.health() from public;
 revoke all on pgfence.manifest from public;
 grant execute on function pgfence.health() to pgfence_monitor, pgfence_operator;
