@@ -26,7 +26,8 @@ update pgfence.tasks set ready_at = clock_timestamp() - interval '1 hour' where 
 
 select results_eq($$ select resource, generation, lease_state, takeovers, stale_results, unfenced_writes,
                             queues, queue_depth from pgfence.counters order by resource $$,
-  $$ values ('r'::text, 2::bigint, 'current'::text, 1::bigint, 1::bigint, 1::bigint, array['q'], 2::bigint),
+  $$ values ('r'::text, (select generation from pgfence.leases where owner = 'second'), 'current'::text,
+             1::bigint, 1::bigint, 1::bigint, array['q'], 2::bigint),
             ('s', null, 'none', 0, 0, 0, null, 0) $$,
   'per resource: generation, lease state, takeovers, stale results, unfenced writes, queues and their depth');
 select ok((select oldest_ready_age >= interval '1 hour' from pgfence.counters where resource = 'r'),
