@@ -69,97 +69,6 @@ revoke all on schema pgfence from public;
 grant usage on schema pgfence to pgfence_worker, pgfence_operator, pgfence_monitor;
 
 
--- change: errors
--- Deploy pgfence:errors
--- requires: schema
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- Every function raises 22023 naming the argument it refuses, before it changes anything.
-create function pgfence.invalid_argument(arg text, problem text, got text)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  raise exception 'pgfence: invalid argument %: %', arg, problem
-    using errcode = '22023',
-          detail = case when got is null then 'got NULL' else format('got %s', left(got, 200)) end,
-          hint = 'see docs/contract.md for the accepted values';
-end
-$$;
-
--- Raises PF001 with the reason a lease authorizes nothing. Callers hold no lock they need
--- after this: the exception rolls the statement back.
--- expired_at: the expiry the caller found passed, when its own uncommitted write hides it.
-create function pgfence.lease_not_current(lease_id uuid, expired_at timestamptz default null)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_reason text;
-begin
-  select case when lease_not_current.expired_at is not null
-              then 'expired at ' || lease_not_current.expired_at
-              when l.state in ('active', 'draining') and l.expires_at <= clock_timestamp()
-              then 'expired at ' || l.expires_at
-              else l.state end
-    into v_reason
-    from pgfence.leases l
-   where l.lease_id = lease_not_current.lease_id;
-  raise exception 'pgfence: lease % is not current (%)', lease_not_current.lease_id, coalesce(v_reason, 'unknown')
-    using errcode = 'PF001',
-          hint = 'stop working under this lease; acquire a new one before claiming or writing';
-end
-$$;
-
-create function pgfence.resource_not_found(resource text)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  raise exception 'pgfence: resource % is not registered', resource
-    using errcode = 'PF002', hint = 'register it first with pgfence.register(resource)';
-end
-$$;
-
-create function pgfence.unknown_attempt(attempt_id uuid)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  perform pgfence.invalid_argument('attempt_id', 'no such attempt', attempt_id::text);
-end
-$$;
-
-create function pgfence.update_not_found(token uuid)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  raise exception 'pgfence: update % does not exist', token
-    using errcode = 'PF005', hint = 'check the token prepare_update returned; open windows are listed in pgfence.open_updates';
-end
-$$;
-
-revoke all on function pgfence.invalid_argument(text, text, text) from public;
-revoke all on function pgfence.lease_not_current(uuid, timestamptz) from public;
-revoke all on function pgfence.resource_not_found(text) from public;
-revoke all on function pgfence.unknown_attempt(uuid) from public;
-revoke all on function pgfence.update_not_found(uuid) from public;
--- pgfence.protect runs as the operator and raises these for a bad argument or an unknown name.
-grant execute on function pgfence.invalid_argument(text, text, text), pgfence.resource_not_found(text)
-   to pgfence_operator;
-
-
 -- change: signing_key
 -- Deploy pgfence:signing_key
 -- requires: schema
@@ -220,39 +129,6 @@ comment on table pgfence.resources is 'Registered resources. Not a public interf
 revoke all on table pgfence.resources from public;
 -- pgfence.protect runs as the operator and looks up the registered names.
 grant select on table pgfence.resources to pgfence_operator;
-
-
--- change: register
--- Deploy pgfence:register
--- requires: resources
--- requires: checks
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create function pgfence.register(resource text, enabled boolean default true)
-returns void
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  perform pgfence.check_name('resource', register.resource);
-  perform pgfence.check_not_null('enabled', register.enabled);
-  -- An existing resource keeps its enabled: registration never enables anything (I6).
-  insert into pgfence.resources (resource, enabled)
-  values (register.resource, register.enabled)
-  on conflict on constraint resources_pkey do nothing;
-end
-$$;
-comment on function pgfence.register(text, boolean) is
-  'Registers a resource; idempotent. Never changes an existing resource''s enabled. Raises 22023 on a bad name.';
-
-revoke all on function pgfence.register(text, boolean) from public;
-grant execute on function pgfence.register(text, boolean) to pgfence_worker, pgfence_operator;
 
 
 -- change: leases
@@ -333,51 +209,6 @@ comment on table pgfence.invocations is 'Startup requests (request_start) and th
 create index invocations_pending on pgfence.invocations (resource) where acknowledged_at is null;
 
 revoke all on table pgfence.invocations from public;
-
-
--- change: release
--- Deploy pgfence:release
--- requires: leases
--- requires: checks
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create function pgfence.release(lease_id uuid)
-returns boolean
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_state text;
-begin
-  perform pgfence.check_not_null('lease_id', release.lease_id);
-  select l.state into v_state
-    from pgfence.leases l
-   where l.lease_id = release.lease_id
-     for update;
-  if not found then
-    perform pgfence.lease_not_current(release.lease_id);
-  end if;
-  if v_state not in ('active', 'draining') then
-    return false;
-  end if;
-  update pgfence.leases l
-     set state = 'released', ended_at = clock_timestamp()
-   where l.lease_id = release.lease_id;
-  return true;
-end
-$$;
-comment on function pgfence.release(uuid) is
-  'Ends this lease: true if this call ended it, false if it had already ended. Never touches another lease. Raises PF001 for an unknown lease.';
-
-revoke all on function pgfence.release(uuid) from public;
-grant execute on function pgfence.release(uuid) to pgfence_worker;
 
 
 -- change: unfenced_writes
@@ -537,60 +368,6 @@ revoke all on function pgfence.fail(uuid, jsonb) from public;
 grant execute on function pgfence.fail(uuid, jsonb) to pgfence_worker;
 
 
--- change: requeue_expired
--- Deploy pgfence:requeue_expired
--- requires: tasks
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create function pgfence.requeue_expired(max_tasks int default 1000)
-returns int
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_count int;
-begin
-  if requeue_expired.max_tasks is null or requeue_expired.max_tasks not between 1 and 100000 then
-    perform pgfence.invalid_argument('max_tasks', 'must be 1 to 100000', requeue_expired.max_tasks::text);
-  end if;
-  -- SKIP LOCKED lets several sessions run this at once. A row whose visibility was extended
-  -- after this statement's snapshot is re-read under the lock and no longer matches.
-  with expired as (
-    select t.task_id
-      from pgfence.tasks t
-     where t.state = 'claimed' and t.visible_until < clock_timestamp()
-     order by t.visible_until
-     limit requeue_expired.max_tasks
-       for update skip locked)
-  update pgfence.tasks t
-     set state = case when t.attempt >= t.max_attempts then 'failed' else 'queued' end,
-         ready_at = clock_timestamp(),
-         visible_until = null,
-         error = case when t.attempt >= t.max_attempts
-                      then jsonb_build_object('reason', 'visibility expired', 'attempts', t.attempt)
-                      else t.error end,
-         finished_at = case when t.attempt >= t.max_attempts then clock_timestamp() end
-    from expired
-   where t.task_id = expired.task_id;
-  get diagnostics v_count = row_count;
-  return v_count;
-end
-$$;
-comment on function pgfence.requeue_expired(int) is
-  'Tasks whose visibility ran out go back to their queue, or fail for good after max_attempts; returns how many. '
-  'Safe to run from several sessions at once; never touches an attempt within its visibility.';
-
-revoke all on function pgfence.requeue_expired(int) from public;
-grant execute on function pgfence.requeue_expired(int) to pgfence_worker, pgfence_operator;
-
-
 -- change: updates
 -- Deploy pgfence:updates
 -- requires: resources
@@ -715,36 +492,31 @@ end
 $$;
 
 -- Owners are caller-chosen labels (an execution id, a hostname): free text, bounded, and shown
--- to operators as it is. So no control characters, no line or paragraph separators (Zl, Zp),
--- no format characters (Cf: bidi overrides and isolates, zero-width spaces and joiners, the
--- byte order mark, tags), which would make one label look like another or reorder a line,
--- and not blank.
+-- to operators as it is. So no control characters (Cc), no line or paragraph separators (Zl,
+-- Zp), no format characters (Cf: bidi overrides and isolates, zero-width spaces and joiners,
+-- the byte order mark, tags), which would make one label look like another or reorder a line;
+-- and at least one visible character: one that is not white space, not a default-ignorable
+-- code point (Unicode's DerivedCoreProperties: variation selectors, the Hangul fillers U+115F,
+-- U+1160, U+3164, U+FFA0, the combining grapheme joiner, tags) and not U+2800 BRAILLE
+-- PATTERN BLANK, all of which render blank. One rule, the same text in Python
+-- (pgfence.sql.LABEL_REFUSED, LABEL_VISIBLE: tests/test_labels.py checks both, and that they
+-- judge alike).
 create or replace function pgfence.check_label(arg text, value text)
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if value is null or length(value) not between 1 and 256 or value ~ '[[:cntrl:]]'
-     or value ~ '[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]'
-     or value ~ '^[[:space:]\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]*$' then
+  if value is null or length(value) not between 1 and 256
+     or value ~ '[\u0001-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]'
+     or value !~ '[^ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u2800\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]' then
     perform pgfence.invalid_argument(arg,
-      '1 to 256 characters, not blank, without control, format (Cf) or separator (Zl, Zp) characters',
+      '1 to 256 characters, at least one visible, without control, format (Cf) or separator (Zl, Zp) characters',
       value);
   end if;
 end
 $$;
 
--- Leases, visibility windows and invocations: more than zero, at most a day. A longer lease
--- is a lease nobody can take over in practice. What is bounded is the deadline the caller
--- stores, now() + value: intervals compare a month as 30 days, but adding one follows the
--- calendar, so '3000000 mon -89999999 days' compares as 1 day and reaches 3,590 years ahead.
--- An interval without months adds exactly what it compares as (days and time; a day across a
--- daylight-saving change is 23 or 25 hours), so months and years are refused outright.
--- Whether value is an interval pgfence accepts (a TTL, a visibility, a delay): more than 0,
--- at most 1 day, without months or years, whose length depends on the calendar. An expression
--- its callers inline (LANGUAGE sql, no SET, every name qualified): renew asks it on every call
--- and calls check_interval, which raises, only when it is false.
 create or replace function pgfence.interval_ok(value interval)
 returns boolean
 language sql
@@ -853,6 +625,77 @@ comment on function pgfence.lock_resources(text[]) is
   'Locks the resource rows in name order, waiting at most lock_timeout (5 s when unset); raises 55P03 naming who holds them.';
 
 revoke all on function pgfence.lock_resources(text[]) from public;
+
+
+-- change: limit_idle
+-- Deploy pgfence:limit_idle
+-- requires: schema
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- A worker may call pgfence inside a transaction of its own and then idle. Every function
+-- that locks rows other sessions need (a resource row, a lease row, a task row) calls this
+-- after taking the lock: the transaction may then stay idle at most 5 seconds (the bound an
+-- operator's lock wait has too, lock_resources), after which PostgreSQL ends the session and
+-- the lock goes with it. So no worker, holding a lease or not, keeps a successor off longer
+-- (issue 26). For that transaction only (set_config's is_local): a later transaction on the
+-- same pooled connection is not limited. A caller's own shorter limit is kept; fence and claim
+-- set theirs (what the lease had left, hold_current), and the shorter one wins. Called by
+-- SECURITY DEFINER functions only, on hot paths (renew, complete), so no SET of its own;
+-- every name is qualified. (The setting is compared as text first: '0' needs no parsing.)
+create function pgfence.limit_idle()
+returns void
+language plpgsql
+as $$
+declare
+  v_set text := pg_catalog.current_setting('idle_in_transaction_session_timeout');
+begin
+  if v_set operator(pg_catalog.=) '0'
+     or v_set::pg_catalog.interval operator(pg_catalog.>) '5 s'::pg_catalog.interval then
+    perform pg_catalog.set_config('idle_in_transaction_session_timeout', '5s', true);
+  end if;
+end
+$$;
+comment on function pgfence.limit_idle() is
+  'Limits how long the calling transaction may stay idle to 5 s (a shorter limit is kept): '
+  'called after locking rows other sessions need, so that no idle transaction wedges them.';
+
+revoke all on function pgfence.limit_idle() from public;
+
+
+-- change: ref
+-- Deploy pgfence:ref
+-- requires: schema
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- How an error names a lease id, attempt id, invocation id, update token or request id: by a
+-- digest of it, never the id itself. The ids are capabilities (whoever has a lease id may
+-- fence, renew and release under it) and error messages land in server logs (on Supabase,
+-- readable by every project member) and in the clients' logs. The first 12 hex digits of the
+-- id's SHA-256: enough to tell ids apart in a log, and a uuid's 122 random bits cannot be
+-- recovered from it. The owner of an id computes the same digest to find its own errors.
+create function pgfence.ref(id uuid)
+returns text
+language sql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select left(encode(sha256(convert_to(ref.id::text, 'UTF8')), 'hex'), 12);
+$$;
+comment on function pgfence.ref(uuid) is
+  'The digest by which errors name an id (a capability, never shown): the first 12 hex digits of SHA-256 of its text.';
+
+revoke all on function pgfence.ref(uuid) from public;
+grant execute on function pgfence.ref(uuid) to pgfence_worker, pgfence_operator, pgfence_monitor;
 
 
 -- change: signing_key_hmac
@@ -1148,6 +991,7 @@ grant execute on function pgfence.is_current(text, timestamptz) to pgfence_monit
 
 -- change: acquire
 -- Deploy pgfence:acquire
+-- requires: limit_idle
 -- requires: lease_judgement
 -- requires: lock_resources
 -- requires: leases
@@ -1203,6 +1047,7 @@ begin
     perform pgfence.lock_resources(array[acquire.resource]);
     select r.enabled into v_enabled from pgfence.resources r where r.resource = acquire.resource;
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if not v_enabled then
     raise exception 'pgfence: resource % is disabled', acquire.resource
       using errcode = 'PF003', hint = 'a worker started for a disabled resource should exit';
@@ -1267,6 +1112,7 @@ grant execute on function pgfence.acquire(text, text, interval, uuid) to pgfence
 
 -- change: renew
 -- Deploy pgfence:renew
+-- requires: limit_idle
 -- requires: lease_judgement
 -- requires: leases
 -- requires: checks
@@ -1317,6 +1163,7 @@ begin
     -- It expired while this renewal waited: the exception undoes the update.
     perform pgfence.lease_not_current(renew.lease_id, v_replaced);
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
 end
 $$;
 comment on function pgfence.renew(uuid, interval) is
@@ -1328,6 +1175,7 @@ grant execute on function pgfence.renew(uuid, interval) to pgfence_worker;
 
 -- change: drain
 -- Deploy pgfence:drain
+-- requires: limit_idle
 -- requires: lease_judgement
 -- requires: leases
 -- requires: checks
@@ -1360,6 +1208,7 @@ begin
   if not found or not pgfence.is_live(v_state, v_expires_at) then
     perform pgfence.lease_not_current(drain.lease_id);
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if v_state = 'active' then
     update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
      where l.lease_id = drain.lease_id;
@@ -1449,6 +1298,7 @@ grant execute on function pgfence.fence(uuid) to pgfence_worker;
 
 -- change: request_start
 -- Deploy pgfence:request_start
+-- requires: limit_idle
 -- requires: lease_judgement
 -- requires: lock_resources
 -- requires: leases
@@ -1469,6 +1319,11 @@ as $$
 declare
   v_enabled boolean;
   v_invocation_id uuid;
+  -- A pending invocation is judged by the latest expiry among its resource's unacknowledged
+  -- ones: one entry of invocations_pending_expiry, read from its end, however many expired
+  -- ones there are (an EXISTS with the clock in it walked them all, and a generic plan of it
+  -- scanned the table).
+  v_now timestamptz := clock_timestamp();
 begin
   perform pgfence.check_name('resource', request_start.resource);
   perform pgfence.check_interval('ttl', request_start.ttl);
@@ -1486,12 +1341,12 @@ begin
   if not found then
     return null;
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if not v_enabled
      or exists (select from pgfence.leases l
                  where l.resource = request_start.resource and pgfence.is_current(l.state, l.expires_at))
-     or exists (select from pgfence.invocations i
-                 where i.resource = request_start.resource and i.acknowledged_at is null
-                   and i.expires_at > clock_timestamp()) then
+     or (select max(i.expires_at) from pgfence.invocations i
+          where i.resource = request_start.resource and i.acknowledged_at is null) > v_now then
     return null;
   end if;
   insert into pgfence.invocations (invocation_id, resource, requested_at, expires_at)
@@ -2157,6 +2012,7 @@ grant execute on function pgfence.deprecate(text) to pgfence_operator;
 
 -- change: prepare_update
 -- Deploy pgfence:prepare_update
+-- requires: ref
 -- requires: lock_resources
 -- requires: updates
 -- requires: leases
@@ -2214,8 +2070,10 @@ begin
     -- temporary false now would lose the state to restore.
     select * into v_existing from pgfence.updates u where u.request_id = prepare_update.request_id;
     if v_existing.resources <> v_set then
-      raise exception 'pgfence: request_id % was used for another set of resources', prepare_update.request_id
-        using errcode = 'PF004', detail = format('update %s covers %s', v_existing.token, array_to_string(v_existing.resources, ', ')),
+      -- The request id and the token are named by their digests: either gets the window.
+      raise exception 'pgfence: request_id ref % was used for another set of resources', pgfence.ref(prepare_update.request_id)
+        using errcode = 'PF004', detail = format('update ref %s covers %s', pgfence.ref(v_existing.token),
+                                                 array_to_string(v_existing.resources, ', ')),
               hint = 'use a new request_id for a new update';
     end if;
     return v_existing.token;
@@ -2231,7 +2089,7 @@ begin
       using errcode = 'PF002', hint = 'nothing was changed; register them or fix the names';
   end if;
 
-  select string_agg(format('%s (update %s)', i.resource, i.token), ', ' order by i.resource) into v_open
+  select string_agg(format('%s (update ref %s)', i.resource, pgfence.ref(i.token)), ', ' order by i.resource) into v_open
     from pgfence.update_items i
    where i.resource = any (v_set) and i.outcome is null;
   if v_open is not null then
@@ -2395,6 +2253,7 @@ grant select (task_id, attempt, kind, body, received_at, report) on table pgfenc
 
 -- change: report
 -- Deploy pgfence:report
+-- requires: limit_idle
 -- requires: attempt_leases
 -- requires: stale_reports
 -- requires: tasks
@@ -2430,6 +2289,7 @@ begin
          and not pgfence.attempt_signed(report.attempt_id, v_task_id, v_attempt, v_task.lease_id)) then
     perform pgfence.unknown_attempt(report.attempt_id);
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if v_attempt < v_task.attempt then
     -- An older attempt is checked against the lease it was claimed under, like the current
     -- one, so nobody can make up stale results for a task. Attempts claimed before release
@@ -2553,6 +2413,7 @@ grant execute on function pgfence.claim(uuid, text, int, interval) to pgfence_wo
 
 -- change: complete
 -- Deploy pgfence:complete
+-- requires: limit_idle
 -- requires: attempt_id
 -- requires: report
 
@@ -2597,6 +2458,7 @@ begin
    where t.task_id = pgfence.attempt_task(complete.attempt_id)
      and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, k.hmac_key, complete.attempt_id);
   if found then
+    perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
     return 'accepted';
   end if;
   -- Everything else (a retry, a stale or unknown attempt, a bad id) by the rule of report.
@@ -2613,6 +2475,7 @@ grant execute on function pgfence.complete(uuid, jsonb) to pgfence_worker;
 
 -- change: extend
 -- Deploy pgfence:extend
+-- requires: limit_idle
 -- requires: attempt_id
 -- requires: tasks
 -- requires: attempt_id
@@ -2645,6 +2508,7 @@ begin
          and not pgfence.attempt_signed(extend.attempt_id, v_task_id, v_attempt, v_task.lease_id)) then
     perform pgfence.unknown_attempt(extend.attempt_id);
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if v_attempt < v_task.attempt or v_task.state <> 'claimed' or v_task.reported then
     return null;
   end if;
@@ -2891,6 +2755,741 @@ comment on function pgfence.version() is 'The pgfence release installed in this 
 
 revoke all on function pgfence.version() from public;
 grant execute on function pgfence.version() to pgfence_worker, pgfence_operator, pgfence_monitor;
+
+
+-- change: release
+-- Deploy pgfence:release
+-- requires: limit_idle
+-- requires: leases
+-- requires: checks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.release(lease_id uuid)
+returns boolean
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_state text;
+begin
+  perform pgfence.check_not_null('lease_id', release.lease_id);
+  select l.state into v_state
+    from pgfence.leases l
+   where l.lease_id = release.lease_id
+     for update;
+  if not found then
+    perform pgfence.lease_not_current(release.lease_id);
+  end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+  if v_state not in ('active', 'draining') then
+    return false;
+  end if;
+  update pgfence.leases l
+     set state = 'released', ended_at = clock_timestamp()
+   where l.lease_id = release.lease_id;
+  return true;
+end
+$$;
+comment on function pgfence.release(uuid) is
+  'Ends this lease: true if this call ended it, false if it had already ended. Never touches another lease. Raises PF001 for an unknown lease.';
+
+revoke all on function pgfence.release(uuid) from public;
+grant execute on function pgfence.release(uuid) to pgfence_worker;
+
+
+-- change: requeue_expired
+-- Deploy pgfence:requeue_expired
+-- requires: limit_idle
+-- requires: tasks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.requeue_expired(max_tasks int default 1000)
+returns int
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_count int;
+begin
+  if requeue_expired.max_tasks is null or requeue_expired.max_tasks not between 1 and 100000 then
+    perform pgfence.invalid_argument('max_tasks', 'must be 1 to 100000', requeue_expired.max_tasks::text);
+  end if;
+  -- SKIP LOCKED lets several sessions run this at once. A row whose visibility was extended
+  -- after this statement's snapshot is re-read under the lock and no longer matches.
+  with expired as (
+    select t.task_id
+      from pgfence.tasks t
+     where t.state = 'claimed' and t.visible_until < clock_timestamp()
+     order by t.visible_until
+     limit requeue_expired.max_tasks
+       for update skip locked)
+  update pgfence.tasks t
+     set state = case when t.attempt >= t.max_attempts then 'failed' else 'queued' end,
+         ready_at = clock_timestamp(),
+         visible_until = null,
+         error = case when t.attempt >= t.max_attempts
+                      then jsonb_build_object('reason', 'visibility expired', 'attempts', t.attempt)
+                      else t.error end,
+         finished_at = case when t.attempt >= t.max_attempts then clock_timestamp() end
+    from expired
+   where t.task_id = expired.task_id;
+  get diagnostics v_count = row_count;
+  if v_count > 0 then
+    perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+  end if;
+  return v_count;
+end
+$$;
+comment on function pgfence.requeue_expired(int) is
+  'Tasks whose visibility ran out go back to their queue, or fail for good after max_attempts; returns how many. '
+  'Safe to run from several sessions at once; never touches an attempt within its visibility.';
+
+revoke all on function pgfence.requeue_expired(int) from public;
+grant execute on function pgfence.requeue_expired(int) to pgfence_worker, pgfence_operator;
+
+
+-- change: register
+-- Deploy pgfence:register
+-- requires: limit_idle
+-- requires: resources
+-- requires: checks
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.register(resource text, enabled boolean default true)
+returns void
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform pgfence.check_name('resource', register.resource);
+  perform pgfence.check_not_null('enabled', register.enabled);
+  -- An existing resource keeps its enabled: registration never enables anything (I6).
+  insert into pgfence.resources (resource, enabled)
+  values (register.resource, register.enabled)
+  on conflict on constraint resources_pkey do nothing;
+  -- A new row, uncommitted, makes every other register of the name wait for it.
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+end
+$$;
+comment on function pgfence.register(text, boolean) is
+  'Registers a resource; idempotent. Never changes an existing resource''s enabled. Raises 22023 on a bad name.';
+
+revoke all on function pgfence.register(text, boolean) from public;
+grant execute on function pgfence.register(text, boolean) to pgfence_worker, pgfence_operator;
+
+
+-- change: errors
+-- Deploy pgfence:errors
+-- requires: schema
+-- requires: ref
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Every function raises 22023 naming the argument it refuses, before it changes anything.
+create or replace function pgfence.invalid_argument(arg text, problem text, got text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_got text := got;
+  v_id text;
+begin
+  -- What was given is shown, but an id in it (a lease id, an attempt id: capabilities) only
+  -- by its digest (pgfence.ref): every caller at once, complete_many's lists too.
+  for v_id in select m[1] from regexp_matches(got, '([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})', 'gi') m loop
+    v_got := replace(v_got, v_id, 'ref ' || pgfence.ref(v_id::uuid));
+  end loop;
+  raise exception 'pgfence: invalid argument %: %', arg, problem
+    using errcode = '22023',
+          detail = case when got is null then 'got NULL' else format('got %s', left(v_got, 200)) end,
+          hint = 'see docs/contract.md for the accepted values';
+end
+$$;
+
+-- Raises PF001 with the reason a lease authorizes nothing. Callers hold no lock they need
+-- after this: the exception rolls the statement back.
+-- expired_at: the expiry the caller found passed, when its own uncommitted write hides it.
+-- PF001 names the lease by its resource and generation (what an operator reads in
+-- resource_status), and an unknown one by its digest: never by its id, which is a capability
+-- (a draining lease, refused by fence, can still renew and release under it).
+create or replace function pgfence.lease_not_current(lease_id uuid, expired_at timestamptz default null)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_lease pgfence.leases;
+  v_reason text;
+begin
+  select * into v_lease from pgfence.leases l where l.lease_id = lease_not_current.lease_id;
+  if not found then
+    raise exception 'pgfence: lease ref % is not current (unknown)', pgfence.ref(lease_not_current.lease_id)
+      using errcode = 'PF001',
+            hint = 'stop working under this lease; acquire a new one before claiming or writing';
+  end if;
+  v_reason := case when lease_not_current.expired_at is not null
+                   then 'expired at ' || lease_not_current.expired_at
+                   when v_lease.state in ('active', 'draining') and v_lease.expires_at <= clock_timestamp()
+                   then 'expired at ' || v_lease.expires_at
+                   else v_lease.state end;
+  raise exception 'pgfence: lease of % generation % is not current (%)', v_lease.resource, v_lease.generation, v_reason
+    using errcode = 'PF001', detail = format('lease ref %s', pgfence.ref(lease_not_current.lease_id)),
+          hint = 'stop working under this lease; acquire a new one before claiming or writing';
+end
+$$;
+
+create or replace function pgfence.resource_not_found(resource text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  raise exception 'pgfence: resource % is not registered', resource
+    using errcode = 'PF002', hint = 'register it first with pgfence.register(resource)';
+end
+$$;
+
+create or replace function pgfence.unknown_attempt(attempt_id uuid)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform pgfence.invalid_argument('attempt_id', 'no such attempt', attempt_id::text);
+end
+$$;
+
+create or replace function pgfence.update_not_found(token uuid)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  raise exception 'pgfence: update ref % does not exist', pgfence.ref(token)
+    using errcode = 'PF005', hint = 'check the token prepare_update returned; open windows are listed in pgfence.open_updates';
+end
+$$;
+
+revoke all on function pgfence.invalid_argument(text, text, text) from public;
+revoke all on function pgfence.lease_not_current(uuid, timestamptz) from public;
+revoke all on function pgfence.resource_not_found(text) from public;
+revoke all on function pgfence.unknown_attempt(uuid) from public;
+revoke all on function pgfence.update_not_found(uuid) from public;
+-- pgfence.protect runs as the operator and raises these for a bad argument or an unknown name.
+grant execute on function pgfence.invalid_argument(text, text, text), pgfence.resource_not_found(text)
+   to pgfence_operator;
+
+
+-- change: prune
+-- Deploy pgfence:prune
+-- requires: leases
+-- requires: invocations
+-- requires: tasks
+-- requires: attempt_leases
+-- requires: stale_reports
+-- requires: updates
+-- requires: unfenced_writes
+-- requires: errors
+-- requires: layers
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Where prune finds old rows without reading the live ones: each index holds only rows that
+-- have ended, so no hot path reads it; a completion or a lease's end (already an update that
+-- changes an indexed state) adds one entry. (Invocations are few once pruned: prune reads
+-- them all.)
+-- Built inside the upgrade's transaction (CONCURRENTLY cannot be), so writes to the table wait
+-- for the build: on a large history, seconds. Upgrade at a quiet moment (docs/upgrading.md).
+-- squawk-ignore require-concurrent-index-creation
+create index tasks_finished on pgfence.tasks (finished_at) where state in ('completed', 'failed');
+-- squawk-ignore require-concurrent-index-creation
+create index leases_ended on pgfence.leases (ended_at) where state in ('released', 'superseded');
+-- request_start asks for a pending, unexpired invocation of its resource: by resource alone it
+-- walked every expired one nobody acknowledged (a supervisor whose starts never arrive), and
+-- slowed as they piled up; by resource and expiry it reads only the latest one.
+-- squawk-ignore require-concurrent-index-creation
+create index invocations_pending_expiry on pgfence.invocations (resource, expires_at)
+  where acknowledged_at is null;
+-- squawk-ignore require-concurrent-index-deletion
+drop index pgfence.invocations_pending;
+
+-- Deletes history older than older_than, in batches of 5000 rows, each batch chosen FOR
+-- UPDATE SKIP LOCKED, so it never waits for a worker and a worker never waits for it longer
+-- than one batch's delete. At most 100 batches a kind per call (one transaction): a kind that
+-- reports 500000 rows has more; call again. Never a row live state needs:
+--   tasks          completed or failed (finished_at) before the bound; queued and claimed never;
+--   stale_results  of pgfence's own queue (a layer's are in its schema), received before the
+--                  bound, of a task no longer queued or claimed (report bounds each attempt's
+--                  stale results by counting them);
+--   leases         released or superseded before the bound, none that a queued or claimed task
+--                  names (its current or an older attempt's lease: stale results are verified
+--                  against it); active and draining ones never (an expired draining lease has
+--                  no end time: it goes when its resource's next lease is granted);
+--   invocations    expired before the bound (a pending, unexpired one never);
+--   updates        windows finished before the bound, with their items; open ones never;
+--   unfenced_writes recorded before the bound.
+-- A result reported more than older_than after its task finished then raises 22023 (no such
+-- attempt) instead of answering duplicate or stale, and release of a pruned lease PF001: so
+-- older_than is at least 1 hour, far beyond any retry of a lost answer.
+create function pgfence.prune(older_than interval default '7 days')
+returns table (what text, rows bigint)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  c_batch constant int := 5000;
+  c_batches constant int := 100;
+  v_before timestamptz;
+  v_needed uuid[];
+  v_n bigint;
+  v_layer regproc;
+begin
+  if prune.older_than is null or prune.older_than < interval '1 hour'
+     or prune.older_than > interval '10 years' then
+    perform pgfence.invalid_argument('older_than', 'must be at least 1 hour and at most 10 years',
+                                     prune.older_than::text);
+  end if;
+  v_before := clock_timestamp() - prune.older_than;
+
+  what := 'tasks'; rows := 0;
+  for i in 1 .. c_batches loop
+    delete from pgfence.tasks t
+     where t.task_id = any (array(
+             select x.task_id from pgfence.tasks x
+              where x.state in ('completed', 'failed') and x.finished_at < v_before
+              order by x.finished_at limit c_batch
+                for update skip locked));
+    get diagnostics v_n = row_count;
+    rows := rows + v_n;
+    exit when v_n < c_batch;
+  end loop;
+  return next;
+
+  what := 'stale_results'; rows := 0;
+  for i in 1 .. c_batches loop
+    delete from pgfence.stale_results s
+     where s.ctid = any (array(
+             select x.ctid from pgfence.stale_results x
+              where x.received_at < v_before
+                and not exists (select from pgfence.tasks t
+                                 where t.task_id = x.task_id and t.state in ('queued', 'claimed'))
+              limit c_batch
+                for update skip locked));
+    get diagnostics v_n = row_count;
+    rows := rows + v_n;
+    exit when v_n < c_batch;
+  end loop;
+  return next;
+
+  -- The leases unfinished tasks name, once: a new claim names only a current lease, never one
+  -- that ended before the bound. (Through tasks_ready and tasks_visibility.)
+  v_needed := array(select distinct l.id
+                      from pgfence.tasks t
+                     cross join lateral unnest(t.attempt_leases || t.lease_id) l(id)
+                     where t.state in ('queued', 'claimed') and l.id is not null);
+  what := 'leases'; rows := 0;
+  for i in 1 .. c_batches loop
+    delete from pgfence.leases l
+     where l.lease_id = any (array(
+             select x.lease_id from pgfence.leases x
+              where x.state in ('released', 'superseded') and x.ended_at < v_before
+                and x.lease_id <> all (v_needed)
+              order by x.ended_at limit c_batch
+                for update skip locked));
+    get diagnostics v_n = row_count;
+    rows := rows + v_n;
+    exit when v_n < c_batch;
+  end loop;
+  return next;
+
+  what := 'invocations'; rows := 0;
+  for i in 1 .. c_batches loop
+    delete from pgfence.invocations v
+     where v.invocation_id = any (array(
+             select x.invocation_id from pgfence.invocations x
+              where x.expires_at < v_before
+              order by x.expires_at limit c_batch
+                for update skip locked));
+    get diagnostics v_n = row_count;
+    rows := rows + v_n;
+    exit when v_n < c_batch;
+  end loop;
+  return next;
+
+  what := 'updates'; rows := 0;
+  with gone as (
+    select u.token from pgfence.updates u
+     where u.finished_at < v_before
+       for update skip locked),
+  items as (
+    delete from pgfence.update_items i using gone where i.token = gone.token)
+  delete from pgfence.updates u using gone where u.token = gone.token;
+  get diagnostics rows = row_count;
+  return next;
+
+  what := 'unfenced_writes'; rows := 0;
+  for i in 1 .. c_batches loop
+    delete from pgfence.unfenced_writes w
+     where w.id = any (array(
+             select x.id from pgfence.unfenced_writes x
+              where x.at < v_before
+              order by x.id limit c_batch
+                for update skip locked));
+    get diagnostics v_n = row_count;
+    rows := rows + v_n;
+    exit when v_n < c_batch;
+  end loop;
+  return next;
+
+  -- Each registered layer prunes its own history the same way (pgfence.layers).
+  for v_layer in select l.prune::regproc from pgfence.layers l where l.prune is not null
+                  order by l.schema_name loop
+    return query execute pg_catalog.format('select * from %s($1)', v_layer) using prune.older_than;
+  end loop;
+end
+$$;
+comment on function pgfence.prune(interval) is
+  'Deletes history older than older_than (at least 1 hour; default 7 days): finished tasks, their stale results, '
+  'ended leases no unfinished task names, expired invocations, finished update windows, unfenced-write records. '
+  'Batches of 5000, SKIP LOCKED, at most 500000 rows a kind per call. Rows removed per kind.';
+
+revoke all on function pgfence.prune(interval) from public;
+grant execute on function pgfence.prune(interval) to pgfence_operator;
+
+
+-- change: counters
+-- Deploy pgfence:counters
+-- requires: resources
+-- requires: leases
+-- requires: tasks
+-- requires: attempt_leases
+-- requires: stale_reports
+-- requires: unfenced_writes
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Counters for monitoring, one row per resource, for a postgres_exporter or Supabase metrics
+-- query (docs/operations.md says what to alert on). Gauges (generation, lease_age,
+-- queue_depth, oldest_ready_age) and counters over the history prune keeps (takeovers,
+-- stale_results, unfenced_writes: they fall when prune removes old rows). No lease id or
+-- attempt id: a lease is named by (resource, generation). Queues are not a resource's (several
+-- may serve one): a resource's queues are those its leases have claimed from.
+create view pgfence.counters as
+select r.resource,
+       r.enabled,
+       cur.generation,
+       case when cur.lease_id is null then 'none'
+            when cur.expires_at > clock_timestamp() then 'current'
+            else 'expired' end as lease_state,
+       clock_timestamp() - cur.acquired_at as lease_age,
+       (select count(*) from pgfence.leases l
+         where l.resource = r.resource and l.state = 'superseded') as takeovers,
+       (select count(*) from pgfence.stale_results s
+          join pgfence.tasks t on t.task_id = s.task_id
+          join pgfence.leases l on l.lease_id = t.attempt_leases[s.attempt]
+         where l.resource = r.resource) as stale_results,
+       (select count(*) from pgfence.unfenced_writes w
+         where r.resource = any (pg_catalog.string_to_array(w.resource, ','))) as unfenced_writes,
+       q.queues,
+       coalesce(q.depth, 0) as queue_depth,
+       q.oldest_ready_age
+  from pgfence.resources r
+  left join pgfence.leases cur on cur.resource = r.resource and cur.state = 'active'
+  left join lateral (
+         select array_agg(w.queue order by w.queue) as queues,
+                sum(w.depth)::bigint as depth,
+                max(w.oldest) as oldest_ready_age
+           from (select t.queue,
+                        (select count(*) from pgfence.tasks x
+                          where x.queue = t.queue and x.state = 'queued') as depth,
+                        (select clock_timestamp() - min(x.ready_at) from pgfence.tasks x
+                          where x.queue = t.queue and x.state = 'queued'
+                            and x.ready_at <= clock_timestamp()) as oldest
+                   from (select distinct t.queue
+                           from pgfence.tasks t
+                           join pgfence.leases l on l.lease_id = t.lease_id
+                          where l.resource = r.resource) t) w) q on true;
+comment on view pgfence.counters is
+  'Per resource: generation, lease state and age, takeovers, stale results, unfenced writes (over the history kept), '
+  'the queues its leases claimed from, their queued tasks and the age of the oldest ready one. No capability.';
+
+revoke all on pgfence.counters from public;
+grant select on pgfence.counters to pgfence_monitor, pgfence_operator;
+
+
+-- change: health
+-- Deploy pgfence:health
+-- requires: protected_tables
+-- requires: prune
+-- requires: roles
+-- requires: layers
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- The schema's objects one by one, as migrations/fingerprint.sql sees them (the same items,
+-- each with a digest of what the fingerprint hashes), so that a difference can be named.
+create function pgfence.schema_objects()
+returns table (object text, digest text)
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select format('function pgfence.%s(%s)', p.proname, pg_get_function_identity_arguments(p.oid)),
+         md5(format('%s definer=%s volatility=%s config=%s body=%s', pg_get_function_result(p.oid),
+                    p.prosecdef, p.provolatile, p.proconfig, md5(p.prosrc)))
+    from pg_proc p
+   where p.pronamespace = 'pgfence'::regnamespace
+  union all
+  select format('relation pgfence.%s', c.relname), c.relkind::text
+    from pg_class c
+   where c.relnamespace = 'pgfence'::regnamespace and c.relkind <> 'i'
+  union all
+  select format('column pgfence.%s.%s', c.relname, a.attname),
+         md5(format('%s notnull=%s default=%s identity=%s', format_type(a.atttypid, a.atttypmod),
+                    a.attnotnull, pg_get_expr(d.adbin, d.adrelid), a.attidentity))
+    from pg_attribute a
+    join pg_class c on c.oid = a.attrelid
+    left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
+   where c.relnamespace = 'pgfence'::regnamespace
+     and c.relkind in ('r', 'v', 'p') and a.attnum > 0 and not a.attisdropped
+  union all
+  select format('constraint pgfence.%s.%s', c.relname, k.conname), md5(pg_get_constraintdef(k.oid))
+    from pg_constraint k
+    join pg_class c on c.oid = k.conrelid
+   where c.relnamespace = 'pgfence'::regnamespace and k.contype <> 'n'
+  union all
+  select format('index pgfence.%s', ic.relname), md5(pg_get_indexdef(i.indexrelid))
+    from pg_index i
+    join pg_class c on c.oid = i.indrelid
+    join pg_class ic on ic.oid = i.indexrelid
+   where c.relnamespace = 'pgfence'::regnamespace;
+$$;
+comment on function pgfence.schema_objects() is
+  'The pgfence schema object by object (functions, relations, columns, constraints, indexes), each with a digest of its definition.';
+
+-- What this release installed, recorded by this change: health() names every object that
+-- differs. (Kept next to last in the plan, before lockdown, and reworked with it each
+-- release, so that it records everything the release installs.)
+create table pgfence.manifest (
+  object text primary key,
+  digest text not null
+);
+comment on table pgfence.manifest is
+  'The schema objects as this release installed them (pgfence.schema_objects()), which pgfence.health() compares with.';
+
+-- The checks of health(), below (a reserved word, "check", is its column's name by contract,
+-- but is kept out of PL/pgSQL).
+create function pgfence.health_checks()
+returns table (name text, ok boolean, detail text)
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_bad text;
+  v_jobs regclass := to_regclass('cron.job');
+  v_layer regproc;
+begin
+  -- Schema as installed: nothing changed, added or removed by hand since.
+  name := 'schema matches its release';
+  select string_agg(format('%s %s', x.object, x.how), '; ' order by x.object) into v_bad
+    from (select coalesce(m.object, s.object) as object,
+                 case when m.object is null then 'added' when s.object is null then 'missing'
+                      else 'changed' end as how
+            from pgfence.manifest m
+            full join pgfence.schema_objects() s on s.object = m.object
+           where m.digest is distinct from s.digest) x;
+  ok := v_bad is null;
+  detail := coalesce(v_bad, format('pgfence %s, %s objects as installed', pgfence.version(),
+                                   (select count(*) from pgfence.manifest)));
+  return next;
+
+  -- Roles and grants as installed: the three roles exist, PUBLIC and other roles hold nothing
+  -- in schema pgfence but what its owner and the three roles hold (lockdown's rule).
+  name := 'roles and grants';
+  select string_agg(x, '; ' order by x) into v_bad from (
+    select format('role %s is missing', r) as x
+      from unnest(array['pgfence_worker', 'pgfence_operator', 'pgfence_monitor']) r
+     where not exists (select from pg_roles where rolname = r)
+    union all
+    select format('%s may %s %s', case a.grantee when 0 then 'PUBLIC' else a.grantee::regrole::text end,
+                  a.privilege_type, p.oid::regprocedure)
+      from pg_proc p, aclexplode(p.proacl) a
+     where p.pronamespace = 'pgfence'::regnamespace and a.grantee <> p.proowner
+       and a.grantee not in (select oid from pg_roles
+                              where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'))
+    union all
+    select format('%s may %s %s', case a.grantee when 0 then 'PUBLIC' else a.grantee::regrole::text end,
+                  a.privilege_type, c.oid::regclass)
+      from pg_class c, aclexplode(c.relacl) a
+     where c.relnamespace = 'pgfence'::regnamespace and a.grantee <> c.relowner
+       and a.grantee not in (select oid from pg_roles
+                              where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'))
+    union all
+    select format('%s may %s schema pgfence', case a.grantee when 0 then 'PUBLIC' else a.grantee::regrole::text end,
+                  a.privilege_type)
+      from pg_namespace n, aclexplode(n.nspacl) a
+     where n.oid = 'pgfence'::regnamespace and a.grantee <> n.nspowner
+       and a.grantee not in (select oid from pg_roles
+                              where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'))) y;
+  ok := v_bad is null;
+  detail := coalesce(v_bad, 'pgfence_worker, pgfence_operator, pgfence_monitor; nothing for PUBLIC');
+  return next;
+
+  -- The three roles are cluster-wide: a login role granted pgfence_worker here may connect to
+  -- every other database that lets it, and claim there if pgfence is installed there too
+  -- (docs/deployment.md: REVOKE CONNECT). Superusers are left out: they may do anything.
+  name := 'roles confined to this database';
+  select string_agg(format('%s may connect to database %s', m.rolname, d.datname), '; '
+                    order by m.rolname, d.datname) into v_bad
+    from pg_roles m
+    cross join pg_database d
+   where not m.rolsuper and m.rolcanlogin
+     and (pg_has_role(m.oid, 'pgfence_worker', 'member') or pg_has_role(m.oid, 'pgfence_operator', 'member'))
+     and d.datname <> current_database() and d.datallowconn and not d.datistemplate
+     and has_database_privilege(m.oid, d.oid, 'connect');
+  ok := v_bad is null;
+  detail := coalesce(v_bad, 'no login role of pgfence_worker or pgfence_operator may connect elsewhere');
+  return next;
+
+  name := 'protections guard every write';
+  select string_agg(format('%s: %s', t.table_name, t.problem), '; ' order by t.table_name) into v_bad
+    from pgfence.protected_tables t where not t.healthy;
+  ok := v_bad is null;
+  detail := coalesce(v_bad, format('%s protected tables', (select count(*) from pgfence.protections)));
+  return next;
+
+  -- requeue_expired on a schedule (pg_cron): without it a queue whose workers all died keeps
+  -- its claimed tasks for ever.
+  name := 'requeue job scheduled';
+  if v_jobs is null then
+    ok := false;
+    detail := 'pg_cron is not installed: schedule pgfence.requeue_expired() (docs/supabase.md)';
+  else
+    execute format('select count(*) > 0 from %s where active and command ~ %L', v_jobs,
+                   'pgfence\.requeue_expired')
+      into ok;
+    detail := case when ok then 'a pg_cron job runs pgfence.requeue_expired()'
+                   else 'no active pg_cron job runs pgfence.requeue_expired() (docs/supabase.md)' end;
+  end if;
+  return next;
+
+  -- Overdue: a resource left without a live owner, or a task its worker no longer holds
+  -- that nothing requeued, for over a minute.
+  name := 'no lease or task overdue';
+  select string_agg(x, '; ' order by x) into v_bad from (
+    select format('resource %s: its lease (generation %s) expired at %s and nobody took over',
+                  l.resource, l.generation, l.expires_at) as x
+      from pgfence.leases l join pgfence.resources r using (resource)
+     where l.state = 'active' and r.enabled and l.expires_at < clock_timestamp() - interval '1 minute'
+    union all
+    select format('queue %s: %s claimed tasks past their visibility, the oldest since %s',
+                  t.queue, count(*), min(t.visible_until))
+      from pgfence.tasks t
+     where t.state = 'claimed' and t.visible_until < clock_timestamp() - interval '1 minute'
+     group by t.queue) y;
+  ok := v_bad is null;
+  detail := coalesce(v_bad, 'none');
+  return next;
+
+  name := 'no update window left open';
+  select string_agg(format('window over %s open since %s', array_to_string(u.resources, ', '), u.prepared_at),
+                    '; ' order by u.prepared_at) into v_bad
+    from pgfence.updates u
+   where u.finished_at is null and u.prepared_at < clock_timestamp() - interval '1 hour';
+  ok := v_bad is null;
+  detail := coalesce(v_bad, 'none open for over an hour');
+  return next;
+
+  -- Twice prune's default bound: older history means no prune runs.
+  name := 'history within retention';
+  select string_agg(x, '; ' order by x) into v_bad from (
+    select format('%s finished tasks older than 14 days', count(*)) as x
+      from pgfence.tasks t where t.state in ('completed', 'failed') and t.finished_at < clock_timestamp() - interval '14 days'
+    having count(*) > 0
+    union all
+    select format('%s ended leases older than 14 days', count(*))
+      from pgfence.leases l where l.state in ('released', 'superseded') and l.ended_at < clock_timestamp() - interval '14 days'
+    having count(*) > 0
+    union all
+    select format('%s invocations expired over 14 days ago', count(*))
+      from pgfence.invocations i where i.expires_at < clock_timestamp() - interval '14 days'
+    having count(*) > 0) y;
+  ok := v_bad is null;
+  detail := coalesce(v_bad || ': schedule pgfence.prune() (docs/operations.md)', 'nothing older than 14 days');
+  return next;
+
+  -- Each registered layer's own checks (pgfence.layers: the core names no layer).
+  for v_layer in select l.health::regproc from pgfence.layers l where l.health is not null
+                  order by l.schema_name loop
+    return query execute pg_catalog.format('select * from %s()', v_layer);
+  end loop;
+end
+$$;
+comment on function pgfence.health_checks() is
+  'The checks pgfence.health() returns (as name, ok, detail).';
+
+-- The health of an installation, one row per check; ok false names what is wrong, never a
+-- capability. Read-only; the monitor may run it (pgfence doctor does).
+create function pgfence.health()
+returns table ("check" text, ok boolean, detail text)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select c.name, c.ok, c.detail from pgfence.health_checks() c;
+$$;
+comment on function pgfence.health() is
+  'One row per check of this installation: schema as released, roles and grants, roles confined to this database, '
+  'protections, the requeue job, nothing overdue, no window left open, history within retention. Read-only.';
+
+revoke all on function pgfence.schema_objects() from public;
+revoke all on function pgfence.health_checks() from public;
+revoke all on function pgfence.health() from public;
+revoke all on pgfence.manifest from public;
+grant execute on function pgfence.health() to pgfence_monitor, pgfence_operator;
+
+-- The record, last: every object this release installed before this change.
+insert into pgfence.manifest select * from pgfence.schema_objects();
 
 
 -- change: lockdown

@@ -1,4 +1,6 @@
-"""Owner labels: every format (Cf), line-separator (Zl) and paragraph-separator (Zp) code point
+"""Owner labels: one rule in SQL (pgfence.check_label) and Python (pgfence.sql.label_ok), the
+same text, judging alike (a property test); labels that render blank are refused. And every
+format (Cf), line-separator (Zl) and paragraph-separator (Zp) code point
 that Python's Unicode database knows is refused by pgfence.check_label, and letters, marks,
 digits, symbols and spaces inside a label are accepted. The SQL names the refused characters
 one range at a time; this test is what keeps that list complete.
@@ -6,6 +8,7 @@ one range at a time; this test is what keeps that list complete.
 
 from __future__ import annotations
 
+import re
 import sys
 import unicodedata
 import uuid
@@ -13,9 +16,14 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from pgfence import sql
 from pgfence.connection import connect
+from pgfence.sql import label_ok
 from testkit.cluster import Cluster
+from tests.support import ROOT
 
 REFUSED = ("Cf", "Zl", "Zp")
 
@@ -74,7 +82,7 @@ def test_negative_control_without_the_format_class_they_pass(conn: Conn) -> None
                        ).fetchone()
     assert row is not None
     src = str(row[0])
-    start = src.index("or value ~ '[\\u00ad")
+    start = src.index("or value ~ '[\\u0001")
     end = src.index("\n", start)
     broken = src[:start] + src[end:]
     conn.execute(broken.replace("pgfence.check_label(", "pg_temp.check_label("))
@@ -89,3 +97,45 @@ def test_ordinary_characters_are_accepted(conn: Conn) -> None:
                          "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs"))[::37]
     refused = set(chars) - {chr(int(u.split()[0][2:], 16)) for u in let_through(conn, chars)}
     assert refused == set(), sorted(f"U+{ord(c):04X}" for c in refused)
+
+
+# -- one visibility rule, in SQL and Python (issue 26) --------------------------------------
+
+BLANK = ["\u3164", "\u115f", "\u1160", "\uffa0", "\u2800", "\u034f", "\ufe0f", "\U000e0100",
+         "\u180b", " \u3000", "\u2800\ufe0f \u3164", "\u00a0"]
+
+
+def test_labels_that_render_blank_are_refused(conn: Conn) -> None:
+    assert verdicts(conn, BLANK) == [True] * len(BLANK)
+    assert [label_ok(v) for v in BLANK] == [False] * len(BLANK)
+    # One visible character among them is enough; a combining mark alone is visible (a mark).
+    visible = [f"{v}a" for v in BLANK if v not in ("\u180b",)] + ["\u0301", "e\u0301", "ㅎ"]
+    assert verdicts(conn, visible) == [False] * len(visible)
+    assert all(label_ok(v) for v in visible)
+
+
+def test_the_sql_and_the_python_rule_are_the_same_text() -> None:
+    source = (ROOT / "migrations/deploy/checks.sql").read_text()
+    assert f"value ~ '{sql.LABEL_REFUSED}'" in source
+    assert f"value !~ '{sql.LABEL_VISIBLE}'" in source
+
+
+# Characters around the rule's edges, and any others.
+EDGE_CHARS = st.sampled_from([*"a é\u0301", *(c for c in BLANK if len(c) == 1),
+                              "\u200b", "\u202e", "\x07", "\u2028", "\U000e0041", "\u2062"])
+LABELS = st.text(st.one_of(EDGE_CHARS, st.characters(blacklist_categories=["Cs"],
+                                                     blacklist_characters="\x00")),
+                 max_size=260) | st.text(EDGE_CHARS, min_size=250, max_size=260)
+
+
+@settings(max_examples=400, deadline=None)
+@given(LABELS)
+def test_sql_and_python_judge_every_label_alike(conn: Conn, label: str) -> None:
+    assert verdicts(conn, [label]) == [not label_ok(label)]
+
+
+def test_negative_control_a_python_rule_without_the_visibility_clause_differs(
+        conn: Conn) -> None:
+    def without_visibility(value: str) -> bool:
+        return 1 <= len(value) <= 256 and re.search(sql.LABEL_REFUSED, value) is None
+    assert [not without_visibility(v) for v in BLANK] != verdicts(conn, BLANK)

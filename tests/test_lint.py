@@ -37,6 +37,7 @@ WITHOUT_SEARCH_PATH = (
     "pgfence.attempt_holds(task_id bigint,attempt integer,lease_id uuid,reported boolean,key bytea,"
     "attempt_id uuid)",
     "pgfence.hmac(message text,key bytea)",
+    "pgfence.limit_idle()",
     "pgfence.attempt_uuid_0_1(task_id bigint,attempt integer,lease_id uuid,key bytea)",
     "pgfence.is_current(state text,expires_at timestamptz)",
     "pgfence.is_live(state text,expires_at timestamptz)",

@@ -33,6 +33,8 @@ from testkit.cluster import Cluster
 
 from .pairs import Group, Pairs, pairs_report
 from .properties import (
+    dead_history,
+    dead_history_report,
     history,
     history_report,
     owner_main,
@@ -58,7 +60,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--only",
         type=lambda s: set(s.split(",")),
         help="comma-separated subset of: renew, claim, complete, fence1, fence100, pgmq, "
-        "pgflow, cycle, batch, queue, renewals, takeover, history",
+        "pgflow, cycle, batch, queue, renewals, takeover, history, dead",
     )
     p.add_argument(
         "--own-lease",
@@ -143,6 +145,10 @@ def main(argv: list[str]) -> int:
                 *history_report(history(opts, server)),
                 "",
             ]
+        if opts.wanted("dead"):
+            log("property: request_start, acquire and claim with dead history")
+            report += ["### Dead history", "", *dead_history_report(dead_history(opts, server)),
+                       ""]
         if pairs.profiles:
             report += ["### Profile (pg_stat_statements, track = all; mean µs per call)", ""]
             for script, rows in pairs.profiles.items():

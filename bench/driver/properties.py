@@ -176,6 +176,59 @@ def history(opts: Options, server: Server) -> dict[str, object]:
     }
 
 
+DEAD_OPS = {  # operation: (pgbench script, clients)
+    "request_start": ("request_start.sql", 1),
+    "acquire": ("acquire_release_one.sql", 1),
+    "claim": ("claim.sql", 8),
+}
+
+
+def dead_history(opts: Options, server: Server) -> dict[str, object]:
+    """request_start, acquire (with its release) and claim against 1M rows of dead history of
+    each kind (released leases, expired unacknowledged invocations, completed tasks) and
+    against none; rounds alternate the two databases."""
+    history, queued, seconds, rounds = (
+        (100_000, 20_000, 2.0, 1) if opts.quick else (1_000_000, 200_000, 8.0, 3)
+    )
+    dbs = {"empty": ("dead_empty", 0), "full": ("dead_full", history)}
+    for db, n in dbs.values():
+        server.createdb(db)
+        server.psql(db, BENCH / "setup_dead_history.sql", history=n)
+    tps: dict[str, dict[str, list[float]]] = {op: {"empty": [], "full": []} for op in DEAD_OPS}
+    for rnd in range(rounds):
+        for op, (script, clients) in DEAD_OPS.items():
+            order = ["empty", "full"] if rnd % 2 == 0 else ["full", "empty"]
+            for key in order:
+                db = dbs[key][0]
+                if op == "claim":
+                    server.psql(db, BENCH / "fill_history.sql", tasks=queued)
+                res = pgbench(server, db, BENCH / script, clients=clients,
+                              jobs=min(clients, 2), seconds=seconds)
+                tps[op][key].append(res.tps)
+                log(f"  {op} with {key} dead history: {res.tps:.1f} tx/s")
+    return {"history": history, "seconds": seconds, "tps": tps}
+
+
+def dead_history_report(h: dict[str, object]) -> list[str]:
+    tps: dict[str, dict[str, list[float]]] = h["tps"]  # type: ignore[assignment]
+    lines = [
+        f"Each operation against {int(str(h['history'])):,} rows of dead history of each kind "
+        "(released leases and expired, never acknowledged invocations of its resource, "
+        "completed tasks in its queue) and against none; "
+        f"{h['seconds']:g} s runs, rounds alternating the two databases:",
+        "",
+        "| operation | tx/s, no history (median) | tx/s, dead history (median) | ratio | "
+        "target ≥ 0.90 |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for op, (script, clients) in DEAD_OPS.items():
+        e, f = statistics.median(tps[op]["empty"]), statistics.median(tps[op]["full"])
+        lines.append(f"| `{op}` (bench/{script}, {clients} client{'s' if clients > 1 else ''}) "
+                     f"| {fmt(e)} | {fmt(f)} | {f / e:.2f} | "
+                     f"{'met' if f / e >= 0.90 else '**not met**'} |")
+    return lines
+
+
 class Successor(threading.Thread):
     """A standby that polls acquire at a fixed interval; on success it claims at once and
     records when its first claim returned a task."""

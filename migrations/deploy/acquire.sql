@@ -1,4 +1,5 @@
 -- Deploy pgfence:acquire
+-- requires: limit_idle
 -- requires: lease_judgement
 -- requires: lock_resources
 -- requires: leases
@@ -55,6 +56,7 @@ begin
     perform pgfence.lock_resources(array[acquire.resource]);
     select r.enabled into v_enabled from pgfence.resources r where r.resource = acquire.resource;
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if not v_enabled then
     raise exception 'pgfence: resource % is disabled', acquire.resource
       using errcode = 'PF003', hint = 'a worker started for a disabled resource should exit';

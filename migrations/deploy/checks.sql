@@ -26,36 +26,31 @@ end
 $$;
 
 -- Owners are caller-chosen labels (an execution id, a hostname): free text, bounded, and shown
--- to operators as it is. So no control characters, no line or paragraph separators (Zl, Zp),
--- no format characters (Cf: bidi overrides and isolates, zero-width spaces and joiners, the
--- byte order mark, tags), which would make one label look like another or reorder a line,
--- and not blank.
+-- to operators as it is. So no control characters (Cc), no line or paragraph separators (Zl,
+-- Zp), no format characters (Cf: bidi overrides and isolates, zero-width spaces and joiners,
+-- the byte order mark, tags), which would make one label look like another or reorder a line;
+-- and at least one visible character: one that is not white space, not a default-ignorable
+-- code point (Unicode's DerivedCoreProperties: variation selectors, the Hangul fillers U+115F,
+-- U+1160, U+3164, U+FFA0, the combining grapheme joiner, tags) and not U+2800 BRAILLE
+-- PATTERN BLANK, all of which render blank. One rule, the same text in Python
+-- (pgfence.sql.LABEL_REFUSED, LABEL_VISIBLE: tests/test_labels.py checks both, and that they
+-- judge alike).
 create or replace function pgfence.check_label(arg text, value text)
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if value is null or length(value) not between 1 and 256 or value ~ '[[:cntrl:]]'
-     or value ~ '[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]'
-     or value ~ '^[[:space:]\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]*$' then
+  if value is null or length(value) not between 1 and 256
+     or value ~ '[\u0001-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]'
+     or value !~ '[^ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u2800\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]' then
     perform pgfence.invalid_argument(arg,
-      '1 to 256 characters, not blank, without control, format (Cf) or separator (Zl, Zp) characters',
+      '1 to 256 characters, at least one visible, without control, format (Cf) or separator (Zl, Zp) characters',
       value);
   end if;
 end
 $$;
 
--- Leases, visibility windows and invocations: more than zero, at most a day. A longer lease
--- is a lease nobody can take over in practice. What is bounded is the deadline the caller
--- stores, now() + value: intervals compare a month as 30 days, but adding one follows the
--- calendar, so '3000000 mon -89999999 days' compares as 1 day and reaches 3,590 years ahead.
--- An interval without months adds exactly what it compares as (days and time; a day across a
--- daylight-saving change is 23 or 25 hours), so months and years are refused outright.
--- Whether value is an interval pgfence accepts (a TTL, a visibility, a delay): more than 0,
--- at most 1 day, without months or years, whose length depends on the calendar. An expression
--- its callers inline (LANGUAGE sql, no SET, every name qualified): renew asks it on every call
--- and calls check_interval, which raises, only when it is false.
 create or replace function pgfence.interval_ok(value interval)
 returns boolean
 language sql

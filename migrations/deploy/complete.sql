@@ -1,4 +1,5 @@
 -- Deploy pgfence:complete
+-- requires: limit_idle
 -- requires: attempt_id
 -- requires: report
 
@@ -44,6 +45,7 @@ begin
    where t.task_id = pgfence.attempt_task(complete.attempt_id)
      and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, k.hmac_key, complete.attempt_id);
   if found then
+    perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
     return 'accepted';
   end if;
   -- Everything else (a retry, a stale or unknown attempt, a bad id) by the rule of report.

@@ -1,4 +1,5 @@
 -- Deploy pgfence:drain
+-- requires: limit_idle
 -- requires: lease_judgement
 -- requires: leases
 -- requires: checks
@@ -32,6 +33,7 @@ begin
   if not found or not pgfence.is_live(v_state, v_expires_at) then
     perform pgfence.lease_not_current(drain.lease_id);
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if v_state = 'active' then
     update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
      where l.lease_id = drain.lease_id;

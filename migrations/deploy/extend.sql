@@ -1,4 +1,5 @@
 -- Deploy pgfence:extend
+-- requires: limit_idle
 -- requires: attempt_id
 -- requires: tasks
 -- requires: attempt_id
@@ -32,6 +33,7 @@ begin
          and not pgfence.attempt_signed(extend.attempt_id, v_task_id, v_attempt, v_task.lease_id)) then
     perform pgfence.unknown_attempt(extend.attempt_id);
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if v_attempt < v_task.attempt or v_task.state <> 'claimed' or v_task.reported then
     return null;
   end if;

@@ -1,4 +1,5 @@
 -- Deploy pgfence:prepare_update
+-- requires: ref
 -- requires: lock_resources
 -- requires: updates
 -- requires: leases
@@ -57,8 +58,10 @@ begin
     -- temporary false now would lose the state to restore.
     select * into v_existing from pgfence.updates u where u.request_id = prepare_update.request_id;
     if v_existing.resources <> v_set then
-      raise exception 'pgfence: request_id % was used for another set of resources', prepare_update.request_id
-        using errcode = 'PF004', detail = format('update %s covers %s', v_existing.token, array_to_string(v_existing.resources, ', ')),
+      -- The request id and the token are named by their digests: either gets the window.
+      raise exception 'pgfence: request_id ref % was used for another set of resources', pgfence.ref(prepare_update.request_id)
+        using errcode = 'PF004', detail = format('update ref %s covers %s', pgfence.ref(v_existing.token),
+                                                 array_to_string(v_existing.resources, ', ')),
               hint = 'use a new request_id for a new update';
     end if;
     return v_existing.token;
@@ -74,7 +77,7 @@ begin
       using errcode = 'PF002', hint = 'nothing was changed; register them or fix the names';
   end if;
 
-  select string_agg(format('%s (update %s)', i.resource, i.token), ', ' order by i.resource) into v_open
+  select string_agg(format('%s (update ref %s)', i.resource, pgfence.ref(i.token)), ', ' order by i.resource) into v_open
     from pgfence.update_items i
    where i.resource = any (v_set) and i.outcome is null;
   if v_open is not null then

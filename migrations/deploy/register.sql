@@ -1,4 +1,5 @@
 -- Deploy pgfence:register
+-- requires: limit_idle
 -- requires: resources
 -- requires: checks
 
@@ -9,7 +10,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.register(resource text, enabled boolean default true)
+create or replace function pgfence.register(resource text, enabled boolean default true)
 returns void
 language plpgsql
 security definer
@@ -22,6 +23,8 @@ begin
   insert into pgfence.resources (resource, enabled)
   values (register.resource, register.enabled)
   on conflict on constraint resources_pkey do nothing;
+  -- A new row, uncommitted, makes every other register of the name wait for it.
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
 end
 $$;
 comment on function pgfence.register(text, boolean) is

@@ -1,4 +1,5 @@
 -- Deploy pgfence:release
+-- requires: limit_idle
 -- requires: leases
 -- requires: checks
 -- requires: errors
@@ -10,7 +11,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.release(lease_id uuid)
+create or replace function pgfence.release(lease_id uuid)
 returns boolean
 language plpgsql
 security definer
@@ -27,6 +28,7 @@ begin
   if not found then
     perform pgfence.lease_not_current(release.lease_id);
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if v_state not in ('active', 'draining') then
     return false;
   end if;

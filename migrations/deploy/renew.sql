@@ -1,4 +1,5 @@
 -- Deploy pgfence:renew
+-- requires: limit_idle
 -- requires: lease_judgement
 -- requires: leases
 -- requires: checks
@@ -50,6 +51,7 @@ begin
     -- It expired while this renewal waited: the exception undoes the update.
     perform pgfence.lease_not_current(renew.lease_id, v_replaced);
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
 end
 $$;
 comment on function pgfence.renew(uuid, interval) is

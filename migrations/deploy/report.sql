@@ -1,4 +1,5 @@
 -- Deploy pgfence:report
+-- requires: limit_idle
 -- requires: attempt_leases
 -- requires: stale_reports
 -- requires: tasks
@@ -35,6 +36,7 @@ begin
          and not pgfence.attempt_signed(report.attempt_id, v_task_id, v_attempt, v_task.lease_id)) then
     perform pgfence.unknown_attempt(report.attempt_id);
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if v_attempt < v_task.attempt then
     -- An older attempt is checked against the lease it was claimed under, like the current
     -- one, so nobody can make up stale results for a task. Attempts claimed before release

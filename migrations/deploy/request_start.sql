@@ -1,4 +1,5 @@
 -- Deploy pgfence:request_start
+-- requires: limit_idle
 -- requires: lease_judgement
 -- requires: lock_resources
 -- requires: leases
@@ -20,6 +21,11 @@ as $$
 declare
   v_enabled boolean;
   v_invocation_id uuid;
+  -- A pending invocation is judged by the latest expiry among its resource's unacknowledged
+  -- ones: one entry of invocations_pending_expiry, read from its end, however many expired
+  -- ones there are (an EXISTS with the clock in it walked them all, and a generic plan of it
+  -- scanned the table).
+  v_now timestamptz := clock_timestamp();
 begin
   perform pgfence.check_name('resource', request_start.resource);
   perform pgfence.check_interval('ttl', request_start.ttl);
@@ -37,12 +43,12 @@ begin
   if not found then
     return null;
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if not v_enabled
      or exists (select from pgfence.leases l
                  where l.resource = request_start.resource and pgfence.is_current(l.state, l.expires_at))
-     or exists (select from pgfence.invocations i
-                 where i.resource = request_start.resource and i.acknowledged_at is null
-                   and i.expires_at > clock_timestamp()) then
+     or (select max(i.expires_at) from pgfence.invocations i
+          where i.resource = request_start.resource and i.acknowledged_at is null) > v_now then
     return null;
   end if;
   insert into pgfence.invocations (invocation_id, resource, requested_at, expires_at)

@@ -1,4 +1,5 @@
 -- Deploy pgfence:requeue_expired
+-- requires: limit_idle
 -- requires: tasks
 -- requires: errors
 
@@ -9,7 +10,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.requeue_expired(max_tasks int default 1000)
+create or replace function pgfence.requeue_expired(max_tasks int default 1000)
 returns int
 language plpgsql
 security definer
@@ -41,6 +42,9 @@ begin
     from expired
    where t.task_id = expired.task_id;
   get diagnostics v_count = row_count;
+  if v_count > 0 then
+    perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+  end if;
   return v_count;
 end
 $$;

@@ -1,7 +1,7 @@
 -- The SQL API as the contract names it (core, startup handshake, tasks, updates): signatures, return types, who
 -- runs as whom, who may execute what, and a pinned search_path on every definer.
 begin;
-select plan(96);
+select plan(106);
 select pgfence_test.reset();
 
 -- Signatures, with the exact argument types of the contract.
@@ -157,7 +157,9 @@ select is_empty($$ select f::text
                                        'pgfence.requeue_expired(integer)',
                                        'pgfence.prepare_update(text[], uuid)',
                                        'pgfence.update_status(uuid)',
-                                       'pgfence.finish_update(uuid)']::regprocedure[]) as f
+                                       'pgfence.finish_update(uuid)',
+                                       'pgfence.prune(interval)',
+                                       'pgfence.health()']::regprocedure[]) as f
                     where coalesce(obj_description(f, 'pg_proc'), '') = '' $$,
                 'every contract function has a comment');
 
@@ -212,6 +214,25 @@ select function_privs_are('pgfence', 'update_status', array['uuid'], 'pgfence_wo
                           array[]::text[], 'a worker cannot read an update''s status');
 select function_privs_are('pgfence', 'finish_update', array['uuid'], 'pgfence_worker',
                           array[]::text[], 'a worker cannot finish an update');
+
+-- Retention and health (0.2.0): prune(older_than interval default '7 days') returns (what, rows),
+-- operator; health() returns ("check", ok, detail), monitor; both definers.
+select has_function('pgfence', 'prune', array['interval'], 'prune(interval) exists');
+select has_function('pgfence', 'health', array[]::text[], 'health() exists');
+select is((select pg_get_function_result('pgfence.prune(interval)'::regprocedure)),
+          'TABLE(what text, rows bigint)', 'prune returns (what text, rows bigint)');
+select is((select pg_get_function_result('pgfence.health()'::regprocedure)),
+          'TABLE("check" text, ok boolean, detail text)', 'health returns ("check" text, ok boolean, detail text)');
+select is((select pg_get_function_arguments('pgfence.prune(interval)'::regprocedure)),
+          'older_than interval DEFAULT ''7 days''::interval', 'prune''s bound defaults to 7 days');
+select is_definer('pgfence', 'prune', array['interval'], 'prune runs as its owner');
+select is_definer('pgfence', 'health', array[]::text[], 'health runs as its owner');
+select function_privs_are('pgfence', 'prune', array['interval'], 'pgfence_operator', array['EXECUTE'],
+                          'an operator can prune');
+select function_privs_are('pgfence', 'health', array[]::text[], 'pgfence_monitor', array['EXECUTE'],
+                          'a monitor can run the health checks');
+select function_privs_are('pgfence', 'prune', array['interval'], 'pgfence_monitor', array[]::text[],
+                          'a monitor cannot prune');
 
 select * from finish();
 rollback;

@@ -127,7 +127,8 @@ create temp table settled on commit drop as
 select throws_ok(format('select * from pgfence.finish_update(%L)', gen_random_uuid()), 'PF005', null,
                  'an unknown token is refused');
 select throws_like(format('select * from pgfence.finish_update(%L)', '00000000-0000-4000-8000-000000000000'),
-                   '%00000000-0000-4000-8000-000000000000%', 'the error names the unknown token');
+                   '%update ref ' || pgfence.ref('00000000-0000-4000-8000-000000000000') || ' does not exist%',
+                   'the error names the unknown token by its digest, never the token (a capability)');
 select throws_ok($$ select * from pgfence.finish_update(null) $$, '22023', null, 'a NULL token is refused');
 select throws_like($$ select * from pgfence.finish_update(null) $$, '%token%', 'the error names the token argument');
 select results_eq($$ select resource, enabled from pgfence.resource_status order by resource $$,

@@ -133,7 +133,8 @@ select is((select enabled from pgfence.resource_status where resource = 'bystand
 select throws_ok(format('select pgfence.prepare_update(%L, %L)', array['bystander', 'on-idle'], gen_random_uuid()), 'PF004', null,
                  'a set with a resource already in an open window is refused');
 select throws_like(format('select pgfence.prepare_update(%L, %L)', array['bystander', 'on-idle'], gen_random_uuid()),
-                   '%' || (select token from w) || '%', 'the error names the open token');
+                   '%(update ref ' || pgfence.ref((select token from w)) || ')%',
+                   'the error names the open window by its token''s digest, never the token');
 select throws_ok(format('select pgfence.prepare_update(%L, %L)', array['off', 'on-held', 'on-idle'], gen_random_uuid()), 'PF004', null,
                  'the same set under a new request_id is refused too');
 select results_eq($$ select resource, enabled, open_update from pgfence.resource_status where resource = 'bystander' $$,

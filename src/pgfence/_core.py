@@ -52,6 +52,8 @@ from typing import Any, Literal, Protocol, TypeVar
 import psycopg
 from psycopg.types.json import Jsonb
 
+from pgfence.sql import label_ok
+
 T = TypeVar("T")
 Row = tuple[Any, ...]
 log = logging.getLogger("pgfence")
@@ -234,6 +236,11 @@ class LeaseCore:
     _lost_signal: Event = field(init=False, repr=False)    # set when the lease is given up
 
     def __post_init__(self) -> None:
+        # The database refuses such a label (22023) at the first acquire; refused here, it
+        # never starts a renewer or a retry loop.
+        if not label_ok(self.owner):
+            raise ValueError(f"owner label {self.owner!r}: 1 to 256 characters, at least one "
+                             "visible, none a control, format or separator character")
         self._wake = self._event()
         self._lost_signal = self._event()
 

@@ -48,7 +48,8 @@ bypasses that. install and upgrade run their SQL in one transaction: all of it, 
 exit codes:
   0  done (also: upgrade with nothing to do)
   1  the database refused (unknown token, overlap, conflict, not current; pgfence already
-     installed, not installed, newer than this package, or an install/upgrade file failed)
+     installed, not installed, newer than this package, or an install/upgrade file failed);
+     doctor: a check failed
   2  usage or bad input (also: an upgrade --to a release this package does not know)
   3  transport or connection failure
   4  confirmation missing or wrong
@@ -82,6 +83,8 @@ def build_parser() -> Parser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                      parser_class=Parser)
     commands.add_parser("status", help="resources, owners and open windows (read-only)")
+    commands.add_parser("doctor", help="pgfence.health(): every check of this installation "
+                                       "(read-only; exit 1 when one fails)")
     commands.add_parser("version", help="the installed pgfence release and this package's "
                                         "(read-only)")
     install = commands.add_parser(
@@ -181,7 +184,7 @@ class Cli:
     def say(self, text: str) -> None:
         """Progress for people: stderr, and never in --json mode."""
         if not self.json:
-            print(text, file=sys.stderr)
+            print(shown(text, lines=True), file=sys.stderr)
 
     # -- commands -----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -201,8 +204,32 @@ class Cli:
                 "select table_name, array_to_string(resources, ' ') as resources, mode, problem "
                 "from pgfence.protected_tables where not healthy order by table_name",
                 ["table_name", "resources", "mode", "problem"])
+        # Per-resource counters (pgfence.counters, from release 0.2.0 on).
+        counters: Rows = []
+        if self.read("select pg_catalog.to_regclass('pgfence.counters') is not null as present",
+                     ["present"])[0]["present"]:
+            counters = self.read(
+                "select resource, generation, lease_state, "
+                "date_trunc('second', lease_age)::text as lease_age, takeovers, stale_results, "
+                "unfenced_writes, array_to_string(queues, ' ') as queues, queue_depth, "
+                "date_trunc('second', oldest_ready_age)::text as oldest_ready_age "
+                "from pgfence.counters order by resource", COUNTER_COLUMNS)
         return {"target": self.transport.target, "resources": resources, "open_updates": windows,
-                "protection_problems": problems}
+                "protection_problems": problems, "counters": counters}
+
+    def doctor(self) -> tuple[dict[str, Any], int]:
+        """pgfence.health(), read-only: exit 1 when any check fails, or when the database has
+        no pgfence.health() (no pgfence, or a release older than 0.2.0)."""
+        has = self.read("select pg_catalog.to_regprocedure('pgfence.health()') is not null "
+                        "as present", ["present"])
+        if not has or not has[0]["present"]:
+            raise Exit(EXIT_REFUSED, f"{self.transport.target} has no pgfence.health(): pgfence "
+                       "is not installed, or older than 0.2.0 (pgfence version)")
+        checks = self.read('select h."check", h.ok, h.detail from pgfence.health() h',
+                           ["check", "ok", "detail"])
+        healthy = all(c["ok"] is True for c in checks)
+        return ({"target": self.transport.target, "ok": healthy, "checks": checks},
+                EXIT_OK if healthy else EXIT_REFUSED)
 
     def update_status(self, token: uuid.UUID) -> Rows:
         return self.read(
@@ -398,9 +425,16 @@ class Cli:
         if a.command == "status":
             return self.emit(self.status(), lambda d: table(d["resources"]) + "\n\nopen updates:\n"
                              + table(d["open_updates"])
+                             + ("\n\ncounters:\n" + table(d["counters"]) if d["counters"] else "")
                              + ("\n\nprotections that stopped protecting:\n"
                                 + table(d["protection_problems"]) if d["protection_problems"]
                                 else ""))
+        if a.command == "doctor":
+            doc, code = self.doctor()
+            self.emit(doc, lambda d: table(d["checks"]) + "\n\n" + (
+                "healthy" if d["ok"] else
+                f"{sum(not c['ok'] for c in d['checks'])} of {len(d['checks'])} checks failed"))
+            return code
         if a.action == "update-status":
             token = sql.token(a.token)
             rows = self.update_status(token)
@@ -444,6 +478,8 @@ class Cli:
 
 RESOURCE_COLUMNS = ["resource", "enabled", "owner", "generation", "time_left", "stale",
                     "draining_leases", "pending_invocations", "claimed_tasks", "open_update"]
+COUNTER_COLUMNS = ["resource", "generation", "lease_state", "lease_age", "takeovers",
+                   "stale_results", "unfenced_writes", "queues", "queue_depth", "oldest_ready_age"]
 UPDATE_STATUS_COLUMNS = ["resource", "saved_enabled", "enabled", "active_owner", "draining_leases",
                          "in_flight_tasks", "pending_invocations", "verdict", "last_heartbeat",
                          "in_flight", "unfenced_writes"]
@@ -453,12 +489,29 @@ def ordered(rows: Rows, columns: list[str]) -> Rows:
     return [{c: row.get(c) for c in columns} for row in rows]
 
 
+def shown(text: str, lines: bool = False) -> str:
+    """Text from a database as the terminal gets it: every character that is not printable
+    (controls, format characters such as bidi overrides, separators other than the space)
+    escaped as Python writes it (\\x1b, \\u202e), and backslashes doubled, so that nothing
+    in a table, trigger, resource or owner name can move the cursor, recolour or reorder the
+    operator's screen, and an escape cannot be faked. Every string that reaches the terminal
+    from a database goes through here (table, say, _fail); --json output is escaped by json.
+    With ``lines``, a message's own line breaks are kept."""
+    if lines:
+        return "\n".join(shown(line) for line in text.split("\n"))
+    return "".join(c if c.isprintable() and c != "\\" else
+                   "\\\\" if c == "\\" else
+                   f"\\x{ord(c):02x}" if ord(c) < 0x100 else
+                   f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}"
+                   for c in text)
+
+
 def table(rows: Rows) -> str:
     if not rows:
         return "(none)"
     cols = list(rows[0])
-    cells = [[("" if r[c] is None else str(r[c]).lower() if isinstance(r[c], bool) else str(r[c]))
-              for c in cols] for r in rows]
+    cells = [[shown("" if r[c] is None else str(r[c]).lower() if isinstance(r[c], bool)
+                    else str(r[c])) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
@@ -490,7 +543,7 @@ def _fail(code: int, message: str, as_json: bool, extra: dict[str, Any]) -> int:
     if as_json:
         print(json.dumps({"error": message, "exit_code": code, **extra}, indent=2))
     else:
-        print(f"pgfence: {message}", file=sys.stderr)
+        print(f"pgfence: {shown(message, lines=True)}", file=sys.stderr)
     return code
 
 

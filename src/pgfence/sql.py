@@ -15,6 +15,31 @@ from collections.abc import Iterable
 # proves it); always used with fullmatch, since re's `$` also matches before a final newline.
 RESOURCE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@/-]{0,127}")
 
+# The owner-label rule of pgfence.check_label, the same text in both (tests/test_labels.py): 1
+# to 256 characters, none of LABEL_REFUSED (control, format and separator characters), at
+# least one of LABEL_VISIBLE (not white space, not default-ignorable, not U+2800 BRAILLE
+# PATTERN BLANK: those render blank). Python's re and PostgreSQL's regular expressions read
+# these \u and \U escapes alike.
+LABEL_REFUSED = (
+    r"[\u0001-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891"
+    r"\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff"
+    r"\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    r"\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
+)
+LABEL_VISIBLE = (
+    r"[^ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000\u00ad\u034f\u061c\u115f\u1160"
+    r"\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u2800\u3164"
+    r"\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    r"\U000e0000-\U000e0fff]"
+)
+_REFUSED, _VISIBLE = re.compile(LABEL_REFUSED), re.compile(LABEL_VISIBLE)
+
+
+def label_ok(value: str) -> bool:
+    """Whether pgfence.check_label accepts ``value`` as an owner label."""
+    return (1 <= len(value) <= 256 and _REFUSED.search(value) is None
+            and _VISIBLE.search(value) is not None)
+
 
 class BadInput(ValueError):
     """A value the CLI refuses before talking to any database."""

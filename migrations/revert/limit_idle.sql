@@ -1,0 +1,7 @@
+-- Revert pgfence:limit_idle
+
+begin;
+
+drop function pgfence.limit_idle();
+
+commit;

@@ -1,0 +1,7 @@
+-- Revert pgfence:register
+
+begin;
+
+drop function pgfence.register(text, boolean);
+
+commit;

@@ -1,0 +1,7 @@
+-- Revert pgfence:release
+
+begin;
+
+drop function pgfence.release(uuid);
+
+commit;

@@ -1,0 +1,2 @@
+-- Verify pgfence:limit_idle
+select 'pgfence.limit_idle()'::regprocedure;

@@ -1,0 +1,2 @@
+-- Verify pgfence:release
+select 'pgfence.release(uuid)'::regprocedure;

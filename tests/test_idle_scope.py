@@ -1,0 +1,97 @@
+"""What a fenced transaction leaves behind on its connection: nothing.
+
+fence limits how long its transaction may stay idle (what the lease had left) and marks the
+transaction as fenced; both are transaction-local (set_config(..., true)). On a pooled server
+connection (PgBouncer, transaction pooling) the next transaction may be another client's:
+
+- it may idle past the fenced transaction's bound and is not cut off; the negative control
+  sets the bound for the session (the mutant `idle-limit-for-the-session`), and it is;
+- the marker, replayed in a later transaction on the same connection after the lease ended,
+  opens no guard: the write is refused (PF007); the negative control ties the marker to no
+  transaction (the mutant `fence-token-replayable`), and the replay writes.
+"""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from testkit.harness import Database
+from tests.support import acquired
+
+HOLD = "pgfence.hold_current(uuid)"
+TOKEN = "pgfence.fence_token(text,bytea)"
+TTL = "1 second"
+
+
+def unfenced_after_fenced(db: Database) -> str | None:
+    """A fenced transaction, then an unfenced one on the same server connection that idles
+    well past the first one's bound; the second one's SQLSTATE, or None if it committed."""
+    db.sql("select pgfence.register('r')")
+    s = db.session("s")
+    lease = acquired(s.acquire("r", ttl=TTL))
+    s.begin()
+    backend = s.one("select pg_backend_pid()")
+    s.fence(lease)
+    s.commit()
+    s.begin()
+    assert s.one("select pg_backend_pid()") == backend, "not the same server connection"
+    db.wait_until("select clock_timestamp() > %s + interval '2.5 seconds'",
+                  (db.one("select now()"),))
+    try:
+        s.run("select 1")
+        s.commit()
+        return None
+    except psycopg.Error as e:
+        return e.sqlstate or type(e).__name__
+
+
+def test_a_later_transaction_may_idle_past_the_fenced_ones_bound(any_db: Database) -> None:
+    assert unfenced_after_fenced(any_db) is None
+
+
+def test_negative_control_a_bound_for_the_session_cuts_it_off(any_db: Database) -> None:
+    any_db.replace_in_function(HOLD, "v_left::pg_catalog.text, true)",
+                               "v_left::pg_catalog.text, false)")
+    assert unfenced_after_fenced(any_db) is not None
+
+
+def replayed_on_the_same_connection(db: Database) -> str | None:
+    """A marker read in a fenced transaction, set again in a later one on the same connection
+    after the lease was released; the write's SQLSTATE, or None if it was written."""
+    db.sql("select pgfence.register('r')")
+    db.sql("create table audit (generation bigint)")
+    db.sql("grant all on audit to public")
+    db.sql("select pgfence.protect('audit', 'r')")
+    s = db.session("s")
+    lease = acquired(s.acquire("r"))
+    s.begin()
+    backend = s.one("select pg_backend_pid()")
+    s.fence(lease)
+    marker = s.one("select current_setting('pgfence.fenced')")
+    s.commit()
+    s.release(lease)
+    s.begin()
+    assert s.one("select pg_backend_pid()") == backend, "not the same server connection"
+    s.run("select set_config('pgfence.fenced', %s, true)", (marker,))
+    try:
+        s.run("insert into audit values (1)")
+        s.commit()
+        return None
+    except psycopg.Error as e:
+        s.rollback()
+        return e.sqlstate
+    finally:
+        assert db.sql("select * from audit") in ([], [(1,)])
+
+
+def test_a_replayed_marker_writes_nothing(any_db: Database) -> None:
+    assert replayed_on_the_same_connection(any_db) == "PF007"
+    assert any_db.sql("select * from audit") == []
+
+
+@pytest.mark.parametrize("tied_to", ["pg_catalog.pg_current_xact_id()"])
+def test_negative_control_a_marker_tied_to_no_transaction(any_db: Database, tied_to: str) -> None:
+    any_db.replace_in_function(TOKEN, tied_to, "0")
+    assert replayed_on_the_same_connection(any_db) is None
+    assert any_db.sql("select * from audit") == [(1,)]
