@@ -58,7 +58,6 @@ def test_supabase_layout_in_order_after_the_last_migration(project: Path) -> Non
         (ROOT / "sql/pgfence-pgmq.sql").read_text())
     grants = files["supabase/migrations/21000101000003_pgfence_grants.sql"]
     assert "grant pgfence_worker to service_role;" in grants
-    assert "grant pgfence_worker, pgfence_operator to current_user;" in grants
     worker = files["supabase/functions/pgfence-worker/index.ts"]
     assert 'from "../_shared/pgfence/mod.ts";' in worker and "request_start" in worker
     mod = files["supabase/functions/_shared/pgfence/mod.ts"]
@@ -162,6 +161,12 @@ def test_dry_run_lists_the_files_and_writes_nothing(project: Path,
         "supabase/functions/_shared/pgfence/pgflow.ts",
         "supabase/functions/pgfence-worker/index.ts"]
     assert out.rstrip().endswith("dry run: 8 files, nothing was written")
+
+
+def test_plain_layout_without_a_role_has_no_grants(tmp_path: Path) -> None:
+    plan = init.Project(tmp_path, supabase=False, layers=[], role=None, cron=True).plan()
+    assert [p.path for p in plan if p.migration] == ["pgfence/migrations/0001_pgfence.sql",
+                                                      "pgfence/migrations/0002_pgfence_cron.sql"]
 
 
 def test_plain_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

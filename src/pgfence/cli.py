@@ -141,7 +141,8 @@ def add_init(commands: Any) -> None:
                    help=f"comma-separated optional layers: {', '.join(init.LAYERS)}")
     p.add_argument("--role", metavar="NAME",
                    help="the role granted pgfence_worker (default with --supabase: "
-                        "service_role; with --plain: none but the migrations' own role)")
+                        "service_role; with --plain: none, no grants migration: the role that "
+                        "runs the migrations owns pgfence)")
     p.add_argument("--no-cron", action="store_true",
                    help="leave out the pg_cron jobs (requeue, prune): schedule them yourself")
     p.add_argument("--dry-run", action="store_true", help="list the files, write nothing")

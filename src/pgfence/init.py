@@ -148,24 +148,22 @@ class Project:
             out.append(("pgflow", "pgfence_pgflow", header(
                 "pgfence's pgflow layer (sql/pgfence-pgflow.sql), after pgflow's own migrations "
                 "(npx pgflow install)", v) + (schema / "pgfence-pgflow.sql").read_text()))
-        out.append(("grants", "pgfence_grants", header("pgfence's grants", v) + self.grants()))
+        if self.role is not None:
+            out.append(("grants", "pgfence_grants", header("pgfence's grants", v)
+                        + self.grants(self.role)))
         if self.cron:
             out.append(("cron", "pgfence_cron", header("pgfence's pg_cron jobs", v)
                         + self.cron_jobs()))
         return out
 
-    def grants(self) -> str:
-        text = ""
-        if self.role is not None:
-            text += ("-- The role your server code calls pgfence as (Supabase: service_role, "
-                     "supabase-js with the\n-- service key). Never anon or authenticated: a "
-                     "lease id is a capability.\n"
-                     f"grant pgfence_worker to {role_sql(self.role)};\n")
-        return text + (
-            "-- The role that runs these migrations (Supabase: postgres) owns the pg_cron "
-            "jobs, runs the pgfence\n-- CLI and is the role of a direct connection "
-            "(SUPABASE_DB_URL): worker and operator.\n"
-            "grant pgfence_worker, pgfence_operator to current_user;\n")
+    @staticmethod
+    def grants(role: str) -> str:
+        # The role that runs the migrations owns schema pgfence and needs no grant (nor do the
+        # pg_cron jobs it schedules, which run as it); every other role does.
+        return ("-- The role your server code calls pgfence as (Supabase: service_role, which "
+                "supabase-js with the\n-- service key and PostgREST use; a login role that is "
+                "a member of it). Never anon or\n-- authenticated: a lease id is a capability.\n"
+                f"grant pgfence_worker to {role_sql(role)};\n")
 
     def cron_jobs(self) -> str:
         text = (

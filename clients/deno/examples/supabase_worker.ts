@@ -16,9 +16,11 @@
  *   503 {"started": false, "paused": true}   the resource is disabled (an update window)
  *   500 {"error": "..."}                     e.g. the role lacks pgfence_worker (grants)
  *
- * Environment: PGFENCE_DATABASE_URL, else SUPABASE_DB_URL (which Supabase sets; its role must
- * hold pgfence_worker: the grants migration), PGFENCE_RESOURCE (default `emails`), PGFENCE_QUEUE
- * (default: the resource's name), HOST and PORT (default 0.0.0.0:8000 when run with deno run).
+ * Environment: PGFENCE_DATABASE_URL, else SUPABASE_DB_URL (which Supabase sets: the role
+ * postgres, which ran the migrations and owns pgfence); another role must hold pgfence_worker,
+ * e.g. a login role that is a member of service_role (the grants migration). PGFENCE_RESOURCE
+ * (default `emails`), PGFENCE_QUEUE (default: the resource's name), HOST and PORT (default
+ * 0.0.0.0:8000 when run with deno run).
  */
 import { connect, type HandlerContext, Owner, ResourceDisabled, Worker } from "pgfence";
 
