@@ -219,3 +219,17 @@ def test_the_prune_job_only_when_the_schema_has_prune(tmp_path: Path, prune: boo
     (cron,) = [p.text for p in project.plan() if p.key == "migration:cron"]
     assert "'pgfence-requeue-expired', '30 seconds', 'select pgfence.requeue_expired()'" in cron
     assert ("select cron.schedule('pgfence-prune'" in cron) is prune
+
+
+@pytest.mark.parametrize("doc", ["docs/cli.md", "docs/supabase.md"])
+def test_the_documented_dry_run_listing_is_what_init_prints(
+        doc: str, project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    command = "pgfence init --supabase --layers pgmq,pgflow --dry-run"
+    block = re.search(rf"```console\n\$ {re.escape(command)}\n(.*?)```",
+                      (ROOT / doc).read_text(), re.S)
+    assert block, f"{doc} shows no {command!r}"
+    code, out, _ = run(capsys, *command.split()[1:], str(project))
+    assert code == 0
+    stamp = re.compile(r"\d{14}")
+    assert stamp.sub("T", out.replace(f"project {project} ", "project . ")) == stamp.sub(
+        "T", block.group(1))
