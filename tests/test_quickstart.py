@@ -31,8 +31,9 @@ from pathlib import Path
 
 import pytest
 
+from pgfence import init
 from testkit.cluster import LOOPBACK, Cluster
-from tests.support import DENO, ROOT
+from tests.support import DENO, PGFLOW_MIGRATIONS, REALTIME_STAND_IN, ROOT
 from tests.test_supabase_install import OWNER, SUPABASE, SUPABASE_ROLES
 from tests.test_wheel import source_tree
 
@@ -281,3 +282,48 @@ def test_a_worker_role_that_is_not_the_owner_needs_the_grants_migration(
     assert "permission denied for schema pgfence" in answer
     assert "needs pgfence_worker (the pgfence grants migration of pgfence init)" in answer
     assert completed == "0"
+
+
+def test_both_layers_after_pgflows_own_migrations_applied_in_order(cluster: Cluster,
+                                                                   tmp_path: Path) -> None:
+    """`npx pgflow install` first (pgflow's migrations, copied as it copies them), then
+    `pgfence init --supabase --layers pgmq,pgflow`: every migration of the project, in name
+    order, applies; the layers' functions are service_role's through the grants; the Deno
+    files type-check where they were written."""
+    project = tmp_path / "app"
+    migrations = project / "supabase/migrations"
+    migrations.mkdir(parents=True)
+    for m in sorted(PGFLOW_MIGRATIONS.glob("*.sql")):
+        shutil.copy(m, migrations)
+    init.Project(project, supabase=True, layers=["pgmq", "pgflow"], role="service_role",
+                 cron=True).run(dry_run=False)
+    names = sorted(p.name for p in migrations.glob("*.sql"))
+    assert [n.split("_", 1)[1] for n in names[-5:]] == [
+        "pgfence.sql", "pgfence_pgmq.sql", "pgfence_pgflow.sql", "pgfence_grants.sql",
+        "pgfence_cron.sql"]
+    # The Deno files type-check where init put them (postgres.js offline, as in follow()).
+    (project / "node_modules").symlink_to(ROOT / ".tools/node_modules")
+    (project / "package.json").write_text("{}")
+    check = subprocess.run([str(DENO), "check", "supabase/functions/pgfence-worker/index.ts",
+                            "supabase/functions/_shared/pgfence/pgflow.ts"], cwd=project,
+                           env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+                                "DENO_DIR": str(tmp_path / "deno-dir"), "NO_COLOR": "1",
+                                "DENO_NO_UPDATE_CHECK": "1"},
+                           capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stdout + check.stderr
+    name = f"qs_{uuid.uuid4().hex[:10]}"
+    cluster.psql("postgres", "-c", SUPABASE_ROLES, "-c", f"create database {name}")
+    try:
+        cluster.psql(name, "-f", CRON_STAND_IN, "-f", REALTIME_STAND_IN)
+        for n in names:
+            cluster.psql(name, "--single-transaction", "-f", migrations / n)
+        granted = cluster.psql(name, "-At", "-c", """
+            select has_function_privilege('service_role',
+                     'pgfence.pgmq_read(uuid, text, interval, int)', 'execute'),
+                   has_function_privilege('service_role',
+                     'pgfence_pgflow.start_tasks(uuid, text, text, interval, int)', 'execute'),
+                   has_function_privilege('anon', 'pgfence.acquire(text, text, interval, uuid)',
+                                          'execute')""")
+        assert granted.strip() == "t|t|f"
+    finally:
+        cluster.drop_database(name)
