@@ -202,9 +202,10 @@ def check_fenced_result(cluster: Cluster, database: str) -> None:
     # Completed under the lease acquired with the invocation id, after the lease of the
     # first write (generation 1).
     assert rows.strip() == "completed|ada@example.com|2|t"
-    jobs = cluster.psql(database, "-At", "-c", "select jobname, username from cron.job "
+    jobs = cluster.psql(database, "-At", "-c", "select jobname, schedule, username from cron.job "
                                                "order by jobname")
-    assert f"pgfence-requeue-expired|{OWNER}" in jobs.splitlines()
+    # The stand-in is no extension: no pg_cron older than 1.5, so every 30 seconds.
+    assert f"pgfence-requeue-expired|30 seconds|{OWNER}" in jobs.splitlines()
 
 
 @pytest.mark.parametrize("apply", ["supabase db push", "psql"])
@@ -325,5 +326,38 @@ def test_both_layers_after_pgflows_own_migrations_applied_in_order(cluster: Clus
                    has_function_privilege('anon', 'pgfence.acquire(text, text, interval, uuid)',
                                           'execute')""")
         assert granted.strip() == "t|t|f"
+        # The cron migration's version test, on the versions Debian 12 and Supabase have.
+        (cron,) = migrations.glob("*_pgfence_cron.sql")
+        test = re.search(r"case when \(select (.*?)\n\s*from pg_catalog.pg_extension",
+                         cron.read_text(), re.S)
+        assert test
+        older = [cluster.psql(name, "-At", "-c", "select " + test.group(1).replace(
+            "e.extversion", f"'{v}'")).strip() for v in ("1.4-1", "1.4.2", "1.5", "1.6.4")]
+        assert older == ["t", "t", "f", "f"]
+    finally:
+        cluster.drop_database(name)
+
+
+def test_the_cron_migration_without_pg_cron_says_what_to_do(cluster: Cluster,
+                                                           tmp_path: Path) -> None:
+    """A plain project on a server without pg_cron: the cron migration fails with the reason
+    and the way out (--no-cron), and applies nothing."""
+    init.Project(tmp_path, supabase=False, layers=[], role=None, cron=True).run(dry_run=False)
+    name = f"qs_{uuid.uuid4().hex[:10]}"
+    cluster.create_database(name)
+    try:
+        if cluster.psql(name, "-At", "-c", "select count(*) from pg_available_extensions "
+                                           "where name = 'pg_cron'").strip() != "0":
+            pytest.skip("this server has pg_cron")
+        core, cron = sorted((tmp_path / "pgfence/migrations").glob("*.sql"))
+        assert cron.name == "0002_pgfence_cron.sql"
+        cluster.psql(name, "--single-transaction", "-f", core)
+        out = subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "--single-transaction",
+                              "-d", name, "-f", str(cron)], capture_output=True, text=True)
+        assert out.returncode == 3
+        assert "ERROR:  pg_cron is not available on this server" in out.stderr
+        assert "run pgfence init with --no-cron" in out.stderr
+        assert cluster.psql(name, "-At", "-c", "select to_regnamespace('cron') is null").strip() \
+            == "t"
     finally:
         cluster.drop_database(name)

@@ -175,9 +175,14 @@ class Project:
             "pgfence init with --no-cron and schedule select pgfence.requeue_expired() '\n"
             "                     'yourself.';\n    end if;\n    create extension pg_cron;\n"
             "  end if;\nend\n$pgfence_init$;\n\n"
-            "-- Tasks of workers that died come back (pg_cron 1.5+ takes seconds; Supabase "
-            "has it).\nselect cron.schedule('pgfence-requeue-expired', '30 seconds', "
-            "'select pgfence.requeue_expired()');\n")
+            "-- Tasks of workers that died come back: every 30 seconds (pg_cron 1.5+, which "
+            "Supabase has),\n-- every minute with an older pg_cron.\n"
+            "select cron.schedule('pgfence-requeue-expired',\n"
+            "       case when (select pg_catalog.string_to_array(pg_catalog.split_part("
+            "e.extversion, '-', 1), '.')::int[] < '{1,5}'\n"
+            "                    from pg_catalog.pg_extension e where e.extname = 'pg_cron')\n"
+            "            then '* * * * *' else '30 seconds' end,\n"
+            "       'select pgfence.requeue_expired()');\n")
         if PRUNE.search(self.files.install()):
             text += ("-- Ended leases, finished tasks and closed windows older than 7 days, "
                      "daily.\nselect cron.schedule('pgfence-prune', '17 3 * * *', "
