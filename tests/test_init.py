@@ -112,6 +112,24 @@ def test_never_overwrites_a_file_it_did_not_write(project: Path,
                                        "supabase/functions/pgfence-worker/index.ts"}
 
 
+@pytest.mark.parametrize("how", ["by hand", "manifest gone"])
+def test_a_project_that_installs_pgfence_already_is_refused(
+        project: Path, capsys: pytest.CaptureFixture[str], how: str) -> None:
+    migrations = project / "supabase/migrations"
+    if how == "by hand":   # docs/supabase.md's steps before init
+        shutil.copy(ROOT / "sql/pgfence.sql", migrations / "20261129000000_pgfence.sql")
+        there = "supabase/migrations/20261129000000_pgfence.sql"
+    else:
+        assert run(capsys, "init", "--supabase", str(project))[0] == 0
+        (project / "supabase/pgfence-init.json").unlink()
+        there = str(sorted(migrations.glob("*_pgfence.sql"))[0].relative_to(project))
+    before = written(project)
+    code, _, err = run(capsys, "init", "--supabase", str(project))
+    assert code == cli.EXIT_REFUSED
+    assert f"nothing was written: {there}" in err and "already install" in err
+    assert written(project) == before
+
+
 def test_a_changed_file_of_ours_is_refused_not_clobbered(
         project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "init", "--supabase", str(project))[0] == 0

@@ -25,6 +25,10 @@ DENO = Path(__file__).resolve().parent / "deno"
 # Roles that requests through the Data API run as: a lease id is a capability, never theirs.
 FORBIDDEN_ROLES = {"anon", "authenticated", "public"}
 PRUNE = re.compile(r"create (or replace )?function pgfence\.prune\(", re.I)
+# A migration that installs pgfence: a copy of a one-file install (the first line of
+# sql/pgfence.sql or a layer's, as docs/supabase.md's by-hand steps make), or one init wrote.
+INSTALLS_PGFENCE = re.compile(r"^-- (pgfence [^\n]*one-file install|Written by pgfence init)",
+                              re.M)
 STAMP = "%Y%m%d%H%M%S"               # Supabase's migration version: 14 digits, UTC
 
 
@@ -267,9 +271,22 @@ class Project:
             out.append({"path": p.path, "action": action, "what": p.what, "key": p.key})
         return out
 
+    def installed_elsewhere(self) -> list[str]:
+        """Migrations not in the manifest that install pgfence or a layer already: a second
+        install would fail at push (pgfence is upgraded, never reinstalled)."""
+        ours = {v["path"] for v in self.manifest.values()}
+        return [self.rel(m) for m in sorted(self.migrations.glob("*.sql"))
+                if self.rel(m) not in ours and INSTALLS_PGFENCE.search(m.read_text()[:4000])]
+
     def run(self, dry_run: bool) -> dict[str, Any]:
         plan = {p.key: p for p in self.plan()}
         actions = self.actions()
+        elsewhere = self.installed_elsewhere()
+        if elsewhere:
+            raise InitError(1, f"nothing was written: {', '.join(elsewhere)} already install"
+                               f"{'s' if len(elsewhere) == 1 else ''} pgfence (copied by hand, "
+                               f"or written by an init whose {MANIFEST} is gone); upgrade it "
+                               "with the upgrade files instead (docs/upgrading.md)")
         refused = [a for a in actions if a["action"].startswith("refused")]
         changes = [a for a in actions if a["action"] in ("write", "update")]
         doc: dict[str, Any] = {
