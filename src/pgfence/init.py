@@ -204,7 +204,9 @@ class Project:
             else:
                 path = self.rel(self.migrations / f"{self.version_name(fresh)}_{name}.sql")
                 fresh += 1
-            planned.append(Planned(f"migration:{key}", path, text, name, True))
+            # What the header's first line says, e.g. "pgfence's grants".
+            what = text.partition("\n")[0].removeprefix("-- ")
+            planned.append(Planned(f"migration:{key}", path, text, what, True))
         if self.supabase:
             shared = Path("supabase/functions/_shared/pgfence")
             client = [("mod.ts", str(shared / "mod.ts"))]
