@@ -6,8 +6,9 @@ that creates roles and is no superuser, which is the URL's role). Each command m
 and print what the README shows (migration timestamps and ids aside); then the example
 worker's result is checked in the database: completed under the lease of the invocation.
 
-Applied twice: with the real Supabase CLI (`supabase db push --remote=URL`: CLI 3.1.0 has no
-`--db-url`, and --remote with a URL needs no Docker), and with psql, the README's other line.
+Applied twice: with the real Supabase CLI (`supabase db push --remote=URL`: CLI 3.1.0 still
+takes `--db-url` but deprecates it for --remote=URL, which needs no Docker daemon: there is
+none here), and with psql, the README's other line.
 What the test adds to the README, and why: pg_cron's cron.schedule as a stand-in
 (tests/sql/cron_stand_in.sql; Supabase has pg_cron, the clusters do not), a port of its own
 for 8000, and Deno offline (postgres.js from .tools/node_modules through a package.json, as
