@@ -32,7 +32,10 @@ def source_tree(dest: Path) -> Path:
     shutil.copytree(ROOT / "src", dest / "src", symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(ROOT / "sql", dest / "sql")
+    shutil.copytree(ROOT / "clients/deno", dest / "clients/deno", symlinks=True,
+                    ignore=shutil.ignore_patterns("node_modules"))
     assert (dest / "src/pgfence/schema").is_symlink()
+    assert (dest / "src/pgfence/deno").is_symlink()
     return dest
 
 
@@ -72,6 +75,17 @@ def test_the_wheel_carries_every_sql_file(wheel: Path) -> None:
     assert inside == expected          # the same files, byte for byte, and nothing else
 
 
+# What `pgfence init` writes into a project: the Deno client, its postgres.js pin, the worker.
+DENO_FILES = ("mod.ts", "pgflow.ts", "deno.json", "examples/supabase_worker.ts")
+
+
+def test_the_wheel_carries_the_deno_client_init_writes(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as z:
+        inside = {n: z.read(n) for n in z.namelist() if n.startswith("pgfence/deno/")}
+    assert inside == {f"pgfence/deno/{n}": (ROOT / "clients/deno" / n).read_bytes()
+                      for n in DENO_FILES}   # and none of its tests or node_modules
+
+
 def test_the_wheel_ships_no_test_kit(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         modules = {n for n in z.namelist() if n.endswith(".py")}
@@ -88,6 +102,17 @@ def test_negative_control_without_the_package_data_the_wheel_has_no_sql(tmp_path
     (copy / "pyproject.toml").write_text(pyproject.replace(", " + globs, ""))
     with zipfile.ZipFile(build_wheel(copy, tmp_path / "out")) as z:
         assert not [n for n in z.namelist() if n.endswith(".sql")]
+
+
+def test_negative_control_without_the_deno_package_data_the_wheel_has_no_client(
+        tmp_path: Path) -> None:
+    copy = source_tree(tmp_path / "repo")
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    globs = ", ".join(f'"deno/{n}"' for n in DENO_FILES)
+    assert globs in pyproject
+    (copy / "pyproject.toml").write_text(pyproject.replace(globs, ""))
+    with zipfile.ZipFile(build_wheel(copy, tmp_path / "out")) as z:
+        assert not [n for n in z.namelist() if n.startswith("pgfence/deno/")]
 
 
 def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_database: str,
@@ -122,3 +147,15 @@ def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_data
     version = subprocess.run([str(venv / "bin/pgfence"), "--db-url", url, "version"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert version.returncode == 0 and "up to date" in version.stdout, version.stderr
+
+    # pgfence init from the wheel alone: the Deno client it writes is the repository's.
+    project = tmp_path / "project"
+    project.mkdir()
+    init = subprocess.run([str(venv / "bin/pgfence"), "init", "--plain", "--layers",
+                           "pgmq,pgflow"], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert init.returncode == 0, init.stdout + init.stderr
+    assert "wrote      pgfence/deno/pgflow.ts" in init.stdout
+    mod = (project / "pgfence/deno/mod.ts").read_text()
+    assert mod.endswith((ROOT / "clients/deno/mod.ts").read_text().replace(
+        'from "postgres";', 'from "npm:postgres@3.4.9";'))

@@ -15,9 +15,10 @@ import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
-from pgfence import sql
+from pgfence import init, sql
 from pgfence.releases import VERSION, BrokenPackage, Files, key
 from pgfence.transport import (
     LINKED,
@@ -37,6 +38,7 @@ target (exactly one, never a default):
   --supabase                  the local Supabase stack, through the installed `supabase` CLI
   --supabase --remote         the linked project (SUPABASE_PROJECT_ID, else supabase link's)
   --supabase --remote=REF|URL a project ref (a branch by its own ref) or a database URL
+(init writes files and connects to nothing: it takes no target)
 
 Output never shows a URL or a password, only the target (host:port/db, a project ref, or
 local); the commands it prints for later say "$DATABASE_URL" where your URL goes.
@@ -49,8 +51,10 @@ exit codes:
   0  done (also: upgrade with nothing to do)
   1  the database refused (unknown token, overlap, conflict, not current; pgfence already
      installed, not installed, newer than this package, or an install/upgrade file failed);
-     doctor: a check failed
-  2  usage or bad input (also: an upgrade --to a release this package does not know)
+     doctor: a check failed; init: a file in the way (not written by init, or changed since):
+     nothing written
+  2  usage or bad input (also: an upgrade --to a release this package does not know; init:
+     no such DIR, no DIR/supabase, an unknown layer)
   3  transport or connection failure
   4  confirmation missing or wrong
 """
@@ -115,7 +119,53 @@ def build_parser() -> Parser:
     finish = window.add_parser("finish-update", help="restore exactly what prepare saved")
     finish.add_argument("token")
     finish.add_argument("--confirm", metavar="TARGET", help="the resolved target, to confirm")
+    add_init(commands)
     return parser
+
+
+def add_init(commands: Any) -> None:
+    """`pgfence init`: files only, no database, so no target (and no confirmation)."""
+    p = commands.add_parser(
+        "init", help="write pgfence's migrations and Deno client into your project",
+        description="Writes pgfence's migrations (dated after the project's last one: pgfence, "
+                    "the chosen layers, the grants, the pg_cron jobs) and the Deno client with "
+                    "an example worker into an existing project. Idempotent; never overwrites "
+                    "a file it did not write, nor one of its own that was changed since (exit 1, "
+                    "nothing written). Connects to no database: apply the migrations yourself.")
+    layout = p.add_mutually_exclusive_group(required=True)
+    # SUPPRESS: these share their names with the top-level flags, which they must not reset.
+    layout.add_argument("--supabase", action="store_true", default=argparse.SUPPRESS,
+                        help="a Supabase project: DIR/supabase/migrations, supabase/functions")
+    layout.add_argument("--plain", action="store_true",
+                        help="any project: DIR/pgfence/migrations/NNNN_*.sql, DIR/pgfence/deno")
+    p.add_argument("dir", nargs="?", default=".", metavar="DIR",
+                   help="the project's directory (default: the current one)")
+    p.add_argument("--layers", metavar="LIST",
+                   help=f"comma-separated optional layers: {', '.join(init.LAYERS)}")
+    p.add_argument("--role", metavar="NAME",
+                   help="the role granted pgfence_worker (default with --supabase: "
+                        "service_role; with --plain: none, no grants migration: the role that "
+                        "runs the migrations owns pgfence)")
+    p.add_argument("--no-cron", action="store_true",
+                   help="leave out the pg_cron jobs (requeue, prune): schedule them yourself")
+    p.add_argument("--dry-run", action="store_true", help="list the files, write nothing")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="print one JSON document on stdout and nothing else")
+
+
+def run_init(a: argparse.Namespace) -> int:
+    supabase = bool(getattr(a, "supabase", False)) and not a.plain
+    if a.db_url or a.remote is not None:
+        raise Exit(EXIT_USAGE, "init connects to no database: it takes no --db-url or --remote")
+    role = a.role if a.role is not None else ("service_role" if supabase else None)
+    try:
+        project = init.Project(Path(a.dir), supabase=supabase, layers=init.parse_layers(a.layers),
+                               role=role, cron=not a.no_cron)
+        doc = project.run(a.dry_run)
+    except init.InitError as e:
+        raise Exit(e.code, e.message, **e.extra) from None
+    print(json.dumps(doc, indent=2) if a.json else init.render(doc))
+    return EXIT_OK
 
 
 def _normalize_remote(argv: Sequence[str]) -> list[str]:
@@ -524,6 +574,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     as_json = "--json" in raw
     try:
         args = build_parser().parse_args(_normalize_remote(raw))
+        if args.command == "init":
+            return run_init(args)
         return Cli(args).run()
     except SystemExit as e:            # --help
         return int(e.code or 0)
