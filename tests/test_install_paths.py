@@ -298,16 +298,16 @@ def live_state(db: Db) -> Live:
         attempts = [r[0] for r in conn.execute(
             "select attempt_id from pgfence.claim(%s, 'q', 3, '1 hour')", (lease[0],))]
         # The third attempt's visibility runs out (the test moves it), it is claimed again;
-        # the first attempt then reports twice: two stale-result records of one attempt.
+        # the superseded attempt then reports twice: two stale-result records of one attempt.
         conn.execute("update pgfence.tasks set visible_until = clock_timestamp() - interval '1 ms'"
                      " where task_id = pgfence.attempt_task(%s)", (attempts[2],))
         conn.execute("select pgfence.requeue_expired()")
         again = conn.execute("select attempt_id from pgfence.claim(%s, 'q', 1, '1 hour')",
                              (lease[0],)).fetchone()
         assert again is not None
-        for _ in range(2):
-            assert conn.execute("select pgfence.complete(%s, '{}')",
-                                (attempts[2],)).fetchone() == ("stale",)
+        for n in range(2):     # two different results: each is kept
+            assert conn.execute("select pgfence.complete(%s, jsonb_build_object('n', %s::int))",
+                                (attempts[2], n)).fetchone() == ("stale",)
         token = conn.execute("select pgfence.prepare_update(array['win'], %s)",
                              (uuid.uuid4(),)).fetchone()
         invocation = conn.execute("select pgfence.request_start('inv', '1 hour')").fetchone()
