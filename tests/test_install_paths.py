@@ -28,9 +28,8 @@ from pgfence.connection import connect
 from pgfence.releases import Files
 from testkit.cluster import Cluster
 from tests.support import ROOT, install_bundle
-from tests.test_install import schema_dump
+from tests.test_install import SQITCH_ENV, schema_dump
 from tests.test_install import sqitch as sqitch_ok
-from tests.test_install import SQITCH_ENV
 
 HEAD = Files().newest()
 RELEASE_0_1_0 = ROOT / "sql/releases/pgfence--0.1.0.sql"
@@ -117,7 +116,8 @@ def test_sqitch_then_the_cli_and_the_upgrade_file_are_refused(make: Any) -> None
     sqitch_ok("deploy", "--to", "@v0.1.0", db.sqitch)
     before = db.dump()
     code, out = db.cli("upgrade", db.confirm())
-    assert code == 1 and "Sqitch deploys pgfence" in out and 'sqitch deploy "db:$DATABASE_URL"' in out, out
+    assert code == 1 and "Sqitch deploys pgfence" in out, out
+    assert 'sqitch deploy "db:$DATABASE_URL"' in out, out
     code, out = db.cli("version")
     assert code == 0 and "deployed by Sqitch (registry schema sqitch)" in out, out
     assert "pgfence --db-url" not in out, "version suggests a path that would be refused"
@@ -191,7 +191,8 @@ def test_a_one_file_database_refuses_sqitch_deploy_and_keeps_working(make: Any) 
 @pytest.mark.parametrize("release", ["0.1.0", HEAD])
 def test_sqitch_adopts_a_one_file_database_at_each_release(make: Any, release: str) -> None:
     db, fresh = make(), make()
-    path = ROOT / "sql/pgfence.sql" if release == HEAD else ROOT / f"sql/releases/pgfence--{release}.sql"
+    path = (ROOT / "sql/pgfence.sql" if release == HEAD
+            else ROOT / f"sql/releases/pgfence--{release}.sql")
     db.psql("--single-transaction", "-f", path)
     to = [] if release == HEAD else ["--to", f"@v{release}"]
     adopted = sqitch("deploy", "--log-only", *to, db.sqitch)       # verify runs (sqitch.conf)
@@ -291,7 +292,8 @@ def live_state(db: Db) -> Live:
     with connect(db.cluster.dsn(db.name), "live") as conn:
         for r in ("cur", "old", "win", "inv"):
             conn.execute("select pgfence.register(%s)", (r,))
-        lease = conn.execute("select lease_id from pgfence.acquire('cur', 'a', '1 hour')").fetchone()
+        lease = conn.execute("select lease_id from pgfence.acquire('cur', 'a', '1 hour')"
+                             ).fetchone()
         assert lease is not None
         for n in range(3):
             conn.execute("select pgfence.enqueue('q', jsonb_build_object('n', %s::int))", (n,))
@@ -385,7 +387,7 @@ def test_negative_control_the_old_revert_strands_a_claimed_task(make: Any) -> No
     # The refusals count claimed tasks; one step out of their sight is the old behaviour.
     db.psql("-c", "alter table pgfence.tasks drop constraint tasks_state_check",
             "-c", "update pgfence.tasks set state = 'hidden' where state = 'claimed' "
-                  "and task_id = pgfence.attempt_task(%s)" % f"'{live.attempts[0]}'")
+                  f"and task_id = pgfence.attempt_task('{live.attempts[0]}')")
     db.psql("-c", "update pgfence.tasks set state = 'completed' where state = 'claimed'")
     sqitch_ok("revert", "-y", "--to", "@v0.1.0", db.sqitch)
     db.psql("-c", "update pgfence.tasks set state = 'claimed' where state = 'hidden'")

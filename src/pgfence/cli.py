@@ -400,8 +400,9 @@ class Cli:
         self.refuse_other_paths(has, "upgrade", to)
         if key(v) > key(newest):
             raise Exit(EXIT_REFUSED, f"{target} has pgfence {v}, newer than {newest}, the newest "
-                       "release this package knows: upgrade the pgfence package (pip install "
-                       "-U pgfence); nothing was changed", installed=v, package=newest)
+                       "release this package knows: install the newer pgfence package "
+                       "(scripts/build in a clone of that release); nothing was changed",
+                       installed=v, package=newest)
         if v == to:
             return {"target": target, "installed": v, "previous": v, "upgrade_files": [],
                     "changed": False}
