@@ -326,7 +326,7 @@ def test_revert_refuses_while_it_would_strand_live_state_then_keeps_it(make: Any
     live = live_state(db)
     out = sqitch("revert", "-y", "--to", "@v0.1.0", db.sqitch)
     said = out.stdout + out.stderr
-    assert out.returncode != 0 and "claimed task(s) (queues q)" in said, said
+    assert out.returncode != 0 and "3 task(s) claimed under 0.2.0 (queues q)" in said, said
     # Refused: what is claimed still completes and extends.
     with connect(db.cluster.dsn(db.name), "after") as conn:
         assert conn.execute("select pgfence.extend(%s, '1 hour') is not null",

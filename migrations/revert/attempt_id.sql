@@ -7,31 +7,10 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
--- Refused while it would strand live state: a task claimed under 0.2.0 holds an attempt id
--- signed with HMAC-SHA256, which release 0.1.0's attempt ids cannot verify (its complete, fail or
--- extend would raise 22023). The share lock keeps claims out until this step commits; Sqitch
--- runs every step in a transaction of its own, so each step that would strand them checks.
-lock table pgfence.tasks in share mode;
-do $refuse$
-declare
-  v_claimed bigint;
-  v_queues text;
-begin
-  select pg_catalog.count(*), pg_catalog.string_agg(distinct t.queue, ', ')
-    into v_claimed, v_queues
-    from pgfence.tasks t
-   where t.state operator(pg_catalog.=) 'claimed';
-  if v_claimed operator(pg_catalog.>) 0 then
-    raise exception 'pgfence: revert of attempt_id refused: % claimed task(s) (queues %) would '
-                    'no longer be completed, failed or extended under release 0.1.0',
-                    v_claimed, v_queues
-      using errcode = '55000',
-            hint = 'let them finish, or pause their resources (pgfence.prepare_update) until '
-                   'update_status says drained, then revert again; sqitch deploy restores '
-                   'what was reverted before this step';
-  end if;
-end
-$refuse$;
+-- No check of claimed tasks here: the reverts of extend, complete, claim and report, which run
+-- before this one, refuse while a task claimed under 0.2.0 is claimed (tasks.attempt_leases,
+-- which tells them apart, is gone by now). A claim made while the revert runs is not held off
+-- between Sqitch's steps: pause the queues first (docs/upgrading.md, "Going back").
 
 -- An attempt_id is a version-8 UUID (RFC 9562) that names its task and attempt and is signed
 -- over them and the lease that claimed it:
