@@ -394,3 +394,23 @@ def test_negative_control_the_old_revert_strands_a_claimed_task(make: Any) -> No
     with pytest.raises(psycopg.Error) as stranded:
         db.one("select pgfence.complete(%s, '{}')", live.attempts[0])
     assert stranded.value.sqlstate == "22023"
+
+
+def test_the_first_change_after_every_tag_refuses_a_database_another_path_moved() -> None:
+    """The rule of the plan that keeps `sqitch deploy` off a database upgraded by another path:
+    the first change after each release checks that the database holds that release."""
+    tags: list[tuple[str, str]] = []          # (release, the first change after its tag)
+    pending: str | None = None
+    for line in (ROOT / "sqitch.plan").read_text().splitlines():
+        word = line.split()[0] if line.strip() and not line.startswith(("%", "#")) else ""
+        if word.startswith("@v"):
+            pending = word[2:]
+        elif word and pending is not None:
+            tags.append((pending, word))
+            pending = None
+    assert tags, "no change after a tag"
+    for release, change in tags:
+        script = (ROOT / f"migrations/deploy/{change}.sql").read_text()
+        assert f"if v_found is distinct from '{release}' then" in script, (
+            f"migrations/deploy/{change}.sql, the first change after @v{release}, must refuse a "
+            f"database whose pgfence.version() is not {release} (as checks.sql does)")
