@@ -209,13 +209,15 @@ def test_negative_control_a_verify_that_pins_a_release_fails_adoption(make: Any,
     """The verify script as it was (version() = '0.1.0' exactly) fails --log-only at the head."""
     db = make()
     install_bundle(db.cluster, db.name)
-    verify = ROOT / "migrations/verify/version@v0.1.0.sql"
-    saved = verify.read_text()
-    try:
-        verify.write_text("select 1 / (pgfence.version() = '0.1.0')::int;\n")
-        out = sqitch("deploy", "--log-only", db.sqitch)
-    finally:
-        verify.write_text(saved)
+    project = tmp_path / "project"         # a copy: the repository's scripts stay as they are
+    project.mkdir()
+    for name in ("sqitch.conf", "sqitch.plan"):
+        shutil.copy(ROOT / name, project / name)
+    shutil.copytree(ROOT / "migrations", project / "migrations")
+    (project / "migrations/verify/version@v0.1.0.sql").write_text(
+        "select 1 / (pgfence.version() = '0.1.0')::int;\n")
+    out = subprocess.run(["sqitch", "deploy", "--log-only", db.sqitch], cwd=project,
+                         capture_output=True, text=True, env={**os.environ, **SQITCH_ENV})
     assert out.returncode != 0 and "division by zero" in out.stdout + out.stderr
 
 
