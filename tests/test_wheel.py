@@ -47,8 +47,9 @@ def build_wheel(source: Path, out: Path) -> Path:
 
 
 def repository_sql() -> dict[str, bytes]:
-    return {f"pgfence/schema/{p.relative_to(ROOT / 'sql')}": p.read_bytes()
-            for p in sorted((ROOT / "sql").rglob("*.sql"))}
+    # The SQL files, and the fingerprints `pgfence version` compares a schema with.
+    files = [*sorted((ROOT / "sql").rglob("*.sql")), ROOT / "sql/releases/fingerprints"]
+    return {f"pgfence/schema/{p.relative_to(ROOT / 'sql')}": p.read_bytes() for p in files}
 
 
 @pytest.fixture(scope="session")
@@ -97,7 +98,8 @@ def test_the_wheel_ships_no_test_kit(wheel: Path) -> None:
 def test_negative_control_without_the_package_data_the_wheel_has_no_sql(tmp_path: Path) -> None:
     copy = source_tree(tmp_path / "repo")
     pyproject = (ROOT / "pyproject.toml").read_text()
-    globs = '"schema/*.sql", "schema/releases/*.sql", "schema/upgrades/*.sql"'
+    globs = ('"schema/*.sql", "schema/releases/*.sql", "schema/releases/fingerprints",\n'
+             '           "schema/upgrades/*.sql", "schema/queries/*.sql"')
     assert globs in pyproject
     (copy / "pyproject.toml").write_text(pyproject.replace(", " + globs, ""))
     with zipfile.ZipFile(build_wheel(copy, tmp_path / "out")) as z:

@@ -7,6 +7,11 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
+-- No check of claimed tasks here: the reverts of extend, complete, claim and report, which run
+-- before this one, refuse while a task claimed under 0.2.0 is claimed (tasks.attempt_leases,
+-- which tells them apart, is gone by now). A claim made while the revert runs is not held off
+-- between Sqitch's steps: pause the queues first (docs/upgrading.md, "Going back").
+
 -- An attempt_id is a version-8 UUID (RFC 9562) that names its task and attempt and is signed
 -- over them and the lease that claimed it:
 --   task_id (48 bits) | version 8 | attempt (12 bits) | variant | signature (60 bits)

@@ -7,6 +7,34 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
+-- Refused while it would strand live state: a task claimed under 0.2.0 (the lease of its
+-- attempt is in attempt_leases; one claimed under 0.1.0 has none there, and keeps working)
+-- holds an attempt id signed with HMAC-SHA256, which release 0.1.0 cannot verify (its
+-- complete, fail or extend would raise 22023). The share lock keeps claims out until this step commits; Sqitch
+-- runs every step in a transaction of its own, so each step that would strand them checks.
+lock table pgfence.tasks in share mode;
+do $refuse$
+declare
+  v_claimed bigint;
+  v_queues text;
+begin
+  select pg_catalog.count(*), pg_catalog.string_agg(distinct t.queue, ', ')
+    into v_claimed, v_queues
+    from pgfence.tasks t
+   where t.state operator(pg_catalog.=) 'claimed'
+     and t.attempt_leases[t.attempt] is not null;
+  if v_claimed operator(pg_catalog.>) 0 then
+    raise exception 'pgfence: revert of claim refused: % task(s) claimed under 0.2.0 (queues %) '
+                    'would no longer be completed, failed or extended under release 0.1.0',
+                    v_claimed, v_queues
+      using errcode = '55000',
+            hint = 'let them finish, or pause their resources (pgfence.prepare_update) until '
+                   'update_status says drained, then revert again; sqitch deploy restores '
+                   'what was reverted before this step';
+  end if;
+end
+$refuse$;
+
 create or replace function pgfence.claim(lease_id uuid, queue text, qty int default 1, visibility interval default '30 seconds')
 returns table (task_id bigint, attempt_id uuid, attempt int, payload jsonb)
 language plpgsql

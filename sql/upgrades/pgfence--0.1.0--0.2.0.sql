@@ -35,10 +35,28 @@ do $check$
 declare
   v_found text;
   v_fingerprint text;
+  v_registry text;
 begin
   if pg_catalog.to_regprocedure('pgfence.version()') is null then
     raise exception 'pgfence: no pgfence 0.1.0 in this database (pgfence.version() is missing)'
       using errcode = '55000', hint = 'install with sql/pgfence.sql instead of upgrading';
+  end if;
+  select (select pg_catalog.string_agg(n.nspname::pg_catalog.text, ', ' order by n.nspname)
+  from pg_catalog.pg_namespace n
+ where case when pg_catalog.to_regclass(pg_catalog.format('%I.projects', n.nspname)) is null
+              or pg_catalog.to_regclass(pg_catalog.format('%I.changes', n.nspname)) is null
+            then false
+            else (pg_catalog.xpath('/row/n/text()', pg_catalog.query_to_xml(pg_catalog.format(
+                    'select count(*) as n from %I.projects where project = %L',
+                    n.nspname, 'pgfence'), false, true, '')))[1]::pg_catalog.text
+                 operator(pg_catalog.<>) '0'
+       end) into v_registry;
+  if v_registry is not null then
+    raise exception 'pgfence: Sqitch deploys pgfence in this database (registry schema %): '
+                    'upgrade it with Sqitch, not with this file; nothing was changed', v_registry
+      using errcode = '55000',
+            hint = pg_catalog.format('from a checkout of pgfence 0.2.0: sqitch deploy db:pg:%s '
+                                     '(docs/upgrading.md)', pg_catalog.current_database());
   end if;
   execute 'select pgfence.version()' into v_found;
   if coalesce(v_found, '') operator(pg_catalog.<>) '0.1.0' then
@@ -101,6 +119,31 @@ $check$;
 -- transactions fails the deploy instead of queueing every later locker behind it (squawk).
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
+
+-- The first change after release 0.1.0: Sqitch runs it only on a database its registry says
+-- holds 0.1.0. One that says another release was installed or upgraded by another path (the
+-- one file, its upgrade files, the CLI): deploying over it would fail half-way, and Sqitch's
+-- automatic revert would then drop what the other path installed. Refused before anything
+-- changes; the fix is to record what the database holds. (In sql/pgfence.sql version() does
+-- not exist yet at this point; in the upgrade from 0.1.0 it says 0.1.0.)
+do $guard$
+declare
+  v_found text;
+begin
+  if pg_catalog.to_regprocedure('pgfence.version()') is not null then
+    execute 'select pgfence.version()' into v_found;
+    if v_found is distinct from '0.1.0' then
+      raise exception 'pgfence: this database holds pgfence %, not 0.1.0 as the Sqitch registry '
+                      'says: it was installed or upgraded without Sqitch; nothing was deployed',
+                      v_found
+        using errcode = '55000',
+              hint = pg_catalog.format('record what it holds instead of deploying it: '
+                                       'sqitch deploy --log-only --to @v%s, then sqitch verify '
+                                       '(docs/upgrading.md, "Moving onto Sqitch")', v_found);
+    end if;
+  end if;
+end
+$guard$;
 
 -- Resource and queue names: printable, no spaces, so they survive logs, shells and the CLI.
 -- check_name, check_interval and check_not_null run on every renew, fence and claim. They have

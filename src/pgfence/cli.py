@@ -175,10 +175,21 @@ def _normalize_remote(argv: Sequence[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class Installed:
-    """What a database has: a schema pgfence or not, and what its pgfence.version() says."""
+    """What a database has: a schema pgfence or not, what its pgfence.version() says, whether
+    its schema is exactly that release's (None: this package records no fingerprint for it),
+    and the Sqitch registries that track pgfence there (None: none does)."""
 
     schema: bool
     version: str | None
+    fingerprint: str | None = None
+    released: str | None = None           # the fingerprint recorded for `version`
+    sqitch: str | None = None
+
+    @property
+    def drifted(self) -> bool:
+        """The schema differs from its release as released (changed by hand, or an
+        interrupted path): never "up to date", and nothing upgrades over it."""
+        return self.released is not None and self.fingerprint != self.released
 
 
 class Cli:
@@ -332,14 +343,44 @@ class Cli:
 
     def installed(self) -> Installed:
         """Read-only. A database without schema pgfence has no pgfence; every release from
-        0.1.0 on has pgfence.version()."""
+        0.1.0 on has pgfence.version(). The one place that judges what a database holds:
+        version, install, upgrade (and doctor) all read it from here."""
+        registry = self.read(f"select ({strip(self.files.query('sqitch_registry.sql'))}) "
+                             "as registry", ["registry"])[0]["registry"]
+        sqitch_registry = None if registry is None else str(registry)
         found = self.read("select to_regnamespace('pgfence') is not null as schema, "
                           "to_regprocedure('pgfence.version()') is not null as versioned",
                           ["schema", "versioned"])[0]
         if not found["versioned"]:
-            return Installed(bool(found["schema"]), None)
+            return Installed(bool(found["schema"]), None, sqitch=sqitch_registry)
         version = self.read("select pgfence.version() as version", ["version"])[0]["version"]
-        return Installed(True, None if version is None else str(version))
+        v = None if version is None else str(version)
+        released = self.files.fingerprints().get(v) if v is not None else None
+        fingerprint = None
+        if released is not None:
+            fingerprint = str(self.read(f"select ({strip(self.files.query('fingerprint.sql'))}) "
+                                        "as fingerprint", ["fingerprint"])[0]["fingerprint"])
+        return Installed(True, v, fingerprint, released, sqitch_registry)
+
+    def sqitch_command(self, has: Installed, release: str) -> str:
+        return (f"from a checkout of pgfence {release} (git checkout v{release}): "
+                'sqitch deploy "db:$DATABASE_URL"'
+                + ("" if has.sqitch == "sqitch" else f" --registry {has.sqitch}"))
+
+    def refuse_other_paths(self, has: Installed, what: str, release: str) -> None:
+        """One install path per database: where Sqitch deploys pgfence, only Sqitch changes it
+        (the files refuse too: this says so before asking for confirmation)."""
+        if has.sqitch is not None:
+            raise Exit(EXIT_REFUSED, f"Sqitch deploys pgfence on {self.transport.target} "
+                       f"(registry schema {has.sqitch}): {what} it with Sqitch, "
+                       f"{self.sqitch_command(has, release)}; nothing was changed",
+                       installed=has.version, sqitch_registry=has.sqitch)
+        if has.drifted:
+            raise Exit(EXIT_REFUSED, f"the pgfence schema on {self.transport.target} differs "
+                       f"from release {has.version} as released (changed by hand?): "
+                       f"{drift_detail(has)}; restore the released definitions first "
+                       "(docs/upgrading.md); nothing was changed",
+                       installed=has.version, fingerprint=has.fingerprint)
 
     def command(self, *words: str) -> str:
         return " ".join(["pgfence", self.target_args, *words])
@@ -348,11 +389,15 @@ class Cli:
         newest = self.files.newest()
         has = self.installed()
         doc: dict[str, Any] = {"target": self.transport.target, "installed": has.version,
-                               "package": newest, "state": "", "upgrade_files": []}
+                               "package": newest, "state": "", "upgrade_files": [],
+                               "sqitch_registry": has.sqitch, "fingerprint": has.fingerprint,
+                               "release_fingerprint": has.released}
         if not has.schema:
             doc["state"] = "not_installed"
         elif has.version is None or not VERSION.fullmatch(has.version):
             doc["state"] = "unknown"
+        elif has.drifted:
+            doc["state"] = "drifted"
         elif key(has.version) > key(newest):
             doc["state"] = "newer_than_package"
         elif has.version == newest:
@@ -371,14 +416,28 @@ class Cli:
                         + ("is missing" if d["installed"] is None
                            else f"says {d['installed']!r}")
                         + " (older than 0.1.0, or not pgfence's)"),
+            "drifted": (f"{d['installed']}, changed by hand: the schema differs from release "
+                        f"{d['installed']} as released (fingerprint {d['fingerprint']}, the "
+                        f"release has {d['release_fingerprint']})"),
         }.get(d["state"], d["installed"])
         lines = [f"target:    {d['target']}", f"installed: {installed}",
                  f"package:   {d['package']} (the newest release this package installs)"]
+        sqitch = d["sqitch_registry"]
+        if sqitch is not None:
+            lines.append(f"sqitch:    deployed by Sqitch (registry schema {sqitch}): install, "
+                         "upgrade and revert it with Sqitch only")
+        has = Installed(True, d["installed"], sqitch=sqitch)
+        upgrade = (self.sqitch_command(has, d["package"]) if sqitch is not None
+                   else self.command("upgrade", confirm))
         lines.append({
-            "not_installed": f"to install: {self.command('install', confirm)}",
+            "not_installed": (f"to install: {self.command('install', confirm)}" if sqitch is None
+                              else f"to install: {self.sqitch_command(has, d['package'])}"),
             "up_to_date": "up to date",
+            "drifted": ("NOT up to date: restore the released definitions (a fresh install of "
+                        f"release {d['installed']} shows them) before anything else; upgrades "
+                        "refuse this schema (docs/upgrading.md)"),
             "upgrade_available": (f"upgrade available ({', '.join(d['upgrade_files'])}): "
-                                  f"{self.command('upgrade', confirm)}"),
+                                  f"{upgrade}"),
             "no_upgrade_path": f"this package has no upgrade files from {d['installed']}",
             "newer_than_package": ("the database is newer than this package: upgrade the "
                                    "pgfence package before you run its commands here"),
@@ -390,6 +449,7 @@ class Cli:
         newest = self.files.newest()
         script = self.files.install()
         has = self.installed()
+        self.refuse_other_paths(has, "install", newest)
         if has.schema:
             what = (f"pgfence {has.version} is" if has.version
                     else "a schema pgfence (without pgfence.version()) is")
@@ -417,10 +477,12 @@ class Cli:
                        f"this package can upgrade (pgfence.version() {said}): nothing was "
                        "changed", installed=has.version)
         v = has.version
+        self.refuse_other_paths(has, "upgrade", to)
         if key(v) > key(newest):
             raise Exit(EXIT_REFUSED, f"{target} has pgfence {v}, newer than {newest}, the newest "
-                       "release this package knows: upgrade the pgfence package (pip install "
-                       "-U pgfence); nothing was changed", installed=v, package=newest)
+                       "release this package knows: install the newer pgfence package "
+                       "(scripts/build in a clone of that release); nothing was changed",
+                       installed=v, package=newest)
         if v == to:
             return {"target": target, "installed": v, "previous": v, "upgrade_files": [],
                     "changed": False}
@@ -460,7 +522,9 @@ class Cli:
     def run(self) -> int:
         a = self.args
         if a.command == "version":
-            return self.emit(self.version(), self.render_version)
+            doc = self.version()
+            self.emit(doc, self.render_version)
+            return EXIT_REFUSED if doc["state"] == "drifted" else EXIT_OK
         if a.command == "install":
             doc = self.install(a.confirm)
             return self.emit(doc, lambda d: f"pgfence {d['installed']} is installed on "
@@ -533,6 +597,16 @@ COUNTER_COLUMNS = ["resource", "generation", "lease_state", "lease_age", "takeov
 UPDATE_STATUS_COLUMNS = ["resource", "saved_enabled", "enabled", "active_owner", "draining_leases",
                          "in_flight_tasks", "pending_invocations", "verdict", "last_heartbeat",
                          "in_flight", "unfenced_writes"]
+
+
+def strip(query: str) -> str:
+    """A query file's one statement, without comments or the final semicolon, to nest."""
+    lines = [ln for ln in query.splitlines() if not ln.lstrip().startswith("--")]
+    return "\n".join(lines).strip().rstrip(";")
+
+
+def drift_detail(has: Installed) -> str:
+    return f"schema fingerprint {has.fingerprint}, release {has.version} has {has.released}"
 
 
 def ordered(rows: Rows, columns: list[str]) -> Rows:

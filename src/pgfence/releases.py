@@ -7,6 +7,8 @@ wheel as package data):
                                             line names it: ``-- pgfence 0.2.0: one-file install``
     schema/releases/pgfence--<X>.sql        the full install of each past release
     schema/upgrades/pgfence--<A>--<B>.sql   the one-file upgrade from release A to release B
+    schema/releases/fingerprints            the schema fingerprint of each release
+    schema/queries/*.sql                    read-only queries the CLI shares with the files
 
 The files own the protocol: each refuses to run outside a transaction block, and an upgrade
 refuses a database that is not exactly release A. This module only finds the files and the
@@ -74,6 +76,20 @@ class Files:
             raise BrokenPackage(f"{self.install_file().name} names no release in its first line "
                                 f"({first[:80]!r}); expected '-- pgfence X.Y.Z: one-file install'")
         return match.group(1)
+
+    def query(self, name: str) -> str:
+        """One of the read-only queries the files share with the CLI (``schema/queries/``)."""
+        return _read(self.root / "queries" / name)
+
+    def fingerprints(self) -> dict[str, str]:
+        """The schema fingerprint of each release (``schema/releases/fingerprints``): what
+        ``queries/fingerprint.sql`` gives on a fresh install of it."""
+        found = {}
+        for line in _read(self.root / "releases" / "fingerprints").splitlines():
+            if line.strip() and not line.startswith("#"):
+                version, value = line.split()
+                found[version] = value
+        return found
 
     def upgrades(self) -> list[Upgrade]:
         folder = self.root / "upgrades"
