@@ -44,11 +44,12 @@ set local lock_timeout = '5s';
 
 do $$
 begin
-  if pg_catalog.to_regprocedure('pgfence.mark_fenced(text, bytea)') is null then
+  if pg_catalog.to_regprocedure('pgfence.lockdown(name)') is null
+     or pg_catalog.to_regclass('pgfence.layers') is null then
     raise exception 'pgfence pgflow layer: needs pgfence 0.2.0 or later installed first'
       using errcode = '55000', hint = 'install sql/pgfence.sql (or upgrade), then this file';
   end if;
-  if pg_catalog.to_regprocedure('pgfence.pgmq_read(uuid, text, interval, int)') is null then
+  if pg_catalog.to_regprocedure('pgfence_pgmq.read(uuid, text, interval, int)') is null then
     raise exception 'pgfence pgflow layer: needs the pgmq layer installed first'
       using errcode = '55000', hint = 'install sql/pgfence-pgmq.sql, then this file';
   end if;
@@ -104,20 +105,67 @@ comment on table pgfence_pgflow.attempts is
   'Starts of pgflow tasks under a lease (start_tasks), and the result each attempt had accepted. Not a public interface.';
 create index attempts_task on pgfence_pgflow.attempts (run_id, step_slug, task_index);
 
+-- update_status counts the open attempts of a resource's leases.
+create index attempts_open on pgfence_pgflow.attempts (lease_id) where outcome is null;
+
 -- Results refused because their attempt no longer held its task (I5): kept for operators,
--- never applied, never silently dropped. One row per attempt and kind.
+-- never applied, never silently dropped. Each different report of an attempt is kept (a retry
+-- of one already kept adds nothing), numbered per attempt, at most 10, as pgfence.stale_results.
 create table pgfence_pgflow.stale_results (
   attempt_id  uuid not null references pgfence_pgflow.attempts,
+  report      int not null,
   kind        text not null check (kind in ('complete', 'fail')),
   body        jsonb,
   received_at timestamptz not null default clock_timestamp(),
-  primary key (attempt_id, kind)
+  primary key (attempt_id, report)
 );
 comment on table pgfence_pgflow.stale_results is
   'Results of pgflow tasks refused as stale: the attempt had been superseded by a newer start (a takeover or a retry).';
 
-revoke all on table pgfence_pgflow.attempts, pgfence_pgflow.stale_results from public;
-grant select on table pgfence_pgflow.attempts, pgfence_pgflow.stale_results to pgfence_monitor, pgfence_operator;
+-- What monitors and operators see of the starts: no attempt id or lease id (the holder's
+-- capabilities), a reference to each instead (pgfence.capability_ref), which correlates rows
+-- (stale_results' attempt_ref, pgfence_pgmq.reads' attempt_ref of the read).
+create view pgfence_pgflow.starts as
+select pgfence.capability_ref(a.attempt_id) as attempt_ref, pgfence.capability_ref(a.pgmq_attempt_id) as read_ref,
+       pgfence.capability_ref(a.lease_id) as lease_ref, l.resource, a.flow_slug, a.run_id, a.step_slug,
+       a.task_index, a.msg_id, a.attempts_count, a.started_at, a.outcome, a.finished_at
+  from pgfence_pgflow.attempts a
+  left join pgfence.leases l on l.lease_id = a.lease_id;
+comment on view pgfence_pgflow.starts is
+  'One row per pgflow task started through pgfence_pgflow.start_tasks: references to its attempt, read and lease, '
+  'the task, and the result accepted, if any.';
+create view pgfence_pgflow.stale as
+select pgfence.capability_ref(s.attempt_id) as attempt_ref, s.report, s.kind, s.body, s.received_at,
+       a.flow_slug, a.run_id, a.step_slug, a.task_index, a.attempts_count
+  from pgfence_pgflow.stale_results s join pgfence_pgflow.attempts a on a.attempt_id = s.attempt_id;
+comment on view pgfence_pgflow.stale is 'pgfence_pgflow.stale_results for monitors: each refused result, its task and attempt''s reference.';
+
+-- The layer never widens pgflow's own grants: it acts for its caller (pgfence.invoker(): the
+-- role set, else the session's user) only where that role could call pgflow's own function
+-- (USAGE on schema pgflow, EXECUTE on the function) and write its tasks (UPDATE on
+-- pgflow.step_tasks, which pgflow's functions, running as their caller, update).
+create function pgfence_pgflow.check_allowed(fn regprocedure)
+returns void
+language plpgsql
+stable
+as $$
+declare
+  v_role name := pgfence.invoker();
+begin
+  if not (pg_catalog.has_schema_privilege(v_role, 'pgflow', 'usage')
+          and pg_catalog.has_function_privilege(v_role, fn, 'execute')
+          and pg_catalog.has_table_privilege(v_role, 'pgflow.step_tasks', 'select, update')) then
+    raise exception 'pgfence pgflow layer: role % may not call % with pgflow itself', v_role, fn
+      using errcode = '42501',
+            hint = 'grant the role what pgflow itself needs (docs/pgflow.md, "Grants"), or call as a role that has it';
+  end if;
+end
+$$;
+revoke all on function pgfence_pgflow.check_allowed(regprocedure) from public;
+
+revoke all on table pgfence_pgflow.attempts, pgfence_pgflow.stale_results, pgfence_pgflow.starts,
+                    pgfence_pgflow.stale from public;
+grant select on table pgfence_pgflow.starts, pgfence_pgflow.stale to pgfence_monitor, pgfence_operator;
 
 
 -- change: pgflow_start_tasks
@@ -155,6 +203,7 @@ declare
   v_key bytea;
 begin
   perform pgfence.check_not_null('lease_id', start_tasks.lease_id);
+  perform pgfence_pgflow.check_allowed('pgflow.start_tasks(text, bigint[], uuid)');
   if not exists (select from pgflow.flows f where f.flow_slug = start_tasks.flow_slug) then
     perform pgfence.invalid_argument('flow_slug', 'no such pgflow flow', start_tasks.flow_slug);
   end if;
@@ -168,7 +217,7 @@ begin
   -- pgflow's own) pass the guards of a protected step_tasks and queue table.
   select array_agg(r.msg_id order by r.msg_id) as msgs, array_agg(r.attempt_id order by r.msg_id) as attempts
     into v_reads
-    from pgfence.pgmq_read(start_tasks.lease_id, start_tasks.queue, start_tasks.vt, start_tasks.qty) r;
+    from pgfence_pgmq.read(start_tasks.lease_id, start_tasks.queue, start_tasks.vt, start_tasks.qty) r;
   if v_reads.msgs is null then
     return;
   end if;
@@ -215,9 +264,10 @@ begin
 end
 $$;
 comment on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) is
-  'Reads up to qty messages of the flow''s queue under the resource''s active, unexpired lease (pgfence.pgmq_read) '
+  'Reads up to qty messages of the flow''s queue under the resource''s active, unexpired lease (pgfence_pgmq.read, which checks the caller may read the queue) '
   'and starts their tasks with pgflow''s own start_tasks, in one transaction; a task still started by an attempt '
-  'whose message came back is taken over. Raises PF001, 22023.';
+  'whose message came back is taken over. Raises PF001, 42501 (the caller''s role may not do this with pgflow and pgmq '
+  'themselves), 22023.';
 
 revoke all on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) from public;
 grant execute on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) to pgfence_worker;
@@ -248,6 +298,9 @@ as $$
 declare
   v_attempt pgfence_pgflow.attempts;
   v_holds boolean;
+  v_superseded boolean;
+  v_body jsonb;
+  v_reports bigint;
   v_was text;
   v_status text;
 begin
@@ -261,28 +314,48 @@ begin
     perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence_pgflow.start_tasks',
                                      finish.attempt_id::text);
   end if;
-  if v_attempt.outcome is not null then
-    return 'duplicate';
-  end if;
+  perform pgfence_pgflow.check_allowed(case when finish.kind = 'complete'
+                                            then 'pgflow.complete_task(uuid, text, int, jsonb)'::regprocedure
+                                            else 'pgflow.fail_task(uuid, text, int, text)' end);
   -- The message first, then the task: the order in which start_tasks takes them (the read,
   -- then the takeover). A start that read the message and has not committed is waited for,
   -- and the task judged on what it committed; a start that comes later skips the message
   -- (SKIP LOCKED). In the other order, a takeover and a late result would deadlock: each
   -- would hold the row the other's next statement needs.
   execute format('select from pgmq.%I m where m.msg_id = $1 for update',
-                 pgfence.pgmq_queue_table(v_attempt.flow_slug))
+                 pgfence_pgmq.queue_table(v_attempt.flow_slug))
     using v_attempt.msg_id;
-  select st.status = 'started' and st.attempts_count = v_attempt.attempts_count into v_holds
+  select st.status = 'started' and st.attempts_count = v_attempt.attempts_count,
+         st.attempts_count > v_attempt.attempts_count
+    into v_holds, v_superseded
     from pgflow.step_tasks st
    where st.run_id = v_attempt.run_id and st.step_slug = v_attempt.step_slug
      and st.task_index = v_attempt.task_index
      for update;
+  -- The core's order of verdicts: an attempt that a newer start superseded is stale, also
+  -- when its own result had been accepted before (a fail that pgflow retried) or the task has
+  -- finished since; a retry of the attempt that still holds the task, or finished it, is a
+  -- duplicate.
+  if v_attempt.outcome is not null and not coalesce(v_superseded, false) then
+    return 'duplicate';
+  end if;
   if not coalesce(v_holds, false) then
-    insert into pgfence_pgflow.stale_results (attempt_id, kind, body)
-    values (finish.attempt_id, finish.kind,
-            case when finish.kind = 'complete' then finish.output
-                 else pg_catalog.jsonb_build_object('error_message', finish.error_message) end)
-    on conflict do nothing;
+    v_body := case when finish.kind = 'complete' then finish.output
+                   else pg_catalog.jsonb_build_object('error_message', finish.error_message) end;
+    -- Each different report kept, a retry of one adds nothing, at most 10 per attempt.
+    if not exists (select from pgfence_pgflow.stale_results s
+                    where s.attempt_id = finish.attempt_id and s.kind = finish.kind
+                      and s.body is not distinct from v_body) then
+      select count(*) into v_reports from pgfence_pgflow.stale_results s where s.attempt_id = finish.attempt_id;
+      if v_reports >= 10 then
+        raise exception 'pgfence: a superseded attempt of pgflow task %/%/% has sent 10 stale results already',
+                        v_attempt.run_id, v_attempt.step_slug, v_attempt.task_index
+          using errcode = '54000',
+                hint = 'the attempt is superseded: stop reporting; its results are in pgfence_pgflow.stale_results';
+      end if;
+      insert into pgfence_pgflow.stale_results (attempt_id, report, kind, body)
+      values (finish.attempt_id, v_reports + 1, finish.kind, v_body);
+    end if;
     return 'stale';
   end if;
   -- This result is authorized by its attempt, whose lease may have expired since: pgflow's
@@ -305,7 +378,7 @@ begin
   -- The pgmq layer's record of the read: pgflow archives the message of a task that completed
   -- or failed for good (a task queued for a retry keeps it, to be read again).
   if v_status in ('completed', 'failed') then
-    update pgfence.pgmq_attempts p
+    update pgfence_pgmq.attempts p
        set outcome = 'archive', finished_at = clock_timestamp()
      where p.attempt_id = v_attempt.pgmq_attempt_id and p.outcome is null;
   end if;
@@ -326,7 +399,8 @@ $$;
 comment on function pgfence_pgflow.complete_task(uuid, jsonb) is
   'Completes the task of an attempt with pgflow''s complete_task: accepted while nobody started the task again '
   'since, also after the lease expired; duplicate for a retry of an accepted attempt; stale (recorded in '
-  'pgfence_pgflow.stale_results, never applied) otherwise. Raises 22023 for an unknown attempt.';
+  'pgfence_pgflow.stale_results, never applied) otherwise, also after the task finished. Raises 42501 (the caller''s role '
+  'may not do this with pgflow itself), 22023 for an unknown attempt.';
 
 create function pgfence_pgflow.fail_task(attempt_id uuid, error_message text)
 returns text
@@ -344,4 +418,61 @@ revoke all on function pgfence_pgflow.finish(uuid, text, jsonb, text), pgfence_p
 grant execute on function pgfence_pgflow.finish(uuid, text, jsonb, text), pgfence_pgflow.complete_task(uuid, jsonb),
                          pgfence_pgflow.fail_task(uuid, text)
    to pgfence_worker;
+
+
+-- change: pgflow_in_flight
+-- Deploy pgfence_pgflow:pgflow_in_flight
+-- requires: pgflow_attempts
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Update windows count this layer's work (pgfence.update_status, through pgfence.layers):
+-- per resource, the pgflow tasks started under one of its leases that have no result and are
+-- still started by that start (the same attempts_count): a handler may still be working.
+create function pgfence_pgflow.in_flight(resources text[])
+returns table (resource text, kind text, in_flight bigint)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select l.resource, 'pgflow'::text, count(*)
+    from pgfence.leases l
+    join pgfence_pgflow.attempts a on a.lease_id = l.lease_id and a.outcome is null
+    join pgflow.step_tasks st
+      on st.run_id = a.run_id and st.step_slug = a.step_slug and st.task_index = a.task_index
+     and st.status = 'started' and st.attempts_count = a.attempts_count
+   where l.resource = any (in_flight.resources)
+   group by l.resource;
+$$;
+comment on function pgfence_pgflow.in_flight(text[]) is
+  'pgfence.layers: per resource, the pgflow tasks started under its leases and still started by that start.';
+revoke all on function pgfence_pgflow.in_flight(text[]) from public;
+
+insert into pgfence.layers (schema_name, in_flight) values ('pgfence_pgflow', 'pgfence_pgflow.in_flight(text[])');
+
+
+-- change: pgflow_lockdown
+-- Deploy pgfence_pgflow:pgflow_lockdown
+-- requires: pgflow_schema
+-- requires: pgflow_attempts
+-- requires: pgflow_start_tasks
+-- requires: pgflow_finish
+-- requires: pgflow_in_flight
+--
+-- The last change: the core's lockdown, applied to this layer's schema. Whatever default
+-- privileges the database carries (Supabase's hand new functions and tables to anon and
+-- authenticated), nobody but the owner and the three pgfence roles keeps a privilege here.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+do $$ begin perform pgfence.lockdown('pgfence_pgflow'); end $$;
 

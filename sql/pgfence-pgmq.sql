@@ -29,12 +29,11 @@ begin
 end
 $$;
 
--- change: pgmq_attempts
--- Deploy pgfence_pgmq:pgmq_attempts
+-- change: schema
+-- Deploy pgfence_pgmq:schema
 --
--- pgfence's optional pgmq layer: fenced reads and results over pgmq queues. It lives in schema
--- pgfence under names that start with pgmq_ (pgfence's own upgrades leave those alone) and is
--- installed after pgmq and pgfence, never needed by either.
+-- pgfence's optional pgmq layer: fenced reads and results over pgmq queues, in schema
+-- pgfence_pgmq. Installed after pgmq and pgfence, never needed by either.
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -44,7 +43,8 @@ set local lock_timeout = '5s';
 
 do $$
 begin
-  if pg_catalog.to_regprocedure('pgfence.mark_fenced(text, bytea)') is null then
+  if pg_catalog.to_regprocedure('pgfence.lockdown(name)') is null
+     or pg_catalog.to_regclass('pgfence.layers') is null then
     raise exception 'pgfence pgmq layer: needs pgfence 0.2.0 or later installed first'
       using errcode = '55000', hint = 'install sql/pgfence.sql (or upgrade), then this file';
   end if;
@@ -60,67 +60,15 @@ begin
 end
 $$;
 
--- One row per message read through pgmq_read: what its attempt id stands for. The message's
--- read count is the proof of I5: a result is accepted while the message's read_ct is still
--- the one this read gave it, and outcome keeps the accepted result so that a retry is told
--- duplicate. Rows are kept like pgfence's finished tasks, as the record of who read what.
-create table pgfence.pgmq_attempts (
-  attempt_id  uuid primary key,
-  queue       text not null,
-  msg_id      bigint not null,
-  read_ct     int not null,
-  lease_id    uuid not null,
-  read_at     timestamptz not null default clock_timestamp(),
-  outcome     text check (outcome in ('archive', 'delete')),
-  finished_at timestamptz
-);
-comment on table pgfence.pgmq_attempts is
-  'Reads of pgmq messages under a lease (pgmq_read), and the result each attempt had accepted. Not a public interface.';
-
--- The attempt id of a read: the message id and read count in the clear (12 and 3 hex digits,
--- as pgfence's task attempt ids), scheme digit a, and 60 random bits. It needs no signature:
--- pgfence.pgmq_attempts holds what each id stands for, so an id nobody minted names nothing,
--- and guessing one is a 1 in 2^60 chance. (An HMAC, as task attempt ids carry because no row
--- holds them, costs about 70 µs here: per message read, it was most of the read's time.)
-create function pgfence.pgmq_attempt_uuid(msg_id bigint, read_ct int)
-returns uuid
-language sql
-volatile
-as $$
-  select pg_catalog.format('%s8%sa%s',
-           pg_catalog.lpad(pg_catalog.to_hex(pgmq_attempt_uuid.msg_id operator(pg_catalog.&) 281474976710655), 12, '0'),
-           pg_catalog.lpad(pg_catalog.to_hex(pgmq_attempt_uuid.read_ct operator(pg_catalog.&) 4095), 3, '0'),
-           pg_catalog.left(pg_catalog.md5(pg_catalog.gen_random_uuid()::pg_catalog.text), 15))::pg_catalog.uuid;
-$$;
-
--- The table of a queue, by name: the name is checked against pgmq's own rules for what it
--- builds table names from, then must be a queue pgmq knows, so nothing else is ever named in
--- the dynamic SQL built from it.
-create function pgfence.pgmq_queue_table(queue text)
-returns text
-language plpgsql
-stable
-as $$
-begin
-  if queue is null or queue operator(pg_catalog.!~) '^[A-Za-z0-9_]{1,47}$' then
-    perform pgfence.invalid_argument('queue', 'must be 1 to 47 characters from A-Z a-z 0-9 _', queue);
-  end if;
-  if not exists (select from pgmq.meta m where m.queue_name operator(pg_catalog.=) queue) then
-    perform pgfence.invalid_argument('queue', 'no such pgmq queue', queue);
-  end if;
-  return 'q_' operator(pg_catalog.||) pg_catalog.lower(queue);
-end
-$$;
-
-revoke all on table pgfence.pgmq_attempts from public;
-grant select on table pgfence.pgmq_attempts to pgfence_monitor, pgfence_operator;
-revoke all on function pgfence.pgmq_attempt_uuid(bigint, int), pgfence.pgmq_queue_table(text)
-  from public;
+create schema pgfence_pgmq;
+comment on schema pgfence_pgmq is 'pgfence''s pgmq layer: fenced reads and results over pgmq queues.';
+revoke all on schema pgfence_pgmq from public;
+grant usage on schema pgfence_pgmq to pgfence_worker, pgfence_operator, pgfence_monitor;
 
 
--- change: pgmq_read
--- Deploy pgfence_pgmq:pgmq_read
--- requires: pgmq_attempts
+-- change: attempts
+-- Deploy pgfence_pgmq:attempts
+-- requires: schema
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -128,7 +76,153 @@ revoke all on function pgfence.pgmq_attempt_uuid(bigint, int), pgfence.pgmq_queu
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence.pgmq_read(lease_id uuid, queue text, vt interval, qty int default 1)
+-- One row per message read through read(): what its attempt id stands for. The message is
+-- named exactly: msg_id, and enqueued_at, which a producer that inserts a message again under
+-- an old msg_id does not give it back; its read count is the proof of I5: a result is accepted
+-- while the message's read_ct is still the one this read gave it. outcome keeps the accepted
+-- result, so that a retry is told duplicate. Rows are kept, as the record of who read what.
+create table pgfence_pgmq.attempts (
+  attempt_id  uuid primary key,
+  queue       text not null,
+  msg_id      bigint not null,
+  read_ct     int not null,
+  enqueued_at timestamptz not null,
+  lease_id    uuid not null,
+  read_at     timestamptz not null default clock_timestamp(),
+  outcome     text check (outcome in ('archive', 'delete')),
+  finished_at timestamptz
+);
+comment on table pgfence_pgmq.attempts is
+  'Reads of pgmq messages under a lease (read), and the result each attempt had accepted. Not a public interface: '
+  'monitors read pgfence_pgmq.reads.';
+-- update_status counts the open attempts of a resource's leases.
+create index attempts_open on pgfence_pgmq.attempts (lease_id) where outcome is null;
+
+-- Results refused because their attempt no longer held its message (I5): kept for operators,
+-- never applied, never silently dropped; each different report of an attempt (archive,
+-- delete) kept once, numbered per attempt as pgfence.stale_results numbers them.
+create table pgfence_pgmq.stale_results (
+  attempt_id  uuid not null references pgfence_pgmq.attempts,
+  report      int not null,
+  kind        text not null check (kind in ('archive', 'delete')),
+  queue       text not null,
+  msg_id      bigint not null,
+  read_ct     int not null,
+  received_at timestamptz not null default clock_timestamp(),
+  primary key (attempt_id, report),
+  unique (attempt_id, kind)
+);
+comment on table pgfence_pgmq.stale_results is
+  'Archives and deletes of pgmq messages refused as stale: the message had been read again since, or was gone.';
+
+-- What monitors and operators see of the reads: no attempt id or lease id (the holder's
+-- capabilities), a reference to each instead (pgfence.capability_ref), which still correlates
+-- the reads of one lease.
+create view pgfence_pgmq.reads as
+select pgfence.capability_ref(a.attempt_id) as attempt_ref, pgfence.capability_ref(a.lease_id) as lease_ref,
+       l.resource, a.queue, a.msg_id, a.read_ct, a.enqueued_at, a.read_at, a.outcome, a.finished_at
+  from pgfence_pgmq.attempts a
+  left join pgfence.leases l on l.lease_id = a.lease_id;
+comment on view pgfence_pgmq.reads is
+  'One row per message read through pgfence_pgmq.read: references to its attempt and lease, the resource, the '
+  'message, and the result accepted, if any.';
+
+-- The attempt id of a read: the message id and read count in the clear (12 and 3 hex digits,
+-- as pgfence's task attempt ids), scheme digit a, and 60 random bits. It needs no signature:
+-- pgfence_pgmq.attempts holds what each id stands for, so an id nobody minted names nothing,
+-- and guessing one is a 1 in 2^60 chance. (An HMAC, as task attempt ids carry because no row
+-- holds them, costs about 70 µs here: per message read, it was most of the read's time.)
+create function pgfence_pgmq.attempt_uuid(msg_id bigint, read_ct int)
+returns uuid
+language sql
+volatile
+as $$
+  select pg_catalog.format('%s8%sa%s',
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.msg_id operator(pg_catalog.&) 281474976710655), 12, '0'),
+           pg_catalog.lpad(pg_catalog.to_hex(attempt_uuid.read_ct operator(pg_catalog.&) 4095), 3, '0'),
+           pg_catalog.left(pg_catalog.md5(pg_catalog.gen_random_uuid()::pg_catalog.text), 15))::pg_catalog.uuid;
+$$;
+
+-- The table of a queue, by name. Every name pgmq accepts is accepted (pgmq 1.13: at most 47
+-- characters, none of $ ; -- or a quote; hyphens and capitals are fine), and must be a queue
+-- pgmq knows, so nothing else is ever named; the dynamic SQL built from it quotes it (%I).
+create function pgfence_pgmq.queue_table(queue text)
+returns text
+language plpgsql
+stable
+as $$
+begin
+  if queue is null or pg_catalog.length(queue) not between 1 and 47
+     or queue operator(pg_catalog.~) '\$|;|--|''' then
+    perform pgfence.invalid_argument('queue', 'must be a pgmq queue name: 1 to 47 characters, none of $ ; -- or ''', queue);
+  end if;
+  if not exists (select from pgmq.meta m where m.queue_name operator(pg_catalog.=) queue) then
+    perform pgfence.invalid_argument('queue', 'no such pgmq queue', queue);
+  end if;
+  return pg_catalog.lower('q_' operator(pg_catalog.||) queue);
+end
+$$;
+
+-- The layer never widens pgmq's own grants: it acts for its caller (pgfence.invoker(): the
+-- role set, else the session's user) only where that role could do the same with pgmq itself.
+-- privileges: those pgmq's own function needs on the queue's table (read and set_vt: SELECT,
+-- UPDATE; delete: SELECT, DELETE), and the archive table's INSERT for archive.
+create function pgfence_pgmq.check_allowed(queue_table text, privileges text, archive boolean default false)
+returns void
+language plpgsql
+stable
+as $$
+declare
+  v_role name := pgfence.invoker();
+begin
+  if not (pg_catalog.has_schema_privilege(v_role, 'pgmq', 'usage')
+          and pg_catalog.has_table_privilege(v_role, pg_catalog.format('pgmq.%I', queue_table), privileges)
+          and (not archive or pg_catalog.has_table_privilege(
+                 v_role, pg_catalog.format('pgmq.%I', 'a' operator(pg_catalog.||) pg_catalog.substr(queue_table, 2)),
+                 'insert'))) then
+    raise exception 'pgfence pgmq layer: role % may not do this with pgmq queue table pgmq.%', v_role, queue_table
+      using errcode = '42501',
+            hint = 'grant the role what pgmq itself needs (docs/pgmq.md, "Grants"), or call as a role that has it';
+  end if;
+end
+$$;
+
+-- A result admitted by its attempt writes a queue table that may be protected: the guard is
+-- shown the attempt's lease's resource (pgfence.mark_fenced) for that one write, and the
+-- caller puts back what this returns (NULL: the table is not protected, nothing was marked;
+-- the keyed hash is spent only where a guard will look for it).
+create function pgfence_pgmq.mark(queue_table text, lease_id uuid)
+returns text
+language sql
+as $$
+  select pgfence.mark_fenced(l.resource, k.hmac_key)
+    from pgfence.leases l, pgfence.signing_key k
+   where l.lease_id operator(pg_catalog.=) mark.lease_id
+     and exists (select from pgfence.protections p
+                  where p.tbl operator(pg_catalog.=)
+                        pg_catalog.to_regclass(pg_catalog.format('pgmq.%I', mark.queue_table)));
+$$;
+
+revoke all on table pgfence_pgmq.attempts, pgfence_pgmq.stale_results, pgfence_pgmq.reads from public;
+grant select on table pgfence_pgmq.reads to pgfence_monitor, pgfence_operator;
+grant select (report, kind, queue, msg_id, read_ct, received_at) on table pgfence_pgmq.stale_results
+   to pgfence_monitor, pgfence_operator;
+revoke all on function pgfence_pgmq.attempt_uuid(bigint, int), pgfence_pgmq.queue_table(text),
+                       pgfence_pgmq.check_allowed(text, text, boolean), pgfence_pgmq.mark(text, uuid)
+  from public;
+
+
+-- change: read
+-- Deploy pgfence_pgmq:read
+-- requires: attempts
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create function pgfence_pgmq.read(lease_id uuid, queue text, vt interval, qty int default 1)
 returns table (attempt_id uuid, msg_id bigint, read_ct int, enqueued_at timestamptz, message jsonb)
 language plpgsql
 security definer
@@ -137,17 +231,17 @@ as $$
 declare
   v_lease pgfence.leases;
 begin
-  perform pgfence.check_not_null('lease_id', pgmq_read.lease_id);
-  perform pgfence.pgmq_queue_table(pgmq_read.queue);
-  perform pgfence.check_interval('vt', pgmq_read.vt);
-  if pgmq_read.qty is null or pgmq_read.qty not between 1 and 1000 then
-    perform pgfence.invalid_argument('qty', 'must be 1 to 1000', pgmq_read.qty::text);
+  perform pgfence.check_not_null('lease_id', read.lease_id);
+  perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(read.queue), 'select, update');
+  perform pgfence.check_interval('vt', read.vt);
+  if read.qty is null or read.qty not between 1 and 1000 then
+    perform pgfence.invalid_argument('qty', 'must be 1 to 1000', read.qty::text);
   end if;
   -- What fence() does, in the transaction of the read (as claim): the lease row stays locked
   -- until this transaction ends, so no successor is granted between the check and the read
   -- (I2), and the transaction is marked fenced for the lease's resource, so the read's update
   -- passes the guard of a protected queue table (and so does the rest of the transaction).
-  v_lease := pgfence.hold_current(pgmq_read.lease_id);
+  v_lease := pgfence.hold_current(read.lease_id);
   perform pgfence.mark_fenced(v_lease.resource, k.hmac_key) from pgfence.signing_key k;
   -- pgmq's own read (visible messages in msg_id order, SKIP LOCKED so that readers never wait
   -- for each other; vt in whole seconds, as pgmq counts it, rounded up), each message
@@ -155,11 +249,11 @@ begin
   return query
   with did_read as (
     select r.msg_id, r.read_ct, r.enqueued_at, r.message
-      from pgmq.read(pgmq_read.queue, ceil(date_part('epoch', pgmq_read.vt))::int, pgmq_read.qty) r),
+      from pgmq.read(read.queue, ceil(date_part('epoch', read.vt))::int, read.qty) r),
   attempts as (
-    insert into pgfence.pgmq_attempts as a (attempt_id, queue, msg_id, read_ct, lease_id)
-    select pgfence.pgmq_attempt_uuid(d.msg_id, d.read_ct), pgmq_read.queue, d.msg_id, d.read_ct,
-           pgmq_read.lease_id
+    insert into pgfence_pgmq.attempts as a (attempt_id, queue, msg_id, read_ct, enqueued_at, lease_id)
+    select pgfence_pgmq.attempt_uuid(d.msg_id, d.read_ct), read.queue, d.msg_id, d.read_ct, d.enqueued_at,
+           read.lease_id
       from did_read d
     returning a.attempt_id, a.msg_id)
   select a.attempt_id, d.msg_id, d.read_ct, d.enqueued_at, d.message
@@ -167,17 +261,18 @@ begin
    order by d.msg_id;
 end
 $$;
-comment on function pgfence.pgmq_read(uuid, text, interval, int) is
-  'Reads up to qty visible messages of a pgmq queue (pgmq.read) for vt, in whole seconds rounded up, only under the resource''s active, unexpired lease, '
-  'checked and held to the end of the transaction (as claim). Raises PF001, 22023.';
+comment on function pgfence_pgmq.read(uuid, text, interval, int) is
+  'Reads up to qty visible messages of a pgmq queue (pgmq.read) for vt, in whole seconds rounded up, only under the '
+  'resource''s active, unexpired lease, checked and held to the end of the transaction (as claim), and only where the '
+  'caller''s role may read the queue with pgmq itself. Raises PF001, 42501, 22023.';
 
-revoke all on function pgfence.pgmq_read(uuid, text, interval, int) from public;
-grant execute on function pgfence.pgmq_read(uuid, text, interval, int) to pgfence_worker;
+revoke all on function pgfence_pgmq.read(uuid, text, interval, int) from public;
+grant execute on function pgfence_pgmq.read(uuid, text, interval, int) to pgfence_worker;
 
 
--- change: pgmq_finish
--- Deploy pgfence_pgmq:pgmq_finish
--- requires: pgmq_attempts
+-- change: finish
+-- Deploy pgfence_pgmq:finish
+-- requires: attempts
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -185,29 +280,14 @@ grant execute on function pgfence.pgmq_read(uuid, text, interval, int) to pgfenc
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
--- A result admitted by its attempt writes a queue table that may be protected: the guard is
--- shown the attempt's lease's resource (pgfence.mark_fenced) for that one write, and the
--- caller puts back what this returns (NULL: the table is not protected, nothing was marked;
--- the keyed hash is spent only where a guard will look for it).
-create function pgfence.pgmq_mark(queue_table text, lease_id uuid)
-returns text
-language sql
-as $$
-  select pgfence.mark_fenced(l.resource, k.hmac_key)
-    from pgfence.leases l, pgfence.signing_key k
-   where l.lease_id operator(pg_catalog.=) pgmq_mark.lease_id
-     and exists (select from pgfence.protections p
-                  where p.tbl operator(pg_catalog.=)
-                        pg_catalog.to_regclass('pgmq.' operator(pg_catalog.||) pgmq_mark.queue_table));
-$$;
 
 -- archive and delete share one rule (I5), the one of pgfence's own complete and fail: the
 -- result of the attempt that holds the message is accepted, even after its lease expired or
 -- drained, as long as nobody read the message again since (its read_ct is still the one this
--- attempt's read gave it). Otherwise it is stale, and recorded in pgfence.stale_results.
--- One mechanism for one attempt and for a batch: pgmq_archive(id) is this function over
+-- attempt's read gave it). Otherwise it is stale, and recorded in pgfence_pgmq.stale_results.
+-- One mechanism for one attempt and for a batch: archive(id) is this function over
 -- array[id]. Outcomes are returned in the order of the ids.
-create function pgfence.pgmq_finish(attempt_ids uuid[], kind text)
+create function pgfence_pgmq.finish(attempt_ids uuid[], kind text)
 returns text[]
 language plpgsql
 security definer
@@ -220,16 +300,19 @@ declare
   -- The rule in the dynamic statements below: a message goes only if its read count is still
   -- its attempt's. For several messages, the read count of the attempt with the highest one
   -- for each message: an attempt with a lower one was read again since, and is stale anyway.
-  c_holds_one constant text := 'm.msg_id = $1 and m.read_ct = $2';
-  c_holds_many constant text := 'm.msg_id = any ($1) and m.read_ct = ($2)[array_position($1, m.msg_id)]';
-  v_n int := cardinality(pgmq_finish.attempt_ids);
-  v_at int;
+  -- The message is the one read (its enqueued_at too: a producer may insert a message again
+  -- under an old msg_id, read_ct counting up from 0 again).
+  c_holds_one constant text := 'm.msg_id = $1 and m.read_ct = $2 and m.enqueued_at = $3';
+  c_holds_many constant text := 'm.msg_id = any ($1) and m.read_ct = ($2)[array_position($1, m.msg_id)] '
+                                'and m.enqueued_at = ($3)[array_position($1, m.msg_id)]';
+  v_n int := cardinality(finish.attempt_ids);
   v_found int;
   v_finished uuid[];   -- the attempts that had a result accepted before this call: duplicates
   v_queues text[];
   v_leases uuid[];
   v_msg_ids bigint[];  -- the messages still to finish, of one queue, each once
   v_read_cts int[];    -- and the read count each must still have
+  v_enqueued timestamptz[];  -- and when it was enqueued
   v_attempts uuid[];   -- and the attempt that holds it if so
   v_queue text;
   v_table text;
@@ -242,27 +325,9 @@ declare
   v_accepted int := 0;
   v_outcomes text[];
 begin
-  -- Not check_not_null: a polymorphic function, it costs more per call than every other check here.
-  if pgmq_finish.attempt_ids is null then
-    perform pgfence.invalid_argument('attempt_ids', 'must not be NULL', null);
-  end if;
-  if v_n not between 1 and 1000 or array_ndims(pgmq_finish.attempt_ids) <> 1 then
-    perform pgfence.invalid_argument('attempt_ids', 'must be a one-dimensional array of 1 to 1000 attempt ids',
-                                     format('%s ids', v_n));
-  end if;
-  v_at := array_position(pgmq_finish.attempt_ids, null);
-  if v_at is not null then
-    perform pgfence.invalid_argument('attempt_ids', 'must not contain NULL', format('NULL at position %s', v_at));
-  end if;
-  if v_n > 1 then
-    if (select count(distinct u.a) from unnest(pgmq_finish.attempt_ids) u(a)) <> v_n then
-      perform pgfence.invalid_argument('attempt_ids', 'must not name an attempt twice',
-        (select format('%s more than once', min(d.a::text))
-           from (select u.a from unnest(pgmq_finish.attempt_ids) u(a) group by u.a having count(*) > 1) d));
-    end if;
-  end if;
-  if pgmq_finish.kind is null or pgmq_finish.kind not in ('archive', 'delete') then
-    perform pgfence.invalid_argument('kind', 'must be archive or delete', pgmq_finish.kind);
+  perform pgfence.check_batch(finish.attempt_ids);
+  if finish.kind is null or finish.kind not in ('archive', 'delete') then
+    perform pgfence.invalid_argument('kind', 'must be archive or delete', finish.kind);
   end if;
   -- The attempts are locked, in attempt_id order, before anything is written: two calls of one
   -- attempt are decided one after the other, and two batches over overlapping attempts given
@@ -276,53 +341,58 @@ begin
          array_agg(distinct l.lease_id) filter (where l.outcome is null),
          array_agg(l.msg_id order by l.msg_id, l.read_ct desc) filter (where l.outcome is null),
          array_agg(l.read_ct order by l.msg_id, l.read_ct desc) filter (where l.outcome is null),
+         array_agg(l.enqueued_at order by l.msg_id, l.read_ct desc) filter (where l.outcome is null),
          array_agg(l.attempt_id order by l.msg_id, l.read_ct desc) filter (where l.outcome is null)
-    into v_found, v_finished, v_queues, v_leases, v_msg_ids, v_read_cts, v_attempts
-    from (select a.attempt_id, a.outcome, a.queue, a.lease_id, a.msg_id, a.read_ct
-            from pgfence.pgmq_attempts a
-           where a.attempt_id = any (pgmq_finish.attempt_ids)
+    into v_found, v_finished, v_queues, v_leases, v_msg_ids, v_read_cts, v_enqueued, v_attempts
+    from (select a.attempt_id, a.outcome, a.queue, a.lease_id, a.msg_id, a.read_ct, a.enqueued_at
+            from pgfence_pgmq.attempts a
+           where a.attempt_id = any (finish.attempt_ids)
            order by a.attempt_id
              for update) l;
   if v_found < v_n then
-    perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence.pgmq_read',
-      (select u.a::text from unnest(pgmq_finish.attempt_ids) with ordinality u(a, n)
-        where not exists (select from pgfence.pgmq_attempts a where a.attempt_id = u.a)
+    perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence_pgmq.read',
+      (select u.a::text from unnest(finish.attempt_ids) with ordinality u(a, n)
+        where not exists (select from pgfence_pgmq.attempts a where a.attempt_id = u.a)
         order by u.n limit 1));
   end if;
   -- Per queue, one statement over all its messages that have no result yet.
   foreach v_queue in array coalesce(v_queues, '{}') loop
     if cardinality(v_queues) > 1 then
       select array_agg(distinct a.lease_id), array_agg(a.msg_id order by a.msg_id, a.read_ct desc),
-             array_agg(a.read_ct order by a.msg_id, a.read_ct desc), array_agg(a.attempt_id order by a.msg_id, a.read_ct desc)
-        into v_leases, v_msg_ids, v_read_cts, v_attempts
-        from pgfence.pgmq_attempts a
-       where a.attempt_id = any (pgmq_finish.attempt_ids) and a.queue = v_queue and a.outcome is null;
+             array_agg(a.read_ct order by a.msg_id, a.read_ct desc),
+             array_agg(a.enqueued_at order by a.msg_id, a.read_ct desc),
+             array_agg(a.attempt_id order by a.msg_id, a.read_ct desc)
+        into v_leases, v_msg_ids, v_read_cts, v_enqueued, v_attempts
+        from pgfence_pgmq.attempts a
+       where a.attempt_id = any (finish.attempt_ids) and a.queue = v_queue and a.outcome is null;
     end if;
-    v_table := pgfence.pgmq_queue_table(v_queue);
+    v_table := pgfence_pgmq.queue_table(v_queue);
+    -- What pgmq's own archive or delete would need of the caller's role.
+    perform pgfence_pgmq.check_allowed(v_table, 'select, delete', finish.kind = 'archive');
     -- These writes are authorized by the attempts, whose leases may have expired since, so the
     -- guard of a protected queue table is shown their resources for this statement alone.
     v_was := null;
     foreach v_lease in array v_leases loop
-      v_mark := pgfence.pgmq_mark(v_table, v_lease);
+      v_mark := pgfence_pgmq.mark(v_table, v_lease);
       v_was := coalesce(v_was, v_mark);  -- the first: what was there before any of them
     end loop;
     -- The check and the write are one statement. A reader that holds a message's row (read,
     -- not yet committed) is waited for and the count judged on what it committed; a reader that
     -- comes later skips the row (SKIP LOCKED) and then finds it gone. pgmq.archive's own
     -- statement, with the read count added; for one message in the form pgmq.archive plans
-    -- fastest (one message per call is the common case of pgmq_archive).
-    if cardinality(v_msg_ids) = 1 and pgmq_finish.kind = 'archive' then
+    -- fastest (one message per call is the common case of archive).
+    if cardinality(v_msg_ids) = 1 and finish.kind = 'archive' then
       execute format(
         'with gone as (delete from pgmq.%I m where %s'
         '              returning m.msg_id, m.vt, m.read_ct, m.enqueued_at, m.last_read_at, m.message, m.headers) '
         'insert into pgmq.%I (msg_id, vt, read_ct, enqueued_at, last_read_at, message, headers) '
         'select * from gone returning msg_id',
         v_table, c_holds_one, 'a' || substr(v_table, 2))
-        into v_one using v_msg_ids[1], v_read_cts[1];
+        into v_one using v_msg_ids[1], v_read_cts[1], v_enqueued[1];
     elsif cardinality(v_msg_ids) = 1 then
       execute format('delete from pgmq.%I m where %s returning m.msg_id', v_table, c_holds_one)
-        into v_one using v_msg_ids[1], v_read_cts[1];
-    elsif pgmq_finish.kind = 'archive' then
+        into v_one using v_msg_ids[1], v_read_cts[1], v_enqueued[1];
+    elsif finish.kind = 'archive' then
       execute format(
         'with gone as (delete from pgmq.%I m where %s'
         '              returning m.msg_id, m.vt, m.read_ct, m.enqueued_at, m.last_read_at, m.message, m.headers), '
@@ -330,11 +400,11 @@ begin
         '          select * from gone returning msg_id) '
         'select array_agg(msg_id) from moved',
         v_table, c_holds_many, 'a' || substr(v_table, 2))
-        into v_done using v_msg_ids, v_read_cts;
+        into v_done using v_msg_ids, v_read_cts, v_enqueued;
     else
       execute format('with gone as (delete from pgmq.%I m where %s returning m.msg_id) select array_agg(msg_id) from gone',
                      v_table, c_holds_many)
-        into v_done using v_msg_ids, v_read_cts;
+        into v_done using v_msg_ids, v_read_cts, v_enqueued;
     end if;
     if v_was is not null then
       perform set_config('pgfence.fenced', v_was, true);
@@ -342,14 +412,14 @@ begin
     -- What went is recorded on the attempt that held it.
     if cardinality(v_msg_ids) = 1 then
       if v_one is not null then
-        update pgfence.pgmq_attempts a
-           set outcome = pgmq_finish.kind, finished_at = clock_timestamp()
+        update pgfence_pgmq.attempts a
+           set outcome = finish.kind, finished_at = clock_timestamp()
          where a.attempt_id = v_attempts[1];
         v_accepted := v_accepted + 1;
       end if;
     else
-      update pgfence.pgmq_attempts a
-         set outcome = pgmq_finish.kind, finished_at = clock_timestamp()
+      update pgfence_pgmq.attempts a
+         set outcome = finish.kind, finished_at = clock_timestamp()
        where a.attempt_id = any (v_attempts) and a.msg_id = any (v_done)
          and a.read_ct = v_read_cts[array_position(v_msg_ids, a.msg_id)];
       get diagnostics v_count = row_count;
@@ -365,119 +435,241 @@ begin
                         when a.outcome is not null then 'accepted'
                         else 'stale' end order by u.n)
     into v_outcomes
-    from unnest(pgmq_finish.attempt_ids) with ordinality u(attempt_id, n)
-    join pgfence.pgmq_attempts a on a.attempt_id = u.attempt_id;
+    from unnest(finish.attempt_ids) with ordinality u(attempt_id, n)
+    join pgfence_pgmq.attempts a on a.attempt_id = u.attempt_id;
   if 'stale' = any (v_outcomes) then
-    insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, body, report, pgmq_queue)
-    select a.attempt_id, a.msg_id, a.read_ct, pgmq_finish.kind, null,
-           (select coalesce(max(s.report), 0) + 1 from pgfence.stale_results s where s.attempt_id = a.attempt_id),
-           a.queue
-      from pgfence.pgmq_attempts a
-     where a.attempt_id = any (pgmq_finish.attempt_ids) and a.outcome is null
-       and not exists (select from pgfence.stale_results s
-                        where s.attempt_id = a.attempt_id and s.kind = pgmq_finish.kind);
+    insert into pgfence_pgmq.stale_results (attempt_id, report, kind, queue, msg_id, read_ct)
+    select a.attempt_id,
+           (select coalesce(max(s.report), 0) + 1 from pgfence_pgmq.stale_results s where s.attempt_id = a.attempt_id),
+           finish.kind, a.queue, a.msg_id, a.read_ct
+      from pgfence_pgmq.attempts a
+     where a.attempt_id = any (finish.attempt_ids) and a.outcome is null
+       and not exists (select from pgfence_pgmq.stale_results s
+                        where s.attempt_id = a.attempt_id and s.kind = finish.kind);
   end if;
   return v_outcomes;
 end
 $$;
-comment on function pgfence.pgmq_finish(uuid[], text) is
-  'pgmq_archive and pgmq_archive_many (kind archive), pgmq_delete and pgmq_delete_many (kind delete): '
-  'the outcome of each attempt, in the order given. Raises 22023.';
+comment on function pgfence_pgmq.finish(uuid[], text) is
+  'archive and archive_many (kind archive), delete and delete_many (kind delete): the outcome of each attempt, in '
+  'the order given. Raises 42501, 22023.';
 
--- The names of the contract: the single ones inlined into the caller's query (LANGUAGE sql, no
--- SET, not SECURITY DEFINER, every name qualified), so a call costs one function's SET, not two.
-create function pgfence.pgmq_archive(attempt_id uuid)
+revoke all on function pgfence_pgmq.finish(uuid[], text) from public;
+-- archive and delete, inlined into the caller's query, call it as the caller.
+grant execute on function pgfence_pgmq.finish(uuid[], text) to pgfence_worker;
+
+
+-- change: archive
+-- Deploy pgfence_pgmq:archive
+-- requires: finish
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- The name of the contract, inlined into the caller's query (LANGUAGE sql, no SET, not
+-- SECURITY DEFINER, every name qualified), so a call costs one function's SET, not two.
+create function pgfence_pgmq.archive(attempt_id uuid)
 returns text
 language sql
 as $$
-  select (pgfence.pgmq_finish(array[pgmq_archive.attempt_id], 'archive'))[1];
+  select (pgfence_pgmq.finish(array[$1], 'archive'))[1];
 $$;
-comment on function pgfence.pgmq_archive(uuid) is
+comment on function pgfence_pgmq.archive(uuid) is
   'Archives the message of an attempt (as pgmq.archive): accepted while nobody read it again since, also after '
-  'the lease expired; duplicate for a retry of an accepted attempt; stale (recorded in pgfence.stale_results) '
-  'otherwise. Raises 22023 for an unknown attempt.';
+  'the lease expired; duplicate for a retry of an accepted attempt; stale (recorded in pgfence_pgmq.stale_results) '
+  'otherwise. Raises 42501 where the caller''s role may not archive with pgmq itself, 22023 for an unknown attempt.';
 
-create function pgfence.pgmq_delete(attempt_id uuid)
+-- The batch: one row per id, in the order given (plpgsql without SET, every name qualified:
+-- its plan is kept, where a LANGUAGE sql function returning a set would be planned per call).
+create function pgfence_pgmq.archive_many(attempt_ids uuid[])
+returns table (attempt_id uuid, outcome text)
+language plpgsql
+as $$
+begin
+  return query
+  select u.attempt_id, u.outcome
+    from rows from (pg_catalog.unnest($1),
+                    pg_catalog.unnest(pgfence_pgmq.finish($1, 'archive'))) as u(attempt_id, outcome);
+end
+$$;
+comment on function pgfence_pgmq.archive_many(uuid[]) is
+  'archive for each attempt of attempt_ids, by its rule: one row per id, in the order given, outcome accepted, duplicate '
+  'or stale; per queue one statement over all its messages. Raises 22023, changing nothing, for a NULL or empty '
+  'array, more than 1000 ids, a NULL or repeated id, or any unknown attempt (pgfence.check_batch); 42501.';
+
+revoke all on function pgfence_pgmq.archive(uuid), pgfence_pgmq.archive_many(uuid[]) from public;
+grant execute on function pgfence_pgmq.archive(uuid), pgfence_pgmq.archive_many(uuid[]) to pgfence_worker;
+
+
+-- change: delete
+-- Deploy pgfence_pgmq:delete
+-- requires: finish
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- The name of the contract, inlined into the caller's query (LANGUAGE sql, no SET, not
+-- SECURITY DEFINER, every name qualified), so a call costs one function's SET, not two.
+create function pgfence_pgmq.delete(attempt_id uuid)
 returns text
 language sql
 as $$
-  select (pgfence.pgmq_finish(array[pgmq_delete.attempt_id], 'delete'))[1];
+  select (pgfence_pgmq.finish(array[$1], 'delete'))[1];
 $$;
-comment on function pgfence.pgmq_delete(uuid) is
-  'Deletes the message of an attempt (as pgmq.delete), by the rule of pgmq_archive.';
+comment on function pgfence_pgmq.delete(uuid) is
+  'Deletes the message of an attempt (as pgmq.delete), by the rule of archive.';
 
--- The batches: one row per id, in the order given (plpgsql without SET, every name qualified:
+-- The batch: one row per id, in the order given (plpgsql without SET, every name qualified:
 -- its plan is kept, where a LANGUAGE sql function returning a set would be planned per call).
-create function pgfence.pgmq_archive_many(attempt_ids uuid[])
+create function pgfence_pgmq.delete_many(attempt_ids uuid[])
 returns table (attempt_id uuid, outcome text)
 language plpgsql
 as $$
 begin
   return query
   select u.attempt_id, u.outcome
-    from rows from (pg_catalog.unnest(pgmq_archive_many.attempt_ids),
-                    pg_catalog.unnest(pgfence.pgmq_finish(pgmq_archive_many.attempt_ids, 'archive'))) as u(attempt_id, outcome);
+    from rows from (pg_catalog.unnest($1),
+                    pg_catalog.unnest(pgfence_pgmq.finish($1, 'delete'))) as u(attempt_id, outcome);
 end
 $$;
-comment on function pgfence.pgmq_archive_many(uuid[]) is
-  'pgmq_archive for each attempt of attempt_ids, by its rule: one row per id, in the order given, outcome accepted, '
-  'duplicate or stale; per queue one statement over all its messages. Raises 22023, changing nothing, for a NULL or '
-  'empty array, more than 1000 ids, a NULL or repeated id, or any unknown attempt.';
+comment on function pgfence_pgmq.delete_many(uuid[]) is
+  'delete for each attempt of attempt_ids, by its rule: one row per id, in the order given, outcome accepted, duplicate '
+  'or stale; per queue one statement over all its messages. Raises 22023, changing nothing, for a NULL or empty '
+  'array, more than 1000 ids, a NULL or repeated id, or any unknown attempt (pgfence.check_batch); 42501.';
 
-create function pgfence.pgmq_delete_many(attempt_ids uuid[])
-returns table (attempt_id uuid, outcome text)
-language plpgsql
-as $$
-begin
-  return query
-  select u.attempt_id, u.outcome
-    from rows from (pg_catalog.unnest(pgmq_delete_many.attempt_ids),
-                    pg_catalog.unnest(pgfence.pgmq_finish(pgmq_delete_many.attempt_ids, 'delete'))) as u(attempt_id, outcome);
-end
-$$;
-comment on function pgfence.pgmq_delete_many(uuid[]) is
-  'pgmq_delete for each attempt of attempt_ids, by the rule of pgmq_archive_many.';
+revoke all on function pgfence_pgmq.delete(uuid), pgfence_pgmq.delete_many(uuid[]) from public;
+grant execute on function pgfence_pgmq.delete(uuid), pgfence_pgmq.delete_many(uuid[]) to pgfence_worker;
+
+
+-- change: set_vt
+-- Deploy pgfence_pgmq:set_vt
+-- requires: attempts
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
 -- A long handler keeps its message: like pgfence.extend, by the attempt alone.
-create function pgfence.pgmq_set_vt(attempt_id uuid, vt interval)
+create function pgfence_pgmq.set_vt(attempt_id uuid, vt interval)
 returns timestamptz
 language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_attempt pgfence.pgmq_attempts;
+  v_attempt pgfence_pgmq.attempts;
+  v_table text;
   v_vt timestamptz;
   v_was text;
 begin
-  perform pgfence.check_not_null('attempt_id', pgmq_set_vt.attempt_id);
-  perform pgfence.check_interval('vt', pgmq_set_vt.vt);
-  select * into v_attempt from pgfence.pgmq_attempts a where a.attempt_id = pgmq_set_vt.attempt_id;
+  perform pgfence.check_not_null('attempt_id', set_vt.attempt_id);
+  perform pgfence.check_interval('vt', set_vt.vt);
+  select * into v_attempt from pgfence_pgmq.attempts a where a.attempt_id = set_vt.attempt_id;
   if not found then
-    perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence.pgmq_read',
-                                     pgmq_set_vt.attempt_id::text);
+    perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence_pgmq.read',
+                                     set_vt.attempt_id::text);
   end if;
   if v_attempt.outcome is not null then
     return null;
   end if;
-  v_was := pgfence.pgmq_mark(pgfence.pgmq_queue_table(v_attempt.queue), v_attempt.lease_id);
-  execute format('update pgmq.%I m set vt = clock_timestamp() + $3 where m.msg_id = $1 and m.read_ct = $2 '
-                 'returning m.vt', pgfence.pgmq_queue_table(v_attempt.queue))
-     into v_vt using v_attempt.msg_id, v_attempt.read_ct, pgmq_set_vt.vt;
+  v_table := pgfence_pgmq.queue_table(v_attempt.queue);
+  perform pgfence_pgmq.check_allowed(v_table, 'select, update');
+  v_was := pgfence_pgmq.mark(v_table, v_attempt.lease_id);
+  execute format('update pgmq.%I m set vt = clock_timestamp() + $4 '
+                 'where m.msg_id = $1 and m.read_ct = $2 and m.enqueued_at = $3 returning m.vt', v_table)
+     into v_vt using v_attempt.msg_id, v_attempt.read_ct, v_attempt.enqueued_at, set_vt.vt;
   if v_was is not null then
     perform set_config('pgfence.fenced', v_was, true);
   end if;
   return v_vt;
 end
 $$;
-comment on function pgfence.pgmq_set_vt(uuid, interval) is
+comment on function pgfence_pgmq.set_vt(uuid, interval) is
   'A long handler keeps its message: visible again vt from now. NULL when the message was read again since, '
-  'or finished. Raises 22023 for an unknown attempt.';
+  'or finished. Raises 42501, 22023 for an unknown attempt.';
 
-revoke all on function pgfence.pgmq_mark(text, uuid), pgfence.pgmq_finish(uuid[], text), pgfence.pgmq_archive(uuid), pgfence.pgmq_delete(uuid),
-                       pgfence.pgmq_archive_many(uuid[]), pgfence.pgmq_delete_many(uuid[]), pgfence.pgmq_set_vt(uuid, interval)
-  from public;
-grant execute on function pgfence.pgmq_archive(uuid), pgfence.pgmq_delete(uuid), pgfence.pgmq_set_vt(uuid, interval),
-                         pgfence.pgmq_archive_many(uuid[]), pgfence.pgmq_delete_many(uuid[]), pgfence.pgmq_finish(uuid[], text)
-   to pgfence_worker;
+revoke all on function pgfence_pgmq.set_vt(uuid, interval) from public;
+grant execute on function pgfence_pgmq.set_vt(uuid, interval) to pgfence_worker;
+
+
+-- change: in_flight
+-- Deploy pgfence_pgmq:in_flight
+-- requires: attempts
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Update windows count this layer's work (pgfence.update_status, through pgfence.layers):
+-- per resource, the messages read under one of its leases that have no result and are still
+-- hidden, as read (the same read count, the same message): a handler may still be working on
+-- them. A message visible again, or read again since, is no longer its reader's.
+create function pgfence_pgmq.in_flight(resources text[])
+returns table (resource text, kind text, in_flight bigint)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_queue text;
+  v_n bigint;
+begin
+  for v_queue in
+    select distinct a.queue
+      from pgfence.leases l join pgfence_pgmq.attempts a on a.lease_id = l.lease_id and a.outcome is null
+     where l.resource = any (in_flight.resources)
+  loop
+    if pg_catalog.to_regclass(format('pgmq.%I', pg_catalog.lower('q_' || v_queue))) is null then
+      continue;  -- the queue was dropped: nothing of it is in flight
+    end if;
+    return query execute format(
+      'select l.resource, ''pgmq''::text, count(*) '
+      '  from pgfence.leases l join pgfence_pgmq.attempts a on a.lease_id = l.lease_id and a.outcome is null '
+      '  join pgmq.%I m on m.msg_id = a.msg_id and m.read_ct = a.read_ct and m.enqueued_at = a.enqueued_at '
+      ' where l.resource = any ($1) and a.queue = $2 and m.vt > clock_timestamp() '
+      ' group by l.resource', pg_catalog.lower('q_' || v_queue))
+      using in_flight.resources, v_queue;
+  end loop;
+end
+$$;
+comment on function pgfence_pgmq.in_flight(text[]) is
+  'pgfence.layers: per resource, the pgmq messages read under its leases, without a result and still hidden.';
+revoke all on function pgfence_pgmq.in_flight(text[]) from public;
+
+insert into pgfence.layers (schema_name, in_flight) values ('pgfence_pgmq', 'pgfence_pgmq.in_flight(text[])');
+
+
+-- change: lockdown
+-- Deploy pgfence_pgmq:lockdown
+-- requires: schema
+-- requires: attempts
+-- requires: read
+-- requires: finish
+-- requires: archive
+-- requires: delete
+-- requires: set_vt
+-- requires: in_flight
+--
+-- The last change: the core's lockdown, applied to this layer's schema. Whatever default
+-- privileges the database carries (Supabase's hand new functions and tables to anon and
+-- authenticated), nobody but the owner and the three pgfence roles keeps a privilege here.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+do $$ begin perform pgfence.lockdown('pgfence_pgmq'); end $$;
 

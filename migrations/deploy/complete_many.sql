@@ -2,6 +2,7 @@
 -- requires: complete
 -- requires: report
 -- requires: checks
+-- requires: check_batch
 -- requires: errors
 
 begin;
@@ -21,27 +22,10 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_n int := cardinality(complete_many.attempt_ids);
-  v_at int;
   v_accepted bigint[];
   v_key bytea;
 begin
-  -- Not check_not_null: a polymorphic function, it costs more per call than every other check here.
-  if complete_many.attempt_ids is null then
-    perform pgfence.invalid_argument('attempt_ids', 'must not be NULL', null);
-  end if;
-  if v_n not between 1 and 1000 or array_ndims(complete_many.attempt_ids) <> 1 then
-    perform pgfence.invalid_argument('attempt_ids', 'must be a one-dimensional array of 1 to 1000 attempt ids',
-                                     format('%s ids', v_n));
-  end if;
-  v_at := array_position(complete_many.attempt_ids, null);
-  if v_at is not null then
-    perform pgfence.invalid_argument('attempt_ids', 'must not contain NULL', format('NULL at position %s', v_at));
-  end if;
-  if (select count(distinct u.a) from unnest(complete_many.attempt_ids) u(a)) <> v_n then
-    perform pgfence.invalid_argument('attempt_ids', 'must not name an attempt twice',
-      (select format('%s more than once', min(d.a::text))
-         from (select u.a from unnest(complete_many.attempt_ids) u(a) group by u.a having count(*) > 1) d));
-  end if;
+  perform pgfence.check_batch(complete_many.attempt_ids);
   if complete_many.results is not null
      and (cardinality(complete_many.results) <> v_n or array_ndims(complete_many.results) <> 1) then
     perform pgfence.invalid_argument('results', 'must be NULL or a one-dimensional array of one result per attempt id',

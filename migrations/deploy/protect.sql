@@ -52,7 +52,8 @@ $$;
 comment on function pgfence.guard() is
   'Trigger of protected tables: rejects (enforce) or records (observe) a write in a transaction that has fenced none of its resources.';
 
-create or replace function pgfence.protect(tbl regclass, resources text[], mode text default 'enforce')
+create or replace function pgfence.protect(tbl regclass, resources text[], mode text default 'enforce',
+                                           consumers_only boolean default false)
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -61,10 +62,10 @@ declare
   v_resources text[];
   v_unknown text[];
   v_renamed name;
-  v_queue boolean;
   v_events text := 'insert or update or delete or truncate';
 begin
   perform pgfence.check_not_null('tbl', protect.tbl);
+  perform pgfence.check_not_null('consumers_only', protect.consumers_only);
   if protect.resources is null or cardinality(protect.resources) not between 1 and 100
      or array_position(protect.resources, null) is not null then
     perform pgfence.invalid_argument('resources', 'must be 1 to 100 resource names, none of them NULL',
@@ -94,26 +95,9 @@ begin
   if cardinality(v_unknown) > 0 then
     perform pgfence.resource_not_found(array_to_string(v_unknown, ', '));
   end if;
-  -- A pgmq queue's table (pgmq.q_NAME of a queue in pgmq.meta) is guarded where its consumers
-  -- write: read, set_vt, archive and delete update or delete its rows. Producers insert
-  -- (pgmq.send) and need no lease.
-  if (select n.nspname = 'pgmq' and c.relname like 'q\_%'
-        from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
-       where c.oid = protect.tbl)
-     and pg_catalog.to_regclass('pgmq.meta') is not null then
-    -- (pgmq.meta named at run time: pgfence does not need pgmq to be there)
-    execute format('select exists (select from %s m where ''q_'' || lower(m.queue_name) = $1)',
-                   pg_catalog.to_regclass('pgmq.meta'))
-       into strict v_queue using (select c.relname from pg_catalog.pg_class c where c.oid = protect.tbl);
-    if v_queue then
-      v_events := 'update or delete or truncate';
-    end if;
-  end if;
-  -- pgflow's step_tasks likewise: pgflow.start_flow inserts a run's tasks (producers, no
-  -- lease); its workers update them (start_tasks, complete_task, fail_task).
-  if (select n.nspname = 'pgflow' and c.relname = 'step_tasks'
-        from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
-       where c.oid = protect.tbl) then
+  -- A queue whose producers insert without a lease (pgmq.send, pgflow.start_flow) is guarded
+  -- where its consumers write: update, delete, truncate. The layers protect theirs so.
+  if protect.consumers_only then
     v_events := 'update or delete or truncate';
   end if;
   -- Runs as the caller: creating a trigger needs the caller's own TRIGGER privilege on tbl,
@@ -131,16 +115,20 @@ begin
                  'for each statement execute function pgfence.guard(%s)',
                  v_events, protect.tbl,
                  (select string_agg(quote_literal(a), ', ') from unnest(v_resources || protect.mode) a));
-  insert into pgfence.protections as p (tbl, resources, mode)
-  values (protect.tbl, v_resources, protect.mode)
+  insert into pgfence.protections as p (tbl, resources, mode, events)
+  values (protect.tbl, v_resources, protect.mode,
+          case when protect.consumers_only then '{update,delete,truncate}'::text[]
+               else '{insert,update,delete,truncate}' end)
   on conflict on constraint protections_pkey
-  do update set resources = excluded.resources, mode = excluded.mode, protected_at = clock_timestamp();
+  do update set resources = excluded.resources, mode = excluded.mode, events = excluded.events,
+                protected_at = clock_timestamp();
 end
 $$;
-comment on function pgfence.protect(regclass, text[], text) is
+comment on function pgfence.protect(regclass, text[], text, boolean) is
   'Operator: writes to tbl are rejected with PF007 (enforce) or recorded in pgfence.unfenced_writes (observe) '
-  'unless the transaction fenced one of resources (replicas that serve one queue). A pgmq queue''s table is '
-  'guarded against its consumers'' writes only, not pgmq.send, and so is pgflow.step_tasks (not pgflow.start_flow). Replaces an earlier protection of tbl. Raises PF002, 22023.';
+  'unless the transaction fenced one of resources (replicas that serve one queue). consumers_only: inserts pass '
+  '(a queue''s producers), updates, deletes and truncates are guarded. Replaces an earlier protection of tbl. '
+  'Raises PF002, 22023.';
 
 create or replace function pgfence.protect(tbl regclass, resource text, mode text default 'enforce')
 returns void
@@ -179,12 +167,12 @@ comment on function pgfence.unprotect(regclass) is 'Operator: removes the protec
 
 revoke all on function pgfence.guard() from public;
 revoke all on function pgfence.protect(regclass, text, text) from public;
-revoke all on function pgfence.protect(regclass, text[], text) from public;
+revoke all on function pgfence.protect(regclass, text[], text, boolean) from public;
 revoke all on function pgfence.unprotect(regclass) from public;
 -- protect runs as the operator, who needs the guard (to create the trigger) and a look at
 -- the registered names; firing the trigger later needs no privilege of the writer.
 grant execute on function pgfence.guard() to pgfence_operator;
-grant execute on function pgfence.protect(regclass, text, text), pgfence.protect(regclass, text[], text),
+grant execute on function pgfence.protect(regclass, text, text), pgfence.protect(regclass, text[], text, boolean),
                          pgfence.unprotect(regclass)
    to pgfence_operator;
 

@@ -15,6 +15,11 @@ create table pgfence.protections (
   tbl          regclass primary key,            -- follows renames; dumps and restores by name
   resources    text[] not null,                 -- a write needs a fence of any one of them
   mode         text not null check (mode in ('enforce', 'observe')),
+  -- The writes the guard covers: every kind, or (protect's consumers_only) all but insert, for
+  -- a queue table whose producers insert without a lease. protected_tables checks the trigger
+  -- against exactly these.
+  events       text[] not null default '{insert,update,delete,truncate}'
+               check (events in ('{insert,update,delete,truncate}', '{update,delete,truncate}')),
   protected_at timestamptz not null default clock_timestamp()
 );
 comment on table pgfence.protections is 'Tables protect was asked to protect. Not a public interface: see pgfence.protected_tables.';

@@ -1,7 +1,6 @@
 -- Deploy pgfence:queue_status
 -- requires: tasks
 -- requires: stale_results
--- requires: stale_sources
 -- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
 
 begin;
@@ -12,7 +11,7 @@ set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
 -- Queued tasks belong to a queue, not a resource: several resources may serve one queue.
-create or replace view pgfence.queue_status as
+create view pgfence.queue_status as
 select t.queue,
        count(*) filter (where t.state = 'queued') as queued,
        count(*) filter (where t.state = 'queued' and t.ready_at <= clock_timestamp()) as ready,
@@ -22,7 +21,7 @@ select t.queue,
        count(*) filter (where t.state = 'failed') as failed,
        (select count(*) from pgfence.stale_results s
           join pgfence.tasks st on st.task_id = s.task_id
-         where st.queue = t.queue and s.pgmq_queue is null) as stale_results
+         where st.queue = t.queue) as stale_results
   from pgfence.tasks t
  group by t.queue;
 comment on view pgfence.queue_status is

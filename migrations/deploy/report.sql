@@ -3,7 +3,6 @@
 -- requires: stale_reports
 -- requires: tasks
 -- requires: stale_results
--- requires: stale_sources
 -- requires: attempt_id
 -- requires: errors
 
@@ -51,7 +50,7 @@ begin
                     where s.attempt_id = report.attempt_id and s.kind = report.kind
                       and s.body is not distinct from report.body) then
       select count(*) into v_reports from pgfence.stale_results s
-       where s.task_id = v_task_id and s.attempt = v_attempt and s.pgmq_queue is null;
+       where s.task_id = v_task_id and s.attempt = v_attempt;
       if v_reports >= 10 then
         raise exception 'pgfence: attempt % of task % has sent 10 stale results already', v_attempt, v_task_id
           using errcode = '54000',

@@ -20,5 +20,11 @@ alter table pgfence.stale_results add constraint stale_results_pkey primary key 
 -- The bound on what one task attempt may store is counted by this index.
 -- squawk-ignore require-concurrent-index-creation
 create index stale_results_task_attempt on pgfence.stale_results (task_id, attempt);
+-- An attempt id is its holder's capability, also once superseded (it still files reports):
+-- monitors and operators read every column but attempt_id; task_id and attempt name the
+-- attempt for them.
+revoke select on table pgfence.stale_results from pgfence_monitor, pgfence_operator;
+grant select (task_id, attempt, kind, body, received_at, report) on table pgfence.stale_results
+   to pgfence_monitor, pgfence_operator;
 
 commit;

@@ -1,8 +1,10 @@
 -- Revert pgfence:lockdown
--- Nothing to undo: revoked privileges were never pgfence's to give.
+-- Revoked privileges were never pgfence's to give: only the function goes.
 
 begin;
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
 
-select 1;
+drop function if exists pgfence.lockdown(name);
 
 commit;

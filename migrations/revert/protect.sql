@@ -16,7 +16,7 @@ begin
   end if;
 end
 $$;
-drop function pgfence.protect(regclass, text[], text);
+drop function pgfence.protect(regclass, text[], text, boolean);
 
 -- Statement-level: the check costs one marker comparison per statement, not a lookup per
 -- row, and the lock that fence() holds keeps its answer true until commit. It runs AFTER the

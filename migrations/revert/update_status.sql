@@ -7,7 +7,8 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create or replace function pgfence.update_status(token uuid)
+drop function pgfence.update_status(uuid);
+create function pgfence.update_status(token uuid)
 returns table (resource text, saved_enabled boolean, enabled boolean, active_owner text,
                draining_leases bigint, in_flight_tasks bigint, pending_invocations bigint,
                verdict text, last_heartbeat timestamptz)

@@ -55,12 +55,10 @@ begin
                                  p.proconfig, pg_catalog.md5(p.prosrc))
           from pg_catalog.pg_proc p
          where p.pronamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
-           and p.proname operator(pg_catalog.!~~) 'pgmq\_%'
         union all
         select pg_catalog.format('relation %s %s', c.relname, c.relkind)
           from pg_catalog.pg_class c
          where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
-           and c.relname operator(pg_catalog.!~~) 'pgmq\_%'
         union all
         select pg_catalog.format('column %s.%s %s notnull=%s default=%s identity=%s', c.relname, a.attname,
                                  pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull,
@@ -70,21 +68,18 @@ begin
           left join pg_catalog.pg_attrdef d
                  on d.adrelid operator(pg_catalog.=) a.attrelid and d.adnum operator(pg_catalog.=) a.attnum
          where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
-           and c.relname operator(pg_catalog.!~~) 'pgmq\_%'
            and a.attnum operator(pg_catalog.>) 0 and not a.attisdropped
         union all
         select pg_catalog.format('constraint %s.%s %s', c.relname, k.conname, pg_catalog.pg_get_constraintdef(k.oid))
           from pg_catalog.pg_constraint k
           join pg_catalog.pg_class c on c.oid operator(pg_catalog.=) k.conrelid
          where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
-           and c.relname operator(pg_catalog.!~~) 'pgmq\_%'
            and k.contype operator(pg_catalog.<>) 'n'  -- PostgreSQL 18 lists NOT NULL here too (attnotnull has it)
         union all
         select pg_catalog.format('index %s', pg_catalog.pg_get_indexdef(i.indexrelid))
           from pg_catalog.pg_index i
           join pg_catalog.pg_class c on c.oid operator(pg_catalog.=) i.indrelid
-         where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
-           and c.relname operator(pg_catalog.!~~) 'pgmq\_%') s(x)) into v_fingerprint;
+         where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace) s(x)) into v_fingerprint;
   if coalesce(v_fingerprint, '') operator(pg_catalog.<>) 'f1e191063432c8ad23b452e5c5b9ebaf' then
     raise exception 'pgfence: the pgfence schema differs from release 0.1.0 '
                     'as released (changed by hand?)'
@@ -927,6 +922,8 @@ grant execute on function pgfence.request_start(text, interval) to pgfence_worke
 -- requires: tasks
 -- requires: checks
 -- requires: errors
+-- requires: layers
+-- requires: unfenced_writes
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -934,23 +931,48 @@ grant execute on function pgfence.request_start(text, interval) to pgfence_worke
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create or replace function pgfence.update_status(token uuid)
+-- Its result gained columns (in_flight, unfenced_writes): a function's result type is replaced
+-- by dropping it. Nothing in the schema calls it.
+do $$
+begin
+  if pg_catalog.to_regprocedure('pgfence.update_status(uuid)') is not null then
+    drop function pgfence.update_status(uuid);
+  end if;
+end
+$$;
+create function pgfence.update_status(token uuid)
 returns table (resource text, saved_enabled boolean, enabled boolean, active_owner text,
                draining_leases bigint, in_flight_tasks bigint, pending_invocations bigint,
-               verdict text, last_heartbeat timestamptz)
+               verdict text, last_heartbeat timestamptz, in_flight jsonb, unfenced_writes jsonb)
 language plpgsql
 stable
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+  v_resources text[];
+  v_opened timestamptz;
+  v_layer regproc;
+  v_rows jsonb;
+  v_layers jsonb := '[]';
 begin
   perform pgfence.check_not_null('token', update_status.token);
-  if not exists (select from pgfence.updates u where u.token = update_status.token) then
+  select u.resources, u.prepared_at into v_resources, v_opened
+    from pgfence.updates u where u.token = update_status.token;
+  if not found then
     perform pgfence.update_not_found(update_status.token);
   end if;
+  -- Each installed layer's work in flight under the resources' leases (pgfence.layers): the
+  -- core names no layer, each layer counts its own.
+  for v_layer in select l.in_flight::oid::regproc from pgfence.layers l order by l.schema_name loop
+    execute format('select coalesce(jsonb_agg(jsonb_build_object(''resource'', f.resource, ''kind'', f.kind, '
+                   '''n'', f.in_flight)), ''[]'') from %s($1) f where f.in_flight > 0', v_layer)
+       into v_rows using v_resources;
+    v_layers := v_layers || v_rows;
+  end loop;
   -- Reads only, so it runs in a read-only transaction. drained means observed quiet: no
   -- current lease, no draining lease still renewing, no task held, no start pending. It is
-  -- not proof that a runtime terminated. unknown: a draining lease went silent (expired)
+  -- not proof that a runtime terminated. Held work counts every layer's (in_flight, by kind). unknown: a draining lease went silent (expired)
   -- while its attempts still hold tasks; nobody can tell whether their handlers stopped.
   return query
   select i.resource,
@@ -962,9 +984,11 @@ begin
          p.pending,
          case when i.outcome is not null then 'finished'
               when d.silent_holding > 0 then 'unknown'
-              when cur.owner is not null or d.live > 0 or t.held > 0 or p.pending > 0 then 'draining'
+              when cur.owner is not null or d.live > 0 or t.held > 0 or lw.n > 0 or p.pending > 0 then 'draining'
               else 'drained' end,
-         d.heartbeat
+         d.heartbeat,
+         jsonb_build_object('tasks', t.held) || lw.kinds,
+         uw.writes
     from pgfence.update_items i
     join pgfence.resources r on r.resource = i.resource
     left join pgfence.leases cur
@@ -986,13 +1010,33 @@ begin
       select count(*) as pending
         from pgfence.invocations v
        where v.resource = i.resource and v.acknowledged_at is null and v.expires_at > clock_timestamp()) p
+    cross join lateral (
+      select coalesce(sum(k.n), 0)::bigint as n, coalesce(jsonb_object_agg(k.kind, k.n), '{}') as kinds
+        from (select e->>'kind' as kind, sum((e->>'n')::bigint) as n
+                from jsonb_array_elements(v_layers) e
+               where e->>'resource' = i.resource
+               group by e->>'kind') k) lw
+    -- Writers still unconverted (old binaries): unfenced writes of the resource's tables
+    -- recorded (observe mode) since the window opened.
+    cross join lateral (
+      select coalesce(jsonb_agg(jsonb_build_object('table', w.table_name, 'operation', w.operation,
+                                                   'role', w.role_name, 'application', w.application_name,
+                                                   'writes', w.writes, 'last_at', w.last_at)
+                                order by w.last_at desc), '[]') as writes
+        from (select x.table_name, x.operation, x.role_name, x.application_name,
+                     count(*) as writes, max(x.at) as last_at
+                from pgfence.unfenced_writes x
+               where x.at >= v_opened and i.resource = any (string_to_array(x.resource, ','))
+               group by x.table_name, x.operation, x.role_name, x.application_name) w) uw
    where i.token = update_status.token
    order by i.resource;
 end
 $$;
 comment on function pgfence.update_status(uuid) is
-  'Read-only view of an update window, one row per resource, with the verdict drained (observed quiet, not proof of '
-  'termination), draining, unknown (a draining lease went silent holding tasks) or finished. Raises PF005.';
+  'Read-only view of an update window, one row per resource, with the verdict drained (observed quiet: no task, '
+  'message or step of any layer in flight under its leases; not proof of termination), draining, unknown (a draining '
+  'lease went silent holding tasks) or finished; in_flight by kind (tasks and each layer''s), and the unfenced writes '
+  'seen since the window opened. Raises PF005.';
 
 revoke all on function pgfence.update_status(uuid) from public;
 grant execute on function pgfence.update_status(uuid) to pgfence_operator, pgfence_monitor;
@@ -1151,6 +1195,11 @@ create table pgfence.protections (
   tbl          regclass primary key,            -- follows renames; dumps and restores by name
   resources    text[] not null,                 -- a write needs a fence of any one of them
   mode         text not null check (mode in ('enforce', 'observe')),
+  -- The writes the guard covers: every kind, or (protect's consumers_only) all but insert, for
+  -- a queue table whose producers insert without a lease. protected_tables checks the trigger
+  -- against exactly these.
+  events       text[] not null default '{insert,update,delete,truncate}'
+               check (events in ('{insert,update,delete,truncate}', '{update,delete,truncate}')),
   protected_at timestamptz not null default clock_timestamp()
 );
 comment on table pgfence.protections is 'Tables protect was asked to protect. Not a public interface: see pgfence.protected_tables.';
@@ -1224,7 +1273,8 @@ $$;
 comment on function pgfence.guard() is
   'Trigger of protected tables: rejects (enforce) or records (observe) a write in a transaction that has fenced none of its resources.';
 
-create or replace function pgfence.protect(tbl regclass, resources text[], mode text default 'enforce')
+create or replace function pgfence.protect(tbl regclass, resources text[], mode text default 'enforce',
+                                           consumers_only boolean default false)
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -1233,10 +1283,10 @@ declare
   v_resources text[];
   v_unknown text[];
   v_renamed name;
-  v_queue boolean;
   v_events text := 'insert or update or delete or truncate';
 begin
   perform pgfence.check_not_null('tbl', protect.tbl);
+  perform pgfence.check_not_null('consumers_only', protect.consumers_only);
   if protect.resources is null or cardinality(protect.resources) not between 1 and 100
      or array_position(protect.resources, null) is not null then
     perform pgfence.invalid_argument('resources', 'must be 1 to 100 resource names, none of them NULL',
@@ -1266,26 +1316,9 @@ begin
   if cardinality(v_unknown) > 0 then
     perform pgfence.resource_not_found(array_to_string(v_unknown, ', '));
   end if;
-  -- A pgmq queue's table (pgmq.q_NAME of a queue in pgmq.meta) is guarded where its consumers
-  -- write: read, set_vt, archive and delete update or delete its rows. Producers insert
-  -- (pgmq.send) and need no lease.
-  if (select n.nspname = 'pgmq' and c.relname like 'q\_%'
-        from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
-       where c.oid = protect.tbl)
-     and pg_catalog.to_regclass('pgmq.meta') is not null then
-    -- (pgmq.meta named at run time: pgfence does not need pgmq to be there)
-    execute format('select exists (select from %s m where ''q_'' || lower(m.queue_name) = $1)',
-                   pg_catalog.to_regclass('pgmq.meta'))
-       into strict v_queue using (select c.relname from pg_catalog.pg_class c where c.oid = protect.tbl);
-    if v_queue then
-      v_events := 'update or delete or truncate';
-    end if;
-  end if;
-  -- pgflow's step_tasks likewise: pgflow.start_flow inserts a run's tasks (producers, no
-  -- lease); its workers update them (start_tasks, complete_task, fail_task).
-  if (select n.nspname = 'pgflow' and c.relname = 'step_tasks'
-        from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
-       where c.oid = protect.tbl) then
+  -- A queue whose producers insert without a lease (pgmq.send, pgflow.start_flow) is guarded
+  -- where its consumers write: update, delete, truncate. The layers protect theirs so.
+  if protect.consumers_only then
     v_events := 'update or delete or truncate';
   end if;
   -- Runs as the caller: creating a trigger needs the caller's own TRIGGER privilege on tbl,
@@ -1303,16 +1336,20 @@ begin
                  'for each statement execute function pgfence.guard(%s)',
                  v_events, protect.tbl,
                  (select string_agg(quote_literal(a), ', ') from unnest(v_resources || protect.mode) a));
-  insert into pgfence.protections as p (tbl, resources, mode)
-  values (protect.tbl, v_resources, protect.mode)
+  insert into pgfence.protections as p (tbl, resources, mode, events)
+  values (protect.tbl, v_resources, protect.mode,
+          case when protect.consumers_only then '{update,delete,truncate}'::text[]
+               else '{insert,update,delete,truncate}' end)
   on conflict on constraint protections_pkey
-  do update set resources = excluded.resources, mode = excluded.mode, protected_at = clock_timestamp();
+  do update set resources = excluded.resources, mode = excluded.mode, events = excluded.events,
+                protected_at = clock_timestamp();
 end
 $$;
-comment on function pgfence.protect(regclass, text[], text) is
+comment on function pgfence.protect(regclass, text[], text, boolean) is
   'Operator: writes to tbl are rejected with PF007 (enforce) or recorded in pgfence.unfenced_writes (observe) '
-  'unless the transaction fenced one of resources (replicas that serve one queue). A pgmq queue''s table is '
-  'guarded against its consumers'' writes only, not pgmq.send, and so is pgflow.step_tasks (not pgflow.start_flow). Replaces an earlier protection of tbl. Raises PF002, 22023.';
+  'unless the transaction fenced one of resources (replicas that serve one queue). consumers_only: inserts pass '
+  '(a queue''s producers), updates, deletes and truncates are guarded. Replaces an earlier protection of tbl. '
+  'Raises PF002, 22023.';
 
 create or replace function pgfence.protect(tbl regclass, resource text, mode text default 'enforce')
 returns void
@@ -1351,12 +1388,12 @@ comment on function pgfence.unprotect(regclass) is 'Operator: removes the protec
 
 revoke all on function pgfence.guard() from public;
 revoke all on function pgfence.protect(regclass, text, text) from public;
-revoke all on function pgfence.protect(regclass, text[], text) from public;
+revoke all on function pgfence.protect(regclass, text[], text, boolean) from public;
 revoke all on function pgfence.unprotect(regclass) from public;
 -- protect runs as the operator, who needs the guard (to create the trigger) and a look at
 -- the registered names; firing the trigger later needs no privilege of the writer.
 grant execute on function pgfence.guard() to pgfence_operator;
-grant execute on function pgfence.protect(regclass, text, text), pgfence.protect(regclass, text[], text),
+grant execute on function pgfence.protect(regclass, text, text), pgfence.protect(regclass, text[], text, boolean),
                          pgfence.unprotect(regclass)
    to pgfence_operator;
 
@@ -1380,6 +1417,7 @@ create view pgfence.protected_tables as
 select p.tbl::text as table_name,
        p.resources,
        p.mode,
+       p.events,
        g.tgname is not null as guard_present,
        coalesce(g.tgenabled in ('O', 'A'), false) as guard_enabled,
        coalesce(c.relkind = 'r' and not c.relispartition and not tree.member, false) as plain_table,
@@ -1388,7 +1426,7 @@ select p.tbl::text as table_name,
   from pgfence.protections p
   left join pg_catalog.pg_class c on c.oid = p.tbl
   left join lateral (
-         select t.tgname, t.tgenabled,
+         select t.tgname, t.tgenabled, t.tgtype, t.tgqual, t.tgattr,
                 pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000') as args
            from pg_catalog.pg_trigger t
           where t.tgrelid = p.tbl and t.tgfoid = 'pgfence.guard()'::regprocedure
@@ -1401,6 +1439,19 @@ select p.tbl::text as table_name,
          select case when c.oid is null then 'the table no longer exists'
                      when g.tgname is null then 'the guard trigger is missing'
                      when g.tgenabled not in ('O', 'A') then 'the guard trigger is disabled'
+                     -- What it fires for: after each statement (tgtype bit 1 row, 2 before,
+                     -- 64 instead of), for exactly the protection's events (4 insert, 8
+                     -- delete, 16 update, 32 truncate), whatever columns an update names, with
+                     -- no WHEN condition. A guard recreated AFTER TRUNCATE only, or WHEN
+                     -- (false), lets unfenced writes pass.
+                     when g.tgtype::int & 67 <> 0
+                     then 'the guard trigger does not fire after each statement'
+                     when g.tgtype::int & 60 <> (case when 'insert' = any (p.events) then 4 else 0 end) + 56
+                     then pg_catalog.format('the guard trigger does not fire for exactly %s',
+                                            pg_catalog.array_to_string(p.events, ', '))
+                     when g.tgqual is not null then 'the guard trigger has a WHEN condition'
+                     when pg_catalog.cardinality(g.tgattr::int2[]) > 0
+                     then 'the guard trigger fires only for updates of some columns'
                      when g.tgname <> 'pgfence_guard' then pg_catalog.format('the guard trigger was renamed to %I', g.tgname)
                      -- args: the resources, the mode, and an empty string after the last NUL
                      when not (g.args[1:cardinality(g.args) - 2] @> p.resources
@@ -1411,8 +1462,9 @@ select p.tbl::text as table_name,
                      then 'the table is no longer a plain table outside any inheritance or partition tree'
                 end as text) problem;
 comment on view pgfence.protected_tables is
-  'One row per protected table: its resources and mode, whether its guard is present and enabled and the table '
-  'still a plain table outside any inheritance or partition tree; healthy, or the problem. Run protect again to repair.';
+  'One row per protected table: its resources, mode and the writes it covers, whether its guard is present and '
+  'enabled, fires after each statement for exactly those writes with no WHEN condition, and the table is still a '
+  'plain table outside any inheritance or partition tree; healthy, or the problem. Run protect again to repair.';
 
 revoke all on pgfence.protected_tables from public;
 grant select on pgfence.protected_tables to pgfence_monitor, pgfence_operator;
@@ -1738,35 +1790,12 @@ alter table pgfence.stale_results add constraint stale_results_pkey primary key 
 -- The bound on what one task attempt may store is counted by this index.
 -- squawk-ignore require-concurrent-index-creation
 create index stale_results_task_attempt on pgfence.stale_results (task_id, attempt);
-
-
--- change: stale_sources
--- Deploy pgfence:stale_sources
--- requires: stale_reports
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- Stale results of pgmq messages (the optional pgmq layer) are kept here too, where operators
--- already look: task_id is then the message's msg_id, attempt its read count, and pgmq_queue
--- names the queue. NULL pgmq_queue: a task of pgfence's own queue.
-alter table pgfence.stale_results add column pgmq_queue text;
--- Widened, not weakened: the check is replaced by one that admits the two kinds of results
--- of a pgmq message as well. stale_results holds only refused results, a small table: its
--- checks are validated under the lock at once.
--- squawk-ignore ban-drop-constraint
-alter table pgfence.stale_results drop constraint stale_results_kind_check;
--- squawk-ignore constraint-missing-not-valid
-alter table pgfence.stale_results add constraint stale_results_kind_check
-  check (kind in ('complete', 'fail', 'archive', 'delete'));
--- squawk-ignore constraint-missing-not-valid
-alter table pgfence.stale_results add constraint stale_results_source_check
-  check ((pgmq_queue is null) = (kind in ('complete', 'fail')));
-comment on column pgfence.stale_results.pgmq_queue is
-  'The pgmq queue of a message (task_id is its msg_id, attempt its read count); NULL for a task of pgfence''s queue.';
+-- An attempt id is its holder's capability, also once superseded (it still files reports):
+-- monitors and operators read every column but attempt_id; task_id and attempt name the
+-- attempt for them.
+revoke select on table pgfence.stale_results from pgfence_monitor, pgfence_operator;
+grant select (task_id, attempt, kind, body, received_at, report) on table pgfence.stale_results
+   to pgfence_monitor, pgfence_operator;
 
 
 -- change: report
@@ -1775,7 +1804,6 @@ comment on column pgfence.stale_results.pgmq_queue is
 -- requires: stale_reports
 -- requires: tasks
 -- requires: stale_results
--- requires: stale_sources
 -- requires: attempt_id
 -- requires: errors
 
@@ -1822,7 +1850,7 @@ begin
                     where s.attempt_id = report.attempt_id and s.kind = report.kind
                       and s.body is not distinct from report.body) then
       select count(*) into v_reports from pgfence.stale_results s
-       where s.task_id = v_task_id and s.attempt = v_attempt and s.pgmq_queue is null;
+       where s.task_id = v_task_id and s.attempt = v_attempt;
       if v_reports >= 10 then
         raise exception 'pgfence: attempt % of task % has sent 10 stale results already', v_attempt, v_task_id
           using errcode = '54000',
@@ -2039,12 +2067,9 @@ revoke all on function pgfence.extend(uuid, interval) from public;
 grant execute on function pgfence.extend(uuid, interval) to pgfence_worker;
 
 
--- change: queue_status
--- Deploy pgfence:queue_status
--- requires: tasks
--- requires: stale_results
--- requires: stale_sources
--- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
+-- change: check_batch
+-- Deploy pgfence:check_batch
+-- requires: errors
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -2052,25 +2077,43 @@ grant execute on function pgfence.extend(uuid, interval) to pgfence_worker;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
--- Queued tasks belong to a queue, not a resource: several resources may serve one queue.
-create or replace view pgfence.queue_status as
-select t.queue,
-       count(*) filter (where t.state = 'queued') as queued,
-       count(*) filter (where t.state = 'queued' and t.ready_at <= clock_timestamp()) as ready,
-       count(*) filter (where t.state = 'claimed') as claimed,
-       count(*) filter (where t.state = 'claimed' and t.visible_until < clock_timestamp()) as overdue,
-       count(*) filter (where t.state = 'completed') as completed,
-       count(*) filter (where t.state = 'failed') as failed,
-       (select count(*) from pgfence.stale_results s
-          join pgfence.tasks st on st.task_id = s.task_id
-         where st.queue = t.queue and s.pgmq_queue is null) as stale_results
-  from pgfence.tasks t
- group by t.queue;
-comment on view pgfence.queue_status is
-  'One row per queue: tasks by state (ready = claimable now, overdue = visibility ran out, not yet requeued) and stale results.';
-
-revoke all on pgfence.queue_status from public;
-grant select on pgfence.queue_status to pgfence_monitor, pgfence_operator;
+-- The one check of a batch of attempt ids, for complete_many and every layer's *_many: a
+-- batch is a one-dimensional array of 1 to 1000 ids, none NULL, none twice. (Not
+-- check_not_null: a polymorphic function, it costs more per call than every check here.)
+create function pgfence.check_batch(attempt_ids uuid[])
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_n int := cardinality(check_batch.attempt_ids);
+  v_at int;
+begin
+  if check_batch.attempt_ids is null then
+    perform pgfence.invalid_argument('attempt_ids', 'must not be NULL', null);
+  end if;
+  if v_n not between 1 and 1000 or array_ndims(check_batch.attempt_ids) <> 1 then
+    perform pgfence.invalid_argument('attempt_ids', 'must be a one-dimensional array of 1 to 1000 attempt ids',
+                                     format('%s ids', v_n));
+  end if;
+  v_at := array_position(check_batch.attempt_ids, null);
+  if v_at is not null then
+    perform pgfence.invalid_argument('attempt_ids', 'must not contain NULL', format('NULL at position %s', v_at));
+  end if;
+  if v_n > 1 and (select count(distinct u.a) from unnest(check_batch.attempt_ids) u(a)) <> v_n then
+    perform pgfence.invalid_argument('attempt_ids', 'must not name an attempt twice',
+      (select format('position %s repeats an earlier id', min(u.n))
+         from unnest(check_batch.attempt_ids) with ordinality u(a, n)
+        where exists (select from unnest(check_batch.attempt_ids) with ordinality e(a, n)
+                       where e.a = u.a and e.n < u.n)));
+  end if;
+end
+$$;
+comment on function pgfence.check_batch(uuid[]) is
+  'The check of a batch of attempt ids (complete_many, the layers'' *_many): 1 to 1000, one-dimensional, no NULL, '
+  'none twice. Raises 22023.';
+revoke all on function pgfence.check_batch(uuid[]) from public;
 
 
 -- change: complete_many
@@ -2078,6 +2121,7 @@ grant select on pgfence.queue_status to pgfence_monitor, pgfence_operator;
 -- requires: complete
 -- requires: report
 -- requires: checks
+-- requires: check_batch
 -- requires: errors
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -2096,27 +2140,10 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_n int := cardinality(complete_many.attempt_ids);
-  v_at int;
   v_accepted bigint[];
   v_key bytea;
 begin
-  -- Not check_not_null: a polymorphic function, it costs more per call than every other check here.
-  if complete_many.attempt_ids is null then
-    perform pgfence.invalid_argument('attempt_ids', 'must not be NULL', null);
-  end if;
-  if v_n not between 1 and 1000 or array_ndims(complete_many.attempt_ids) <> 1 then
-    perform pgfence.invalid_argument('attempt_ids', 'must be a one-dimensional array of 1 to 1000 attempt ids',
-                                     format('%s ids', v_n));
-  end if;
-  v_at := array_position(complete_many.attempt_ids, null);
-  if v_at is not null then
-    perform pgfence.invalid_argument('attempt_ids', 'must not contain NULL', format('NULL at position %s', v_at));
-  end if;
-  if (select count(distinct u.a) from unnest(complete_many.attempt_ids) u(a)) <> v_n then
-    perform pgfence.invalid_argument('attempt_ids', 'must not name an attempt twice',
-      (select format('%s more than once', min(d.a::text))
-         from (select u.a from unnest(complete_many.attempt_ids) u(a) group by u.a having count(*) > 1) d));
-  end if;
+  perform pgfence.check_batch(complete_many.attempt_ids);
   if complete_many.results is not null
      and (cardinality(complete_many.results) <> v_n or array_ndims(complete_many.results) <> 1) then
     perform pgfence.invalid_argument('results', 'must be NULL or a one-dimensional array of one result per attempt id',
@@ -2165,6 +2192,84 @@ comment on function pgfence.complete_many(uuid[], jsonb[]) is
 
 revoke all on function pgfence.complete_many(uuid[], jsonb[]) from public;
 grant execute on function pgfence.complete_many(uuid[], jsonb[]) to pgfence_worker;
+
+
+-- change: capability_ref
+-- Deploy pgfence:capability_ref
+-- requires: hmac
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- What monitors and operators see in place of a capability (a lease id, an attempt id): 16 hex
+-- digits of an HMAC under the signing key. The same id always gives the same reference, so
+-- rows still correlate; without the key nobody can turn a reference back into the id (an
+-- unsigned hash of a pgmq attempt id, which has 60 random bits, could be searched).
+create function pgfence.capability_ref(id uuid)
+returns text
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select pg_catalog.left(pgfence.hmac(pg_catalog.format('ref %s', capability_ref.id), k.hmac_key), 16)
+    from pgfence.signing_key k;
+$$;
+comment on function pgfence.capability_ref(uuid) is
+  'A non-reversible reference to a lease id or attempt id (16 hex digits of an HMAC under the signing key): '
+  'what monitoring views show instead of the capability.';
+
+-- The role a SECURITY DEFINER function acts for: the one its caller runs as (SET ROLE, as
+-- PostgREST and Supabase do, else the session's user). A definer function's own current_user
+-- is its owner; the role setting is not changed by it. Nobody can claim a role this way that
+-- they could not SET ROLE to and use directly. The layers check the third party's privileges
+-- of this role (pgmq's, pgflow's) before acting for it.
+create function pgfence.invoker()
+returns name
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select case when pg_catalog.current_setting('role') operator(pg_catalog.=) 'none'
+              then session_user
+              else pg_catalog.current_setting('role')::pg_catalog.name end;
+$$;
+comment on function pgfence.invoker() is
+  'The role the caller of a SECURITY DEFINER function acts as (SET ROLE, else session_user).';
+
+revoke all on function pgfence.capability_ref(uuid), pgfence.invoker() from public;
+grant execute on function pgfence.capability_ref(uuid) to pgfence_monitor, pgfence_operator;
+
+
+-- change: layers
+-- Deploy pgfence:layers
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- The optional layers installed (layers/*): each registers itself here on install, so that the
+-- core counts their work without naming any. in_flight (resources text[]) returns
+-- table(resource text, kind text, in_flight bigint): work started under one of a resource's
+-- leases and not finished (update_status sums it); prune (older_than interval) returns
+-- table(what text, rows bigint), as pgfence.prune; health () returns table("check" text,
+-- ok boolean, detail text), as pgfence.health.
+create table pgfence.layers (
+  schema_name name primary key check (schema_name like 'pgfence\_%'),
+  in_flight   regprocedure not null,
+  prune       regprocedure,
+  health      regprocedure
+);
+comment on table pgfence.layers is
+  'The optional layers installed, each with its in_flight, prune and health functions. Written by layer installs.';
+
+revoke all on table pgfence.layers from public;
+grant select on table pgfence.layers to pgfence_monitor, pgfence_operator;
 
 
 -- change: version
@@ -2227,7 +2332,8 @@ grant execute on function pgfence.version() to pgfence_worker, pgfence_operator,
 -- say), nobody but pgfence's owner and the three pgfence roles keeps a privilege on anything
 -- in schema pgfence. Revoking from PUBLIC alone would not undo such grants.
 --
--- Release 0.2.0 runs it again, after its own changes. (Each release reworks this change and
+-- Release 0.2.0 makes it one function, pgfence.lockdown(schema), that every layer applies to
+-- its own schema too, and runs it again after its own changes. (Each release reworks this change and
 -- says so here: Sqitch refuses two changes with the same script.)
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -2236,33 +2342,67 @@ grant execute on function pgfence.version() to pgfence_worker, pgfence_operator,
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-do $$
+-- One function, so that each optional layer (layers/*) applies to its own schema exactly the
+-- rule the core applies to its own: nobody but the schema's owner, each object's owner and the
+-- three pgfence roles keeps a privilege on the schema or anything in it. Revoking from PUBLIC
+-- alone would not undo default privileges. Only the owner runs it (no grant): as the installer.
+create or replace function pgfence.lockdown(schema_name name)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
 declare
+  v_schema oid := (select n.oid from pg_catalog.pg_namespace n where n.nspname = lockdown.schema_name);
   v_allowed oid[] := array(select oid from pg_catalog.pg_roles
                             where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'));
   v_grant record;
 begin
+  -- pgfence's own schemas only: the core's, and a layer's (pgfence_NAME).
+  if v_schema is null or not (lockdown.schema_name = 'pgfence' or lockdown.schema_name like 'pgfence\_%') then
+    raise exception 'pgfence.lockdown: % is not a pgfence schema', coalesce(quote_ident(lockdown.schema_name), 'NULL')
+      using errcode = '22023';
+  end if;
   for v_grant in
     select format('revoke all on function %s from %s', p.oid::regprocedure,
                   case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end) as stmt
       from pg_catalog.pg_proc p, aclexplode(p.proacl) a
-     where p.pronamespace = 'pgfence'::regnamespace
+     where p.pronamespace = v_schema
        and a.grantee <> p.proowner and a.grantee <> all (v_allowed)
     union all
     select format('revoke all on %s from %s', c.oid::regclass,
                   case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end)
       from pg_catalog.pg_class c, aclexplode(c.relacl) a
-     where c.relnamespace = 'pgfence'::regnamespace
+     where c.relnamespace = v_schema
        and a.grantee <> c.relowner and a.grantee <> all (v_allowed)
     union all
-    select format('revoke all on schema pgfence from %s',
+    select format('revoke all (%I) on %s from %s', t.attname, c.oid::regclass,
+                  case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end)
+      from pg_catalog.pg_class c
+      join pg_catalog.pg_attribute t on t.attrelid = c.oid and t.attacl is not null,
+           aclexplode(t.attacl) a
+     where c.relnamespace = v_schema
+       and a.grantee <> c.relowner and a.grantee <> all (v_allowed)
+    union all
+    select format('revoke all on type %s from %s', y.oid::regtype,
+                  case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end)
+      from pg_catalog.pg_type y, aclexplode(y.typacl) a
+     where y.typnamespace = v_schema and y.typtype in ('d', 'e', 'r', 'm')
+       and a.grantee <> y.typowner and a.grantee <> all (v_allowed)
+    union all
+    select format('revoke all on schema %I from %s', n.nspname,
                   case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end)
       from pg_catalog.pg_namespace n, aclexplode(n.nspacl) a
-     where n.oid = 'pgfence'::regnamespace
+     where n.oid = v_schema
        and a.grantee <> n.nspowner and a.grantee <> all (v_allowed)
   loop
     execute v_grant.stmt;
   end loop;
 end
 $$;
+comment on function pgfence.lockdown(name) is
+  'Installer: revokes every privilege on schema_name (pgfence or a layer''s pgfence_NAME) and its objects but the '
+  'owners'' and the three pgfence roles''. Run last by every install and upgrade of the core and of each layer.';
+revoke all on function pgfence.lockdown(name) from public;
+
+do $$ begin perform pgfence.lockdown('pgfence'); end $$;
 

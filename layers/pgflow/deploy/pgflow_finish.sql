@@ -23,6 +23,9 @@ as $$
 declare
   v_attempt pgfence_pgflow.attempts;
   v_holds boolean;
+  v_superseded boolean;
+  v_body jsonb;
+  v_reports bigint;
   v_was text;
   v_status text;
 begin
@@ -36,28 +39,48 @@ begin
     perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence_pgflow.start_tasks',
                                      finish.attempt_id::text);
   end if;
-  if v_attempt.outcome is not null then
-    return 'duplicate';
-  end if;
+  perform pgfence_pgflow.check_allowed(case when finish.kind = 'complete'
+                                            then 'pgflow.complete_task(uuid, text, int, jsonb)'::regprocedure
+                                            else 'pgflow.fail_task(uuid, text, int, text)' end);
   -- The message first, then the task: the order in which start_tasks takes them (the read,
   -- then the takeover). A start that read the message and has not committed is waited for,
   -- and the task judged on what it committed; a start that comes later skips the message
   -- (SKIP LOCKED). In the other order, a takeover and a late result would deadlock: each
   -- would hold the row the other's next statement needs.
   execute format('select from pgmq.%I m where m.msg_id = $1 for update',
-                 pgfence.pgmq_queue_table(v_attempt.flow_slug))
+                 pgfence_pgmq.queue_table(v_attempt.flow_slug))
     using v_attempt.msg_id;
-  select st.status = 'started' and st.attempts_count = v_attempt.attempts_count into v_holds
+  select st.status = 'started' and st.attempts_count = v_attempt.attempts_count,
+         st.attempts_count > v_attempt.attempts_count
+    into v_holds, v_superseded
     from pgflow.step_tasks st
    where st.run_id = v_attempt.run_id and st.step_slug = v_attempt.step_slug
      and st.task_index = v_attempt.task_index
      for update;
+  -- The core's order of verdicts: an attempt that a newer start superseded is stale, also
+  -- when its own result had been accepted before (a fail that pgflow retried) or the task has
+  -- finished since; a retry of the attempt that still holds the task, or finished it, is a
+  -- duplicate.
+  if v_attempt.outcome is not null and not coalesce(v_superseded, false) then
+    return 'duplicate';
+  end if;
   if not coalesce(v_holds, false) then
-    insert into pgfence_pgflow.stale_results (attempt_id, kind, body)
-    values (finish.attempt_id, finish.kind,
-            case when finish.kind = 'complete' then finish.output
-                 else pg_catalog.jsonb_build_object('error_message', finish.error_message) end)
-    on conflict do nothing;
+    v_body := case when finish.kind = 'complete' then finish.output
+                   else pg_catalog.jsonb_build_object('error_message', finish.error_message) end;
+    -- Each different report kept, a retry of one adds nothing, at most 10 per attempt.
+    if not exists (select from pgfence_pgflow.stale_results s
+                    where s.attempt_id = finish.attempt_id and s.kind = finish.kind
+                      and s.body is not distinct from v_body) then
+      select count(*) into v_reports from pgfence_pgflow.stale_results s where s.attempt_id = finish.attempt_id;
+      if v_reports >= 10 then
+        raise exception 'pgfence: a superseded attempt of pgflow task %/%/% has sent 10 stale results already',
+                        v_attempt.run_id, v_attempt.step_slug, v_attempt.task_index
+          using errcode = '54000',
+                hint = 'the attempt is superseded: stop reporting; its results are in pgfence_pgflow.stale_results';
+      end if;
+      insert into pgfence_pgflow.stale_results (attempt_id, report, kind, body)
+      values (finish.attempt_id, v_reports + 1, finish.kind, v_body);
+    end if;
     return 'stale';
   end if;
   -- This result is authorized by its attempt, whose lease may have expired since: pgflow's
@@ -80,7 +103,7 @@ begin
   -- The pgmq layer's record of the read: pgflow archives the message of a task that completed
   -- or failed for good (a task queued for a retry keeps it, to be read again).
   if v_status in ('completed', 'failed') then
-    update pgfence.pgmq_attempts p
+    update pgfence_pgmq.attempts p
        set outcome = 'archive', finished_at = clock_timestamp()
      where p.attempt_id = v_attempt.pgmq_attempt_id and p.outcome is null;
   end if;
@@ -101,7 +124,8 @@ $$;
 comment on function pgfence_pgflow.complete_task(uuid, jsonb) is
   'Completes the task of an attempt with pgflow''s complete_task: accepted while nobody started the task again '
   'since, also after the lease expired; duplicate for a retry of an accepted attempt; stale (recorded in '
-  'pgfence_pgflow.stale_results, never applied) otherwise. Raises 22023 for an unknown attempt.';
+  'pgfence_pgflow.stale_results, never applied) otherwise, also after the task finished. Raises 42501 (the caller''s role '
+  'may not do this with pgflow itself), 22023 for an unknown attempt.';
 
 create function pgfence_pgflow.fail_task(attempt_id uuid, error_message text)
 returns text

@@ -13,11 +13,12 @@ set local lock_timeout = '5s';
 
 do $$
 begin
-  if pg_catalog.to_regprocedure('pgfence.mark_fenced(text, bytea)') is null then
+  if pg_catalog.to_regprocedure('pgfence.lockdown(name)') is null
+     or pg_catalog.to_regclass('pgfence.layers') is null then
     raise exception 'pgfence pgflow layer: needs pgfence 0.2.0 or later installed first'
       using errcode = '55000', hint = 'install sql/pgfence.sql (or upgrade), then this file';
   end if;
-  if pg_catalog.to_regprocedure('pgfence.pgmq_read(uuid, text, interval, int)') is null then
+  if pg_catalog.to_regprocedure('pgfence_pgmq.read(uuid, text, interval, int)') is null then
     raise exception 'pgfence pgflow layer: needs the pgmq layer installed first'
       using errcode = '55000', hint = 'install sql/pgfence-pgmq.sql, then this file';
   end if;

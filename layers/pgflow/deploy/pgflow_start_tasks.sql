@@ -33,6 +33,7 @@ declare
   v_key bytea;
 begin
   perform pgfence.check_not_null('lease_id', start_tasks.lease_id);
+  perform pgfence_pgflow.check_allowed('pgflow.start_tasks(text, bigint[], uuid)');
   if not exists (select from pgflow.flows f where f.flow_slug = start_tasks.flow_slug) then
     perform pgfence.invalid_argument('flow_slug', 'no such pgflow flow', start_tasks.flow_slug);
   end if;
@@ -46,7 +47,7 @@ begin
   -- pgflow's own) pass the guards of a protected step_tasks and queue table.
   select array_agg(r.msg_id order by r.msg_id) as msgs, array_agg(r.attempt_id order by r.msg_id) as attempts
     into v_reads
-    from pgfence.pgmq_read(start_tasks.lease_id, start_tasks.queue, start_tasks.vt, start_tasks.qty) r;
+    from pgfence_pgmq.read(start_tasks.lease_id, start_tasks.queue, start_tasks.vt, start_tasks.qty) r;
   if v_reads.msgs is null then
     return;
   end if;
@@ -93,9 +94,10 @@ begin
 end
 $$;
 comment on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) is
-  'Reads up to qty messages of the flow''s queue under the resource''s active, unexpired lease (pgfence.pgmq_read) '
+  'Reads up to qty messages of the flow''s queue under the resource''s active, unexpired lease (pgfence_pgmq.read, which checks the caller may read the queue) '
   'and starts their tasks with pgflow''s own start_tasks, in one transaction; a task still started by an attempt '
-  'whose message came back is taken over. Raises PF001, 22023.';
+  'whose message came back is taken over. Raises PF001, 42501 (the caller''s role may not do this with pgflow and pgmq '
+  'themselves), 22023.';
 
 revoke all on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) from public;
 grant execute on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) to pgfence_worker;

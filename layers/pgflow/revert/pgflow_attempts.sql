@@ -7,6 +7,9 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
+drop function pgfence_pgflow.check_allowed(regprocedure);
+drop view pgfence_pgflow.stale;
+drop view pgfence_pgflow.starts;
 drop table pgfence_pgflow.stale_results;
 drop table pgfence_pgflow.attempts;
 

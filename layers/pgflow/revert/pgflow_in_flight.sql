@@ -1,4 +1,4 @@
--- Revert pgfence_pgmq:pgmq_attempts
+-- Revert pgfence_pgflow:pgflow_in_flight
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -7,9 +7,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-drop function pgfence.pgmq_queue_table(text);
-drop function pgfence.pgmq_attempt_uuid(bigint, int);
-drop table pgfence.pgmq_attempts;
-delete from pgfence.stale_results where pgmq_queue is not null;
+delete from pgfence.layers where schema_name = 'pgfence_pgflow';
+drop function pgfence_pgflow.in_flight(text[]);
 
 commit;

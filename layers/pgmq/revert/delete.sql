@@ -1,4 +1,4 @@
--- Revert pgfence_pgmq:pgmq_read
+-- Revert pgfence_pgmq:delete
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -7,6 +7,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-drop function pgfence.pgmq_read(uuid, text, interval, int);
+drop function pgfence_pgmq.delete_many(uuid[]);
+drop function pgfence_pgmq.delete(uuid);
 
 commit;

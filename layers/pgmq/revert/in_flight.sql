@@ -1,4 +1,4 @@
--- Revert pgfence_pgmq:pgmq_finish
+-- Revert pgfence_pgmq:in_flight
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -7,12 +7,7 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-drop function pgfence.pgmq_set_vt(uuid, interval);
-drop function pgfence.pgmq_delete_many(uuid[]);
-drop function pgfence.pgmq_archive_many(uuid[]);
-drop function pgfence.pgmq_delete(uuid);
-drop function pgfence.pgmq_archive(uuid);
-drop function pgfence.pgmq_finish(uuid[], text);
-drop function pgfence.pgmq_mark(text, uuid);
+delete from pgfence.layers where schema_name = 'pgfence_pgmq';
+drop function pgfence_pgmq.in_flight(text[]);
 
 commit;

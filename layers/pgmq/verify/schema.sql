@@ -1,0 +1,2 @@
+-- Verify pgfence_pgmq:schema
+select 'pgfence_pgmq'::regnamespace;

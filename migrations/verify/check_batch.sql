@@ -1,0 +1,2 @@
+-- Verify pgfence:check_batch
+select 'pgfence.check_batch(uuid[])'::regprocedure;

@@ -1,0 +1,2 @@
+-- Verify pgfence:layers
+select schema_name, in_flight, prune, health from pgfence.layers where false;
