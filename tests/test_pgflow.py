@@ -316,17 +316,24 @@ def test_a_late_result_waits_for_a_takeover_in_flight_and_is_stale(any_flow: Dat
     assert task(any_flow, "first") == ("completed", 2, {"by": "b"})
 
 
+# A session that holds the step's state row, which pgflow's complete_task locks after the run:
+# a late completion is held inside pgflow.complete_task, past the layer's own locks.
+HOLD_STEP = ("select from pgflow.step_states where run_id = %s and step_slug = 'first' "
+             "for update")
+
+
 def test_a_late_result_and_a_takeover_never_deadlock(flow: Database) -> None:
-    """A's late completion is held inside pgflow.complete_task (another session holds the run
-    row it locks); meanwhile B polls the message A's task came from. B skips it, and A's result
-    is kept: the message is locked before the task, in the order of B's read and takeover."""
+    """A's late completion is held inside pgflow.complete_task (another session holds the step
+    state row it locks); meanwhile B polls the message A's task came from. B skips it, and A's
+    result is kept: the message is locked before the task, in the order of B's read and
+    takeover."""
     run_id = two_steps(flow)
     a, b, c = flow.session("a"), flow.session("b"), flow.session("c")
     la = acquired(a.acquire("fn"))
     [(attempt, _, _)] = start(a, la)
     paused_past_everything(flow, la, "first")
     c.begin()
-    c.run("select from pgflow.runs where run_id = %s for update", (run_id,))
+    c.run(HOLD_STEP, (run_id,))
     late = a.start("select pgfence_pgflow.complete_task(%s, '{\"late\": true}')", (attempt,))
     assert late.settle() is True and late.blocked_by == [c.pid]
     lb = acquired(b.acquire("fn"))
@@ -348,7 +355,7 @@ def test_negative_control_task_before_message_deadlocks(flow: Database) -> None:
     [(attempt, _, _)] = start(a, la)
     paused_past_everything(flow, la, "first")
     c.begin()
-    c.run("select from pgflow.runs where run_id = %s for update", (run_id,))
+    c.run(HOLD_STEP, (run_id,))
     late = a.start("select pgfence_pgflow.complete_task(%s, '{\"late\": true}')", (attempt,))
     assert late.settle() is True
     lb = acquired(b.acquire("fn"))

@@ -42,7 +42,12 @@ begin
   perform pgfence_pgflow.check_allowed(case when finish.kind = 'complete'
                                             then 'pgflow.complete_task(uuid, text, int, jsonb)'::regprocedure
                                             else 'pgflow.fail_task(uuid, text, int, text)' end);
-  -- The message first, then the task: the order in which start_tasks takes them (the read,
+  -- The run first: pgflow's complete_task and fail_task lock it after this function has locked
+  -- the task, and a fail_task that fails the run then updates the run's other tasks and
+  -- archives their messages, which another result of the run holds: two results of one run
+  -- would deadlock. Taken first, the run orders them.
+  perform from pgflow.runs r where r.run_id = v_attempt.run_id for update;
+  -- Then the message, then the task: the order in which start_tasks takes them (the read,
   -- then the takeover). A start that read the message and has not committed is waited for,
   -- and the task judged on what it committed; a start that comes later skips the message
   -- (SKIP LOCKED). In the other order, a takeover and a late result would deadlock: each

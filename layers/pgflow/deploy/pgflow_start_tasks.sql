@@ -66,15 +66,42 @@ begin
   end if;
   -- The takeover. pgflow starts only queued tasks; a task whose message came back while it is
   -- still started was started by an attempt that never finished it (its worker died, or was
-  -- paused past its lease and its message's visibility): that attempt no longer holds the
-  -- message, so the task goes back to queued and pgflow's start_tasks below starts it again
-  -- for this read, raising attempts_count, which makes the old attempt's result stale.
+  -- paused past its lease and its message's visibility, which the start below sets to the
+  -- step's timeout + 2 s): that attempt no longer holds the message, so the task goes back to
+  -- queued and pgflow's start_tasks below starts it again for this read, raising
+  -- attempts_count, which makes the old attempt's result stale. Only a task whose message this
+  -- read got back: any other started task (this worker's own earlier start, of another run) is
+  -- live.
   update pgflow.step_tasks st
      set status = 'queued', started_at = null
-   where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started';
+    from pgflow.steps s join pgflow.flows f on f.flow_slug = s.flow_slug
+   where s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     and st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
+     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts);
+  -- A takeover counts against pgflow's max_attempts: a stalled task with no attempt left fails
+  -- for good, by pgflow's own fail_task (which fails its run). fail_task locks the run, which a
+  -- result of the run takes first (finish): a run locked by a result in flight is left for a
+  -- later read (SKIP LOCKED), so the two never wait for each other in opposite orders.
+  perform pgflow.fail_task(st.run_id, st.step_slug, st.task_index,
+                           pg_catalog.format('pgfence: taken over after %s attempts (max_attempts): '
+                                             'its worker stalled past the step''s timeout', st.attempts_count))
+     from pgflow.step_tasks st
+     join pgflow.steps s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     join pgflow.flows f on f.flow_slug = s.flow_slug
+   where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
+     and st.attempts_count >= coalesce(s.opt_max_attempts, f.opt_max_attempts)
+     and exists (select from pgflow.runs r where r.run_id = st.run_id for update skip locked);
   select array_agg(t) into v_tasks
     from pgflow.start_tasks(start_tasks.flow_slug, v_msgs,
                             pgfence_pgflow.worker_id(start_tasks.lease_id, v_key)) t;
+  -- pgflow's own rule, on every supported pgflow: a started task's message stays hidden for its
+  -- step's timeout (else the flow's) + 2 s, whatever vt the read used, so that no live task is
+  -- taken over while its handler may still run. pgflow 0.8.1's start_tasks states it but never
+  -- applies it (its set_vt_batch is an unreferenced CTE, which PostgreSQL does not run).
+  perform pgmq.set_vt(start_tasks.queue, t.msg_id, coalesce(s.opt_timeout, f.opt_timeout) + 2)
+     from unnest(v_tasks) t
+     join pgflow.steps s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+     join pgflow.flows f on f.flow_slug = t.flow_slug;
   -- A statement of its own, so that it sees the attempts_count pgflow's start just set.
   return query
   with started as (
@@ -95,8 +122,9 @@ end
 $$;
 comment on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) is
   'Reads up to qty messages of the flow''s queue under the resource''s active, unexpired lease (pgfence_pgmq.read, which checks the caller may read the queue) '
-  'and starts their tasks with pgflow''s own start_tasks, in one transaction; a task still started by an attempt '
-  'whose message came back is taken over. Raises PF001, 42501 (the caller''s role may not do this with pgflow and pgmq '
+  'and starts their tasks with pgflow''s own start_tasks, in one transaction; a started task''s message stays hidden for '
+  'its step''s timeout + 2 s; a task still started by an attempt whose message came back is taken over, or failed for '
+  'good when it has no attempt left (max_attempts). Raises PF001, 42501 (the caller''s role may not do this with pgflow and pgmq '
   'themselves), 22023.';
 
 revoke all on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) from public;
