@@ -59,8 +59,8 @@ def test_a_worker_that_acquires_again_is_live_again(flow: Database) -> None:
     flow.expire(lv)
     flow.sql("select pgflow.start_flow('two', '{}')")
     start(w, acquired(w.acquire("fn", owner="w")), qty=1)
-    assert flow.sql("select deprecated_at is null from pgflow.workers "
-                    "where worker_id in (select last_worker_id from pgflow.step_tasks)") == [(True,)]
+    assert flow.sql("select deprecated_at is null from pgflow.workers where worker_id in "
+                    "(select last_worker_id from pgflow.step_tasks)") == [(True,)]
 
 
 def test_pgflows_worker_pruning_works_under_enforce(flow: Database) -> None:
