@@ -10,6 +10,7 @@ for the cluster's PostgreSQL, the tests that need them skip, saying why.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +21,10 @@ import pytest
 from testkit.cluster import Cluster, default_pgbin
 from tests.support import REALTIME_STAND_IN, ROOT
 
-VENDOR = ROOT.parent / "shared/vendor/pgflow-core-0.14.1"
+# Beside the repository (../shared/vendor); PGFENCE_PGFLOW14 names it for a copy of the
+# repository elsewhere (scripts/mutate's).
+VENDOR = Path(os.environ.get("PGFENCE_PGFLOW14")
+              or ROOT.parent / "shared/vendor/pgflow-core-0.14.1")
 MIGRATIONS = VENDOR / "migrations"
 NET_VAULT_STAND_IN = ROOT / "tests/sql/pg_net_vault_stand_in.sql"
 # pg_net is not installable here: the one statement that creates it is left out, and the
