@@ -10,7 +10,7 @@
 import { compileFlow, Flow } from "@pgflow/dsl";
 import { FlowWorker, type StepContext } from "./pgflow.ts";
 import { Owner } from "./mod.ts";
-import { assert, assertEquals, type Target, test } from "./test_support.ts";
+import { assert, assertEquals, gate, type Target, test } from "./test_support.ts";
 
 /** A slug of this test's own: pgflow's slugs allow letters, digits and underscores. */
 function slug(t: Target, base: string): string {
@@ -128,5 +128,78 @@ test("a refused worker backs off, capped and jittered, and never spins", async (
 
 test("negative control: a worker without backoff is refused on every poll", async (t) => {
   const worker = await refusalsInASecond(t, NoBackoff);
-  assert(worker.refusals >= 50, `only ${worker.refusals} refusals`);
+  assert(worker.refusals >= 20, `only ${worker.refusals} refusals`); // ours: at most 8
+});
+
+/** A one-step flow whose handler waits for `release` (a runtime that survives its lease). */
+function heldFlow(flowSlug: string, entered: () => void, release: Promise<void>) {
+  return new Flow<{ n: number }>({ slug: flowSlug, timeout: 10 })
+    .step({ slug: "only" }, async () => {
+      entered();
+      await release;
+      return { done: true };
+    });
+}
+
+/** Runs `start` (an invocation's worker, or a supervisor without one) until its lease is
+ * superseded mid-handler and the successor releases; returns the owner's leases then. */
+async function supersededMidHandler(
+  t: Target,
+  withInvocation: boolean,
+): Promise<{ worker: FlowWorker; leases: number; resource: string }> {
+  const [flowSlug, resource, owner] = [slug(t, "held"), t.name("fn"), t.name("edge")];
+  const inHandler = gate();
+  const release = gate();
+  const flow = heldFlow(flowSlug, () => inHandler.open(), release.promise);
+  await install(t, flow as unknown as Flow);
+  await t.admin`select pgfence.register(${resource})`;
+  await t.admin`select pgflow.start_flow(${flowSlug}, '{"n": 1}')`;
+  const [{ id }] = await t.admin`select pgfence.request_start(${resource}) as id`;
+  const worker = FlowWorker.start(flow as unknown as Flow, {
+    sql: t.sql,
+    resource,
+    owner,
+    invocationId: withInvocation ? id as string : null,
+    idleWait: 0.05,
+    backoff: { base: 0.01, cap: 0.05 },
+  });
+  await inHandler.promise;
+  // The runtime survives, its lease does not: it runs out, and a successor takes over.
+  await t.admin`select pgfence_test.expire(lease_id) from pgfence.leases where owner = ${owner}`;
+  const [{ lease_id: successor }] = await t.admin`select lease_id
+                                                    from pgfence.acquire(${resource}, 'successor',
+                                                                         '30 seconds')`;
+  release.open();
+  await t.admin`select pgfence.release(${successor})`;
+  if (withInvocation) {
+    await worker.done;
+  } else {
+    await t.waitUntil(async () => {
+      const [{ n }] = await t.admin`select count(*)::int as n from pgfence.leases
+                                     where owner = ${owner}`;
+      return n >= 2;
+    }, "the supervisor to acquire again");
+    worker.stop();
+    await worker.done;
+  }
+  const [{ n }] = await t.admin`select count(*)::int as n from pgfence.leases
+                                 where owner = ${owner}`;
+  return { worker, leases: n, resource };
+}
+
+test("a surviving runtime whose lease was superseded needs a fresh invocation", async (t) => {
+  const { worker, leases, resource } = await supersededMidHandler(t, true);
+  assertEquals(leases, 1); // it ended with its term: no lease without a new invocation
+  assertEquals(worker.verdicts, { accepted: 1, duplicate: 0, stale: 0 }); // nobody overtook it
+  // The supervisor's next request carries a new id, and a new runtime acquires with it.
+  const [{ id }] = await t.admin`select pgfence.request_start(${resource}) as id`;
+  assert(id !== null, "a fresh request");
+  const owner = new Owner({ sql: t.sql, resource });
+  assert(await owner.acquire(id as string));
+  await owner.release();
+});
+
+test("negative control: a supervisor without the handshake acquires again by itself", async (t) => {
+  const { leases } = await supersededMidHandler(t, false);
+  assert(leases >= 2, `${leases} leases`);
 });
