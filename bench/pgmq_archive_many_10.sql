@@ -6,5 +6,5 @@ select count(*)
                        from bench.handles h, (select nextval('bench.handles_seq') as k) b
                       where h.n > (b.k - 1) * 10 and h.n <= b.k * 10) as ids
         offset 0) x,
-       pgfence.pgmq_archive_many(x.ids)
+       pgfence_pgmq.archive_many(x.ids)
  where cardinality(x.ids) > 0;

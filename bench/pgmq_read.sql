@@ -1,2 +1,2 @@
 -- pgfence: read 10 messages of a pgmq queue under the lease all clients share.
-select * from pgfence.pgmq_read(md5('bench-pgmq')::uuid, 'bench', interval '1 hour', 10);
+select * from pgfence_pgmq.read(md5('bench-pgmq')::uuid, 'bench', interval '1 hour', 10);

@@ -86,7 +86,7 @@ select pgfence.protect('bench.fenced_rows', 'bench-fence');
 
 vacuum analyze;
 
--- pgmq (the pgmq layer's pairs): queue bench read through pgfence.pgmq_read under the lease of
+-- pgmq (the pgmq layer's pairs): queue bench read through pgfence_pgmq.read under the lease of
 -- bench-pgmq, queue bench_raw of the same shape read by pgmq itself.
 select pgmq.create('bench');
 select pgmq.create('bench_raw');

@@ -152,7 +152,8 @@ language plpgsql
 stable
 as $$
 begin
-  if queue is null or pg_catalog.length(queue) not between 1 and 47
+  if queue is null or pg_catalog.length(queue) operator(pg_catalog.<) 1
+     or pg_catalog.length(queue) operator(pg_catalog.>) 47
      or queue operator(pg_catalog.~) '\$|;|--|''' then
     perform pgfence.invalid_argument('queue', 'must be a pgmq queue name: 1 to 47 characters, none of $ ; -- or ''', queue);
   end if;
@@ -176,7 +177,10 @@ declare
   v_role name := pgfence.invoker();
 begin
   if not (pg_catalog.has_schema_privilege(v_role, 'pgmq', 'usage')
-          and pg_catalog.has_table_privilege(v_role, pg_catalog.format('pgmq.%I', queue_table), privileges)
+          -- each of them (has_table_privilege of a list asks for any one)
+          and not exists (select from pg_catalog.unnest(pg_catalog.string_to_array(privileges, ',')) w(p)
+                           where not pg_catalog.has_table_privilege(v_role, pg_catalog.format('pgmq.%I', queue_table),
+                                                                    pg_catalog.btrim(w.p)))
           and (not archive or pg_catalog.has_table_privilege(
                  v_role, pg_catalog.format('pgmq.%I', 'a' operator(pg_catalog.||) pg_catalog.substr(queue_table, 2)),
                  'insert'))) then
@@ -344,7 +348,8 @@ begin
          array_agg(l.enqueued_at order by l.msg_id, l.read_ct desc) filter (where l.outcome is null),
          array_agg(l.attempt_id order by l.msg_id, l.read_ct desc) filter (where l.outcome is null)
     into v_found, v_finished, v_queues, v_leases, v_msg_ids, v_read_cts, v_enqueued, v_attempts
-    from (select a.attempt_id, a.outcome, a.queue, a.lease_id, a.msg_id, a.read_ct, a.enqueued_at
+    from (select a.attempt_id, a.outcome, a.queue, a.lease_id,
+                 a.msg_id, a.read_ct, a.enqueued_at
             from pgfence_pgmq.attempts a
            where a.attempt_id = any (finish.attempt_ids)
            order by a.attempt_id
@@ -623,7 +628,6 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_queue text;
-  v_n bigint;
 begin
   for v_queue in
     select distinct a.queue

@@ -93,7 +93,7 @@ def pgmq_read(lease: str) -> str:
     """A read of the pgmq layer, recorded as a claim (its message and read count)."""
     return (f"insert into pgfence_perm.claims select %({lease})s, r.msg_id, r.read_ct,"
             f" r.attempt_id, statement_timestamp()"
-            f" from pgfence.pgmq_read(%({lease})s, 'jobs', '30 seconds') r returning attempt_id")
+            f" from pgfence_pgmq.read(%({lease})s, 'jobs', '30 seconds') r returning attempt_id")
 
 
 WORK = {"write": Step("a_write", write("la")), "claim": Step("a_claim", claim("la")),
@@ -153,7 +153,7 @@ def test_core_every_interleaving_of_a_pgmq_read(request: pytest.FixtureRequest,
     # control reads after a check that holds nothing.
     mq: Database = request.getfixturevalue("mq")  # tests/conftest.py, with the layer
     if mutant:
-        mutate(mq, "pgfence.pgmq_read(uuid,text,interval,integer)", mutant)
+        mutate(mq, "pgfence_pgmq.read(uuid,text,interval,integer)", mutant)
     report = checked(mq, core("pgmq", "drain"))
     if mutant:
         assert any("after generation" in v for _, found in report.violations for v in found)

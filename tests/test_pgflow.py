@@ -32,11 +32,11 @@ from tests.test_install import schema_dump
 
 START = "pgfence_pgflow.start_tasks(uuid,text,text,interval,integer)"
 FINISH = "pgfence_pgflow.finish(uuid,text,jsonb,text)"
-PROTECT = "pgfence.protect(regclass,text[],text)"
+PROTECT = "pgfence.protect(regclass,text[],text,boolean)"
 # The unfenced variant of start_tasks's read: pgmq's own read, no lease, no mark.
 UNFENCED_READ = ("(select m.msg_id, gen_random_uuid() as attempt_id "
                  "from pgmq.read(start_tasks.queue, 30, start_tasks.qty) m) r")
-FENCED_READ = ("pgfence.pgmq_read(start_tasks.lease_id, start_tasks.queue, start_tasks.vt, "
+FENCED_READ = ("pgfence_pgmq.read(start_tasks.lease_id, start_tasks.queue, start_tasks.vt, "
                "start_tasks.qty) r")
 
 
@@ -53,7 +53,8 @@ def two_steps(db: Database, resources: tuple[str, ...] = ("fn",)) -> uuid.UUID:
 def protect(db: Database, mode: str, resources: tuple[str, ...] = ("fn",)) -> None:
     """What an operator protects for a pgflow deployment: step_tasks and the flow's queue."""
     for tbl in ("pgflow.step_tasks", "pgmq.q_two"):
-        db.sql("select pgfence.protect(%s, %s::text[], %s)", (tbl, list(resources), mode))
+        db.sql("select pgfence.protect(%s, %s::text[], %s, consumers_only => true)",
+               (tbl, list(resources), mode))
 
 
 def start(s: Session, lease: Lease, qty: int = 5) -> list[tuple[Any, ...]]:
@@ -146,7 +147,7 @@ def test_a_task_taken_over_keeps_only_the_new_attempts_result(any_flow: Database
     assert any_flow.one("select count(*) from realtime.stand_in_calls "
                         "where event = 'run:completed'") == 1, "the run completed exactly once"
     # The pgmq layer's record of the reads: A's read never finished, B's were archived by pgflow.
-    assert any_flow.sql("select msg_id, read_ct, outcome from pgfence.pgmq_attempts "
+    assert any_flow.sql("select msg_id, read_ct, outcome from pgfence_pgmq.attempts "
                         "order by msg_id, read_ct") == [(1, 1, None), (1, 2, "archive"),
                                                         (2, 1, "archive")]
 
@@ -230,9 +231,11 @@ def test_a_late_result_nobody_overtook_is_kept(any_flow: Database, mode: str) ->
 
 
 def test_negative_control_a_late_result_judged_by_its_lease(flow: Database) -> None:
-    flow.replace_in_function(FINISH, "  if v_attempt.outcome is not null then",
+    flow.replace_in_function(FINISH, "  if v_attempt.outcome is not null and not "
+                                     "coalesce(v_superseded, false) then",
                              "  perform pgfence.hold_current(v_attempt.lease_id);\n"
-                             "  if v_attempt.outcome is not null then")
+                             "  if v_attempt.outcome is not null and not coalesce(v_superseded, "
+                             "false) then")
     two_steps(flow)
     a, b = flow.session("a"), flow.session("b")
     la = acquired(a.acquire("fn"))
@@ -265,14 +268,23 @@ def test_fail_task_retries_then_fails_for_good_by_pgflows_rules(any_flow: Databa
     [(first, _, _)] = start(w, lease)
     assert fail(w, first, "try again") == "accepted"
     assert task(any_flow, "first")[:2] == ("queued", 1), "pgflow queued it for a retry"
-    assert any_flow.one("select outcome from pgfence.pgmq_attempts") is None, "message kept"
+    assert any_flow.one("select outcome from pgfence_pgmq.attempts") is None, "message kept"
     [(again, _, _)] = start(w, lease)
     assert fail(w, again, "for good") == "accepted"
     assert task(any_flow, "first")[:2] == ("failed", 2)
     assert run_status(any_flow, run_id)[0] == "failed"
-    assert any_flow.sql("select read_ct, outcome from pgfence.pgmq_attempts order by read_ct") \
+    assert any_flow.sql("select read_ct, outcome from pgfence_pgmq.attempts order by read_ct") \
         == [(1, None), (2, "archive")]
-    assert fail(w, first, "late") == "duplicate"
+    # The core's verdict: a superseded attempt is stale, also once the task has finished and
+    # although its own first result was accepted; each different report kept, a retry of one
+    # adds nothing (issue 24: this was "duplicate", and a second report was dropped).
+    assert fail(w, first, "late") == "stale"
+    assert fail(w, first, "late") == "stale"
+    assert complete(w, first, '{"late": true}') == "stale"
+    assert any_flow.sql("select report, kind, body from pgfence_pgflow.stale_results order by "
+                        "report") == [
+        (1, "fail", {"error_message": "late"}), (2, "complete", {"late": True})]
+    assert fail(w, again, "for good") == "duplicate", "its finisher's retry: a duplicate"
 
 
 def test_a_hard_killed_workers_task_comes_back(flow: Database) -> None:
@@ -403,7 +415,7 @@ def test_an_unconverted_worker_is_seen_then_refused(any_flow: Database) -> None:
 
 
 def test_negative_control_step_tasks_guarded_against_producers(flow: Database) -> None:
-    flow.replace_in_function(PROTECT, "c.relname = 'step_tasks'", "c.relname = 'no_such_table'")
+    flow.replace_in_function(PROTECT, "if protect.consumers_only then", "if false then")
     two_steps(flow)
     protect(flow, "enforce")
     assert sqlstate(lambda: flow.session("producer").run(
@@ -468,9 +480,12 @@ def test_only_pgfence_worker_may_call_the_layer(flow: Database) -> None:
              p.prosecdef, coalesce(p.proconfig, '{}')
         from pg_proc p where p.pronamespace = 'pgfence_pgflow'::regnamespace
        order by 1""") == [
+        ("pgfence_pgflow.check_allowed(regprocedure)", False, False, False, []),
         ("pgfence_pgflow.complete_task(uuid,jsonb)", False, True, False, []),
         ("pgfence_pgflow.fail_task(uuid,text)", False, True, False, []),
         ("pgfence_pgflow.finish(uuid,text,jsonb,text)", False, True, True,
+         ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.in_flight(text[])", False, False, True,
          ["search_path=pg_catalog, pg_temp"]),
         ("pgfence_pgflow.start_tasks(uuid,text,text,interval,integer)", False, True, True,
          ["search_path=pg_catalog, pg_temp"]),

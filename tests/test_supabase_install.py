@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testkit.cluster import Cluster
-from tests.support import ROOT, install_test_helpers
+from tests.support import ROOT, install_pgflow, install_test_helpers
 
 SUPABASE = ROOT / ".tools/node_modules/.bin/supabase"
 OWNER = "supabase_owner_test"
@@ -36,12 +36,56 @@ begin
 end $$;
 """
 
-# Worse than Supabase's defaults on purpose: every function, table and schema the owner
-# creates, anywhere, is handed to anon and authenticated.
+# A role unrelated to pgfence, which the hostile defaults below hand everything to as well.
+BYSTANDER = "bystander_test"
+
+# Worse than Supabase's defaults on purpose: every function, table, sequence, type and schema
+# the owner creates, anywhere, is handed to anon, authenticated and a bystander.
 HOSTILE_DEFAULTS = f"""
-alter default privileges for role {OWNER} grant execute on functions to anon, authenticated;
-alter default privileges for role {OWNER} grant all on tables to anon, authenticated;
-alter default privileges for role {OWNER} grant usage on schemas to anon, authenticated;
+do $$ begin
+  if not exists (select from pg_roles where rolname = '{BYSTANDER}') then
+    create role {BYSTANDER} nologin;
+  end if;
+end $$;
+""" + "".join(f"alter default privileges for role {OWNER} grant {what} "
+              f"to anon, authenticated, {BYSTANDER};\n"
+              for what in ("execute on functions", "all on tables", "all on sequences",
+                           "usage on types", "usage on schemas"))
+
+# Any privilege of anon, authenticated or the bystander on any pgfence schema (the core's and
+# each layer's) or anything in it: schemas, functions, relations, columns, types.
+ANY_FOREIGN_PRIVILEGE = f"""
+with schemas as (select oid, nspname from pg_namespace
+                  where nspname = 'pgfence' or nspname like 'pgfence\\_%'),
+     roles(r) as (values ('anon'), ('authenticated'), ('{BYSTANDER}'))
+select coalesce(string_agg(what, ', ' order by what), '') from (
+  select format('%s: schema %s', r, n.nspname) as what from schemas n, roles
+   where has_schema_privilege(r, n.oid, 'usage') or has_schema_privilege(r, n.oid, 'create')
+  union all
+  select format('%s: function %s', r, p.oid::regprocedure)
+    from pg_proc p join schemas n on n.oid = p.pronamespace, roles
+   where has_function_privilege(r, p.oid, 'execute')
+  union all
+  select format('%s: %s', r, c.oid::regclass)
+    from pg_class c join schemas n on n.oid = c.relnamespace, roles
+   where c.relkind in ('r', 'v', 'm', 'p', 'f')
+     and has_table_privilege(r, c.oid,
+                             'select, insert, update, delete, truncate, references, trigger')
+  union all
+  select format('%s: sequence %s', r, c.oid::regclass)
+    from pg_class c join schemas n on n.oid = c.relnamespace, roles
+   where c.relkind = 'S' and has_sequence_privilege(r, c.oid, 'usage, select, update')
+  union all
+  select format('%s: column %s.%s', r, c.oid::regclass, a.attname)
+    from pg_class c join schemas n on n.oid = c.relnamespace
+    join pg_attribute a on a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped, roles
+   where has_column_privilege(r, c.oid, a.attnum, 'select, insert, update, references')
+  union all
+  select format('%s: type %s', r, t.oid::regtype)
+    from pg_type t join schemas n on n.oid = t.typnamespace, roles
+   where t.typtype in ('d', 'e', 'r', 'm') and t.typacl is not null
+     and has_type_privilege(r, t.oid, 'usage')
+) x
 """
 
 PGMQ_FOR_OWNER = f"""
@@ -112,6 +156,43 @@ def test_negative_control_without_lockdown_anon_gets_in(cluster: Cluster, supaba
     out = push(supabase_db, without_lockdown, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert int(cluster.psql(supabase_db, "-At", "-c", FOREIGN_GRANTS).strip()) > 0
+
+
+def layers_pushed(cluster: Cluster, supabase_db: str, tmp_path: Path,
+                  pgmq_layer: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The core and both layers pushed as migrations, after pgmq and pgflow (installed as a
+    superuser, as Supabase's dashboard and pgflow's own migrations would; the owner, like
+    Supabase's postgres role, may use them)."""
+    cluster.psql(supabase_db, "-c", "create extension pgmq", "-c", PGMQ_FOR_OWNER)
+    install_pgflow(cluster, supabase_db)
+    cluster.psql(supabase_db, "-c", f"grant usage on schema pgflow to {OWNER}",
+                 "-c", f"grant all on all tables in schema pgflow to {OWNER}")
+    return push(supabase_db, (ROOT / "sql/pgfence.sql").read_text(), tmp_path,
+                pgmq_layer or (ROOT / "sql/pgfence-pgmq.sql").read_text(),
+                (ROOT / "sql/pgfence-pgflow.sql").read_text())
+
+
+def test_supabase_db_push_locks_every_layer_down(cluster: Cluster, supabase_db: str,
+                                                  tmp_path: Path) -> None:
+    out = layers_pushed(cluster, supabase_db, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    layers = cluster.psql(supabase_db, "-At", "-c", "select count(*) from pgfence.layers")
+    assert layers.strip() == "2"
+    assert cluster.psql(supabase_db, "-At", "-c", ANY_FOREIGN_PRIVILEGE).strip() == ""
+    # As anon (a PostgREST request): nothing of a layer either.
+    denied = subprocess.run(["psql", "-X", "-d", supabase_db, "-c", "set role anon",
+                             "-c", "select pgfence_pgflow.complete_task(gen_random_uuid(), '{}')"],
+                            capture_output=True, text=True)
+    assert "permission denied" in denied.stderr
+
+
+def test_negative_control_a_layer_without_its_lockdown_is_reachable(
+        cluster: Cluster, supabase_db: str, tmp_path: Path) -> None:
+    layer = (ROOT / "sql/pgfence-pgmq.sql").read_text()
+    out = layers_pushed(cluster, supabase_db, tmp_path, layer[:layer.index("-- change: lockdown")])
+    assert out.returncode == 0, out.stdout + out.stderr
+    seen = cluster.psql(supabase_db, "-At", "-c", ANY_FOREIGN_PRIVILEGE).strip()
+    assert "anon: function pgfence_pgmq.read(" in seen and "pgfence_pgflow" not in seen
 
 
 def test_pgtap_suite_passes_on_the_supabase_install(cluster: Cluster, supabase_db: str,

@@ -272,7 +272,7 @@ class Pairs:
                 "pgmq",
                 [
                     Member(
-                        "pgmq_read 10 (pgfence.pgmq_read, shared lease)",
+                        "pgmq_read 10 (pgfence_pgmq.read, shared lease)",
                         "pgmq_read.sql",
                         lambda m: self.fill("fill_pgmq.sql", m, 10),
                         self.visible_left("bench"),
@@ -284,7 +284,7 @@ class Pairs:
                         self.visible_left("bench_raw"),
                     ),
                     Member(
-                        "pgmq_archive (pgfence.pgmq_archive by attempt_id)",
+                        "pgmq_archive (pgfence_pgmq.archive by attempt_id)",
                         "pgmq_archive.sql",
                         lambda m: self.fill("fill_pgmq_read.sql", m, 1),
                         self.handles_left("bench.handles_seq"),
@@ -355,13 +355,13 @@ class Pairs:
                         per_tx=100,
                     ),
                     Member(
-                        "pgmq_archive 1 per call (pgfence.pgmq_archive)",
+                        "pgmq_archive 1 per call (pgfence_pgmq.archive)",
                         "pgmq_archive.sql",
                         lambda m: self.fill("fill_pgmq_read.sql", m, 1),
                         self.handles_left("bench.handles_seq"),
                     ),
                     Member(
-                        "pgmq_archive 10 per call (pgfence.pgmq_archive_many)",
+                        "pgmq_archive 10 per call (pgfence_pgmq.archive_many)",
                         "pgmq_archive_many_10.sql",
                         lambda m: self.fill("fill_pgmq_read.sql", m, 10),
                         self.batches_left("bench.handles_seq", 10),

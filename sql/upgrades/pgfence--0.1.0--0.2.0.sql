@@ -954,7 +954,7 @@ declare
   v_opened timestamptz;
   v_layer regproc;
   v_rows jsonb;
-  v_layers jsonb := '[]';
+  v_layers jsonb := '[]'::jsonb;
 begin
   perform pgfence.check_not_null('token', update_status.token);
   select u.resources, u.prepared_at into v_resources, v_opened

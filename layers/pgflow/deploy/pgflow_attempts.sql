@@ -80,7 +80,8 @@ declare
 begin
   if not (pg_catalog.has_schema_privilege(v_role, 'pgflow', 'usage')
           and pg_catalog.has_function_privilege(v_role, fn, 'execute')
-          and pg_catalog.has_table_privilege(v_role, 'pgflow.step_tasks', 'select, update')) then
+          and pg_catalog.has_table_privilege(v_role, 'pgflow.step_tasks', 'select')
+          and pg_catalog.has_table_privilege(v_role, 'pgflow.step_tasks', 'update')) then
     raise exception 'pgfence pgflow layer: role % may not call % with pgflow itself', v_role, fn
       using errcode = '42501',
             hint = 'grant the role what pgflow itself needs (docs/pgflow.md, "Grants"), or call as a role that has it';

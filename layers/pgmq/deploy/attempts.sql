@@ -84,7 +84,8 @@ language plpgsql
 stable
 as $$
 begin
-  if queue is null or pg_catalog.length(queue) not between 1 and 47
+  if queue is null or pg_catalog.length(queue) operator(pg_catalog.<) 1
+     or pg_catalog.length(queue) operator(pg_catalog.>) 47
      or queue operator(pg_catalog.~) '\$|;|--|''' then
     perform pgfence.invalid_argument('queue', 'must be a pgmq queue name: 1 to 47 characters, none of $ ; -- or ''', queue);
   end if;
@@ -108,7 +109,10 @@ declare
   v_role name := pgfence.invoker();
 begin
   if not (pg_catalog.has_schema_privilege(v_role, 'pgmq', 'usage')
-          and pg_catalog.has_table_privilege(v_role, pg_catalog.format('pgmq.%I', queue_table), privileges)
+          -- each of them (has_table_privilege of a list asks for any one)
+          and not exists (select from pg_catalog.unnest(pg_catalog.string_to_array(privileges, ',')) w(p)
+                           where not pg_catalog.has_table_privilege(v_role, pg_catalog.format('pgmq.%I', queue_table),
+                                                                    pg_catalog.btrim(w.p)))
           and (not archive or pg_catalog.has_table_privilege(
                  v_role, pg_catalog.format('pgmq.%I', 'a' operator(pg_catalog.||) pg_catalog.substr(queue_table, 2)),
                  'insert'))) then

@@ -72,7 +72,8 @@ begin
          array_agg(l.enqueued_at order by l.msg_id, l.read_ct desc) filter (where l.outcome is null),
          array_agg(l.attempt_id order by l.msg_id, l.read_ct desc) filter (where l.outcome is null)
     into v_found, v_finished, v_queues, v_leases, v_msg_ids, v_read_cts, v_enqueued, v_attempts
-    from (select a.attempt_id, a.outcome, a.queue, a.lease_id, a.msg_id, a.read_ct, a.enqueued_at
+    from (select a.attempt_id, a.outcome, a.queue, a.lease_id,
+                 a.msg_id, a.read_ct, a.enqueued_at
             from pgfence_pgmq.attempts a
            where a.attempt_id = any (finish.attempt_ids)
            order by a.attempt_id

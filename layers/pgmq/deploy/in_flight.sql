@@ -21,7 +21,6 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_queue text;
-  v_n bigint;
 begin
   for v_queue in
     select distinct a.queue
