@@ -472,6 +472,9 @@ def test_bad_flows_and_queues_are_refused(flow: Database, flow_slug: str | None,
                                   (uuid.uuid4(),))) == "22023"
 
 
+SEARCH_PATH = ["search_path=pg_catalog, pg_temp"]
+
+
 def test_only_pgfence_worker_may_call_the_layer(flow: Database) -> None:
     assert flow.sql("""
       select p.oid::regprocedure::text, has_function_privilege('public', p.oid, 'execute'),
@@ -480,15 +483,23 @@ def test_only_pgfence_worker_may_call_the_layer(flow: Database) -> None:
              p.prosecdef, coalesce(p.proconfig, '{}')
         from pg_proc p where p.pronamespace = 'pgfence_pgflow'::regnamespace
        order by 1""") == [
+        # Issue 25's maintenance and registration (operator's, not the workers').
+        ("pgfence_pgflow.as_maintenance(text,interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.check_allowed(regprocedure)", False, False, False, []),
         ("pgfence_pgflow.complete_task(uuid,jsonb)", False, True, False, []),
+        ("pgfence_pgflow.ensure_workers()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.fail_task(uuid,text)", False, True, False, []),
         ("pgfence_pgflow.finish(uuid,text,jsonb,text)", False, True, True,
          ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.follow_resource()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.in_flight(text[])", False, False, True,
          ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.prune_workers(interval)", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.requeue_stalled_tasks()", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.setup_cron()", False, False, False, SEARCH_PATH),
         ("pgfence_pgflow.start_tasks(uuid,text,text,interval,integer)", False, True, True,
          ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.sync_workers()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.worker_id(uuid,bytea)", False, False, False, []),
     ]
 
