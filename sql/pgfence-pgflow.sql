@@ -179,17 +179,31 @@ grant select on table pgfence_pgflow.starts, pgfence_pgflow.stale to pgfence_mon
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
--- pgflow's worker row for a lease: pgflow records who started a task (step_tasks.last_worker_id)
--- and expects a pgflow.workers row for it. Its id is derived from the lease by a keyed hash,
--- never the lease id itself, which is the owner's capability and must not be readable there.
+-- pgflow's worker row: pgflow records who started a task (step_tasks.last_worker_id) and
+-- expects a pgflow.workers row for it. One row per worker, not per lease: its id is derived
+-- from the lease's resource and owner name (a worker that acquires again, or supervises
+-- across leases, keeps its row) by a keyed hash, never from the lease id, which is the
+-- owner's capability and must not be readable there.
 create function pgfence_pgflow.worker_id(lease_id uuid, key bytea)
 returns uuid
 language sql
 stable
 as $$
-  select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s', worker_id.lease_id), worker_id.key), 32)::pg_catalog.uuid;
+  select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner), worker_id.key), 32)::pg_catalog.uuid
+    from pgfence.leases l where l.lease_id = worker_id.lease_id;
 $$;
 revoke all on function pgfence_pgflow.worker_id(uuid, bytea) from public;
+
+-- Which lease each worker row last started under: the lease's end (superseded, draining,
+-- released) is the worker's (pgflow's deprecated_at / stopped_at, pgfence_pgflow.sync_workers).
+-- Holds lease ids: nobody but the layer's own functions reads it.
+create table pgfence_pgflow.worker_leases (
+  worker_id uuid primary key,
+  lease_id  uuid not null
+);
+comment on table pgfence_pgflow.worker_leases is
+  'The lease each pgflow.workers row of the layer last started under. Not a public interface.';
+revoke all on table pgfence_pgflow.worker_leases from public;
 
 create function pgfence_pgflow.start_tasks(lease_id uuid, flow_slug text, queue text, vt interval, qty int default 1)
 returns table (attempt_id uuid, run_id uuid, step_slug text, task_index int, input jsonb, msg_id bigint)
@@ -202,6 +216,7 @@ declare
   v_msgs bigint[];
   v_tasks pgflow.step_task_record[];
   v_key bytea;
+  v_worker uuid;
 begin
   perform pgfence.check_not_null('lease_id', start_tasks.lease_id);
   perform pgfence_pgflow.check_allowed('pgflow.start_tasks(text, bigint[], uuid)');
@@ -226,26 +241,59 @@ begin
   select k.hmac_key into v_key from pgfence.signing_key k;
   -- The worker row pgflow's start_tasks refers to, and its heartbeat, at most every 5 seconds:
   -- an upsert locks the row to the end of the transaction, and would queue every start of
-  -- the lease behind the one before.
+  -- the lease behind the one before. A worker that starts under a new lease is alive again.
+  v_worker := pgfence_pgflow.worker_id(start_tasks.lease_id, v_key);
   if not exists (select from pgflow.workers w
-                  where w.worker_id = pgfence_pgflow.worker_id(start_tasks.lease_id, v_key)
+                   join pgfence_pgflow.worker_leases wl on wl.worker_id = w.worker_id
+                  where w.worker_id = v_worker and wl.lease_id = start_tasks.lease_id
+                    and w.deprecated_at is null
                     and w.last_heartbeat_at > now() - interval '5 seconds') then
     insert into pgflow.workers as w (worker_id, queue_name, function_name)
-    select pgfence_pgflow.worker_id(l.lease_id, v_key), start_tasks.queue, l.resource
+    select v_worker, start_tasks.queue, l.resource
       from pgfence.leases l where l.lease_id = start_tasks.lease_id
-    on conflict (worker_id) do update set last_heartbeat_at = now();
+    on conflict (worker_id) do update set last_heartbeat_at = now(), deprecated_at = null;
+    insert into pgfence_pgflow.worker_leases as wl (worker_id, lease_id)
+    values (v_worker, start_tasks.lease_id)
+    on conflict (worker_id) do update set lease_id = excluded.lease_id
+     where wl.lease_id is distinct from excluded.lease_id;
   end if;
   -- The takeover. pgflow starts only queued tasks; a task whose message came back while it is
   -- still started was started by an attempt that never finished it (its worker died, or was
-  -- paused past its lease and its message's visibility): that attempt no longer holds the
-  -- message, so the task goes back to queued and pgflow's start_tasks below starts it again
-  -- for this read, raising attempts_count, which makes the old attempt's result stale.
+  -- paused past its lease and its message's visibility, which the start below sets to the
+  -- step's timeout + 2 s): that attempt no longer holds the message, so the task goes back to
+  -- queued and pgflow's start_tasks below starts it again for this read, raising
+  -- attempts_count, which makes the old attempt's result stale. Only a task whose message this
+  -- read got back: any other started task (this worker's own earlier start, of another run) is
+  -- live.
   update pgflow.step_tasks st
      set status = 'queued', started_at = null
-   where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started';
+    from pgflow.steps s join pgflow.flows f on f.flow_slug = s.flow_slug
+   where s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     and st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
+     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts);
+  -- A takeover counts against pgflow's max_attempts: a stalled task with no attempt left fails
+  -- for good, by pgflow's own fail_task (which fails its run). fail_task locks the run, which a
+  -- result of the run takes first (finish): a run locked by a result in flight is left for a
+  -- later read (SKIP LOCKED), so the two never wait for each other in opposite orders.
+  perform pgflow.fail_task(st.run_id, st.step_slug, st.task_index,
+                           pg_catalog.format('pgfence: taken over after %s attempts (max_attempts): '
+                                             'its worker stalled past the step''s timeout', st.attempts_count))
+     from pgflow.step_tasks st
+     join pgflow.steps s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     join pgflow.flows f on f.flow_slug = s.flow_slug
+   where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
+     and st.attempts_count >= coalesce(s.opt_max_attempts, f.opt_max_attempts)
+     and exists (select from pgflow.runs r where r.run_id = st.run_id for update skip locked);
   select array_agg(t) into v_tasks
-    from pgflow.start_tasks(start_tasks.flow_slug, v_msgs,
-                            pgfence_pgflow.worker_id(start_tasks.lease_id, v_key)) t;
+    from pgflow.start_tasks(start_tasks.flow_slug, v_msgs, v_worker) t;
+  -- pgflow's own rule, on every supported pgflow: a started task's message stays hidden for its
+  -- step's timeout (else the flow's) + 2 s, whatever vt the read used, so that no live task is
+  -- taken over while its handler may still run. pgflow 0.8.1's start_tasks states it but never
+  -- applies it (its set_vt_batch is an unreferenced CTE, which PostgreSQL does not run).
+  perform pgmq.set_vt(start_tasks.queue, t.msg_id, coalesce(s.opt_timeout, f.opt_timeout) + 2)
+     from unnest(v_tasks) t
+     join pgflow.steps s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+     join pgflow.flows f on f.flow_slug = t.flow_slug;
   -- A statement of its own, so that it sees the attempts_count pgflow's start just set.
   return query
   with started as (
@@ -266,8 +314,9 @@ end
 $$;
 comment on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) is
   'Reads up to qty messages of the flow''s queue under the resource''s active, unexpired lease (pgfence_pgmq.read, which checks the caller may read the queue) '
-  'and starts their tasks with pgflow''s own start_tasks, in one transaction; a task still started by an attempt '
-  'whose message came back is taken over. Raises PF001, 42501 (the caller''s role may not do this with pgflow and pgmq '
+  'and starts their tasks with pgflow''s own start_tasks, in one transaction; a started task''s message stays hidden for '
+  'its step''s timeout + 2 s; a task still started by an attempt whose message came back is taken over, or failed for '
+  'good when it has no attempt left (max_attempts). Raises PF001, 42501 (the caller''s role may not do this with pgflow and pgmq '
   'themselves), 22023.';
 
 revoke all on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) from public;
@@ -321,7 +370,12 @@ begin
   -- pgflow's own complete_task and fail_task, run by the caller, would archive the message or
   -- set its visibility: what pgmq needs for that too.
   perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(v_attempt.flow_slug), 'select, update, delete', true);
-  -- The message first, then the task: the order in which start_tasks takes them (the read,
+  -- The run first: pgflow's complete_task and fail_task lock it after this function has locked
+  -- the task, and a fail_task that fails the run then updates the run's other tasks and
+  -- archives their messages, which another result of the run holds: two results of one run
+  -- would deadlock. Taken first, the run orders them.
+  perform from pgflow.runs r where r.run_id = v_attempt.run_id for update;
+  -- Then the message, then the task: the order in which start_tasks takes them (the read,
   -- then the takeover). A start that read the message and has not committed is waited for,
   -- and the task judged on what it committed; a start that comes later skips the message
   -- (SKIP LOCKED). In the other order, a takeover and a late result would deadlock: each
@@ -566,6 +620,258 @@ update pgfence.layers
 -- transactions fails the deploy instead of queueing every later locker behind it (squawk).
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
+
+do $$ begin perform pgfence.lockdown('pgfence_pgflow'); end $$;
+
+
+-- change: pgflow_workers
+-- Deploy pgfence_pgflow:pgflow_workers
+-- requires: pgflow_start_tasks
+-- requires: pgflow_lockdown
+-- requires: pgflow_prune_health
+--
+-- pgflow's own worker registration as pgfence's (pgflow 0.9 and later: worker_functions,
+-- ensure_workers, workers.stopped_at; on 0.8 only what it has): worker_functions follow
+-- pgfence's resources, workers are started through the startup handshake, the workers of an
+-- ended lease are marked so, and pgflow's maintenance runs under `enforce`.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- worker_functions.enabled follows pgfence's resources.enabled: a function that is a pgfence
+-- resource is pinged exactly while its resource is enabled, so an update window (which
+-- disables the resource, then restores exactly what it saved) disables and restores it
+-- exactly, and nobody enables it past pgfence (I6). One trigger on each side: a resource
+-- changed, and a row pgflow writes (track_worker_function on a worker's start, or by hand).
+create function pgfence_pgflow.follow_resource()
+returns trigger
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if tg_table_schema = 'pgflow' then
+    new.enabled := coalesce((select r.enabled from pgfence.resources r where r.resource = new.function_name),
+                            new.enabled);
+    return new;
+  end if;
+  -- pgfence.resources changed: pgflow 0.8 has no worker_functions.
+  if pg_catalog.to_regclass('pgflow.worker_functions') is not null then
+    execute 'update pgflow.worker_functions wf set enabled = $2
+              where wf.function_name = $1 and wf.enabled is distinct from $2'
+      using new.resource, new.enabled;
+  end if;
+  return null;
+end
+$$;
+revoke all on function pgfence_pgflow.follow_resource() from public;
+
+create trigger pgfence_pgflow_worker_functions after insert or update of enabled on pgfence.resources
+  for each row execute function pgfence_pgflow.follow_resource();
+do $$
+begin
+  if pg_catalog.to_regclass('pgflow.worker_functions') is not null then
+    execute 'create trigger pgfence_follow_resource before insert or update of enabled, function_name
+               on pgflow.worker_functions for each row execute function pgfence_pgflow.follow_resource()';
+    execute 'update pgflow.worker_functions wf set enabled = r.enabled from pgfence.resources r
+              where r.resource = wf.function_name and wf.enabled is distinct from r.enabled';
+  end if;
+end
+$$;
+
+-- The workers of an ended lease, as pgflow knows them: a worker whose last lease was
+-- superseded or drained is deprecated (pgflow's "stop starting, finish what is in hand"), one
+-- whose lease was released has stopped (pgflow 0.9+: stopped_at). ensure_workers then sees no
+-- live worker there, and pgflow's own tools show the truth.
+create function pgfence_pgflow.sync_workers()
+returns bigint
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_rows bigint;
+  v_stopped bigint := 0;
+begin
+  update pgflow.workers w set deprecated_at = clock_timestamp()
+    from pgfence_pgflow.worker_leases wl join pgfence.leases l on l.lease_id = wl.lease_id
+   where wl.worker_id = w.worker_id and w.deprecated_at is null
+     and l.state in ('superseded', 'draining');
+  get diagnostics v_rows = row_count;
+  if exists (select from pg_catalog.pg_attribute a
+              where a.attrelid = 'pgflow.workers'::regclass and a.attname = 'stopped_at' and not a.attisdropped) then
+    execute 'update pgflow.workers w set stopped_at = clock_timestamp()
+               from pgfence_pgflow.worker_leases wl join pgfence.leases l on l.lease_id = wl.lease_id
+              where wl.worker_id = w.worker_id and w.stopped_at is null and l.state = ''released''';
+    get diagnostics v_stopped = row_count;
+  end if;
+  return v_rows + v_stopped;
+end
+$$;
+comment on function pgfence_pgflow.sync_workers() is
+  'Marks the pgflow.workers rows of the layer whose last lease was superseded or drained deprecated_at, '
+  'and those whose lease was released stopped_at (pgflow 0.9+); returns how many.';
+
+-- pgflow 0.14's ensure_workers, through the startup handshake: a worker function that is a
+-- pgfence resource is pinged only when pgfence.request_start returns an invocation id (the
+-- resource is enabled, no lease is current, no invocation is pending: exactly one per
+-- window), and that id is sent in the request's body, {"invocation_id": "..."}, for the
+-- function to acquire with (Owner.acquire(invocationId), FlowWorker.start's invocationId).
+-- pgflow's debounce still applies; its URL and credentials are pgflow's (Vault's
+-- supabase_project_id, pgflow_auth_secret or supabase_service_role_key; kong locally).
+-- A function that is not a pgfence resource is left to pgflow's own ensure_workers. The
+-- cron job pgflow schedules is pointed here by pgfence_pgflow.setup_cron().
+create function pgfence_pgflow.ensure_workers()
+returns table (function_name text, invoked boolean, request_id bigint)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_local boolean;
+  v_key text;
+  v_base text;
+  v_fn record;
+  v_invocation uuid;
+begin
+  perform pgfence_pgflow.sync_workers();
+  v_local := pgflow.is_local();
+  if v_local then
+    v_base := 'http://kong:8000/functions/v1';
+  else
+    select coalesce(nullif((select s.decrypted_secret from vault.decrypted_secrets s where s.name = 'pgflow_auth_secret'), ''),
+                    nullif((select s.decrypted_secret from vault.decrypted_secrets s where s.name = 'supabase_service_role_key'), '')),
+           (select 'https://' || nullif(s.decrypted_secret, '') || '.supabase.co/functions/v1'
+              from vault.decrypted_secrets s where s.name = 'supabase_project_id')
+      into v_key, v_base;
+    if v_base is null or v_key is null then
+      return;
+    end if;
+  end if;
+  for v_fn in
+    select wf.function_name
+      from pgflow.worker_functions wf join pgfence.resources r on r.resource = wf.function_name
+     where wf.enabled and r.enabled
+       and (v_local or wf.last_invoked_at is null or wf.last_invoked_at < now() - wf.debounce)
+     order by wf.function_name
+       for update of wf skip locked
+  loop
+    v_invocation := pgfence.request_start(v_fn.function_name);
+    continue when v_invocation is null;
+    function_name := v_fn.function_name;
+    invoked := true;
+    request_id := net.http_post(
+      url => v_base || '/' || v_fn.function_name,
+      headers => case when v_local then '{}'::jsonb
+                      else jsonb_build_object('Content-Type', 'application/json', 'Authorization', 'Bearer ' || v_key) end,
+      body => jsonb_build_object('invocation_id', v_invocation));
+    update pgflow.worker_functions wf set last_invoked_at = clock_timestamp()
+     where wf.function_name = v_fn.function_name;
+    return next;
+  end loop;
+end
+$$;
+comment on function pgfence_pgflow.ensure_workers() is
+  'pgflow''s ensure_workers through the startup handshake: pings a worker function that is a pgfence resource only when '
+  'pgfence.request_start returns an invocation id, and sends it ({"invocation_id": ...}). pgflow 0.9+.';
+
+-- pgflow's maintenance under `enforce`: its functions write step_tasks and the queue tables
+-- (requeue_stalled_tasks puts tasks back; deleting a worker row sets step_tasks.last_worker_id
+-- to NULL), which the guards of a protected table refuse without a fence. These run them
+-- with the transaction shown as fenced for the resources of the guards, for this call alone.
+create function pgfence_pgflow.as_maintenance(fn text, arg interval default null)
+returns bigint
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_was text := coalesce(current_setting('pgfence.fenced', true), '');
+  v_rows bigint;
+begin
+  perform pgfence.mark_fenced(r.resource, k.hmac_key)
+     from (select distinct unnest(p.resources) as resource from pgfence.protections p
+            where (p.tbl::text like 'pgmq.q\_%' or p.tbl = 'pgflow.step_tasks'::regclass)) r,
+          pgfence.signing_key k;
+  if fn = 'requeue' then
+    v_rows := pgflow.requeue_stalled_tasks();
+  else
+    delete from pgflow.workers w
+     where w.last_heartbeat_at < now() - arg
+       and not exists (select from pgflow.step_tasks st where st.last_worker_id = w.worker_id and st.status = 'started');
+    get diagnostics v_rows = row_count;
+    delete from pgfence_pgflow.worker_leases wl
+     where not exists (select from pgflow.workers w where w.worker_id = wl.worker_id);
+  end if;
+  perform set_config('pgfence.fenced', v_was, true);
+  return v_rows;
+end
+$$;
+revoke all on function pgfence_pgflow.as_maintenance(text, interval) from public;
+
+create function pgfence_pgflow.requeue_stalled_tasks()
+returns integer
+language sql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select pgfence_pgflow.as_maintenance('requeue')::int;
+$$;
+comment on function pgfence_pgflow.requeue_stalled_tasks() is
+  'pgflow''s requeue_stalled_tasks (0.13+), also where step_tasks and the queues are protected in enforce mode. A task '
+  'it puts back is started again by the next read: the stalled attempt''s result is stale.';
+
+create function pgfence_pgflow.prune_workers(older_than interval default '7 days')
+returns table (what text, rows bigint)
+language sql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select 'pgflow.workers'::text, pgfence_pgflow.as_maintenance('prune', prune_workers.older_than);
+$$;
+comment on function pgfence_pgflow.prune_workers(interval) is
+  'Deletes pgflow.workers rows without a heartbeat for older_than and no task started, also under enforce '
+  '(pgfence.layers'' prune of this layer).';
+
+-- pgflow's cron jobs, pointed at the layer: ensure_workers through the handshake, and
+-- requeue_stalled_tasks under enforce (pg_cron's cron.alter_job keeps the schedule).
+create function pgfence_pgflow.setup_cron()
+returns text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_n int := 0;
+begin
+  if pg_catalog.to_regnamespace('cron') is null then
+    return 'pg_cron is not installed: nothing to do';
+  end if;
+  execute 'select count(cron.alter_job(j.jobid, command => c.command))
+             from cron.job j join (values (''pgflow_ensure_workers'', ''select pgfence_pgflow.ensure_workers()''),
+                                          (''pgflow_requeue_stalled_tasks'', ''select pgfence_pgflow.requeue_stalled_tasks()''))
+                                  c(jobname, command) on c.jobname = j.jobname'
+    into v_n;
+  return format('%s pgflow cron jobs now call pgfence_pgflow', v_n);
+end
+$$;
+comment on function pgfence_pgflow.setup_cron() is
+  'Operator, once after installing the layer on pgflow 0.14: pgflow''s cron jobs pgflow_ensure_workers and '
+  'pgflow_requeue_stalled_tasks call pgfence_pgflow.ensure_workers() and requeue_stalled_tasks() instead.';
+
+revoke all on function pgfence_pgflow.sync_workers(), pgfence_pgflow.ensure_workers(),
+                       pgfence_pgflow.requeue_stalled_tasks(), pgfence_pgflow.prune_workers(interval),
+                       pgfence_pgflow.setup_cron()
+  from public;
+grant execute on function pgfence_pgflow.sync_workers(), pgfence_pgflow.ensure_workers(),
+                         pgfence_pgflow.requeue_stalled_tasks(), pgfence_pgflow.prune_workers(interval),
+                         pgfence_pgflow.setup_cron()
+   to pgfence_operator;
+
+update pgfence.layers set prune = 'pgfence_pgflow.prune_workers(interval)'
+ where schema_name = 'pgfence_pgflow' and prune is null;
 
 do $$ begin perform pgfence.lockdown('pgfence_pgflow'); end $$;
 

@@ -64,12 +64,13 @@ def test_the_deno_reference_builds_without_warnings(reference: Path) -> None:
                 if any(d["declarationKind"] == "export" for d in s["declarations"])}
     assert {"Owner", "Worker", "connect", "errorClasses", "ConnectionLost"} <= exported
     missing = [name for name in sorted(exported)
-               if not (reference / "deno/mod.ts/~" / f"{name}.html").exists()]
+               if not (reference / "deno/~" / f"{name}.html").exists()]
     assert not missing, f"no page for {missing}"
     assert (reference / "deno/index.html").exists()
-    assert (reference / "deno/pgflow.ts/~/FlowWorker.html").exists()
+    # deno.json names the package's entry points: "." (mod.ts) at the top, "./pgflow" below.
+    assert (reference / "deno/pgflow/~/FlowWorker.html").exists()
     # Doc comments, not just names: the Worker's visibility rule.
-    worker = (reference / "deno/mod.ts/~/Worker.html").read_text()
+    worker = (reference / "deno/~/Worker.html").read_text()
     assert "remaining visibility" in worker
 
 
@@ -83,6 +84,23 @@ def test_negative_control_an_undocumented_deno_export_fails_the_build(tmp_path: 
     source = (CLIENT / "mod.ts").read_text()
     assert doc + "export type Clock" in source
     (client / "mod.ts").write_text(source.replace(doc, ""))
+    built = apidoc(tmp_path / "out", APIDOC_DENO=str(client))
+    assert built.returncode != 0
+    assert "missing-jsdoc" in built.stderr, built.stderr
+
+
+def test_negative_control_an_undocumented_pgflow_export_fails_the_build(tmp_path: Path) -> None:
+    """pgflow.ts is linted too: a public name of it without its doc comment fails."""
+    client = tmp_path / "client"
+    client.mkdir()
+    for name in ("deno.json", "mod.ts"):
+        shutil.copy(CLIENT / name, client / name)
+    (client / "node_modules").symlink_to(CLIENT / "node_modules")
+    doc = ("  /** Refusals so far: acquires refused or not granted, and terms ended by a "
+           "refusal. */\n")
+    source = (CLIENT / "pgflow.ts").read_text()
+    assert doc + "  refusals = 0;" in source
+    (client / "pgflow.ts").write_text(source.replace(doc, ""))
     built = apidoc(tmp_path / "out", APIDOC_DENO=str(client))
     assert built.returncode != 0
     assert "missing-jsdoc" in built.stderr, built.stderr

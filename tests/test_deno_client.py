@@ -40,7 +40,8 @@ def deno(env: dict[str, str], *args: str, cwd: Path = CLIENT) -> subprocess.Comp
 
 def test_fmt_lint_and_check_are_clean(deno_env: dict[str, str]) -> None:
     for args in (["fmt", "--check"], ["lint"],
-                 ["check", "mod.ts", "pgflow.ts", "client_test.ts", "testdata/worker_process.ts",
+                 ["check", "mod.ts", "pgflow.ts", "client_test.ts", "pgflow_test.ts",
+                  "testdata/worker_process.ts",
                   "testdata/fault_worker.ts", "testdata/pgflow_worker_process.ts",
                   "examples/pgflow_edge_function.ts", "examples/supabase_worker.ts"]):
         out = deno(deno_env, *args)

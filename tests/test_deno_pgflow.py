@@ -12,6 +12,7 @@ from what it prints, never waited out with a sleep.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -299,3 +300,23 @@ def test_the_edge_function_starts_once_per_invocation(
     finally:
         server.kill()
         server.wait()
+
+
+# -- clients/deno/pgflow_test.ts: the drop-in worker and its backoff ---------------------------
+
+def test_pgflow_worker_tests_pass_directly_and_through_pgbouncer(
+        flow: Database, cluster: Cluster, bouncer: PgBouncer, deno_env: dict[str, str]) -> None:
+    """`deno test pgflow_test.ts` on a pgflow database: a @pgflow/dsl flow compiled by pgflow's
+    compiler and run end to end by FlowWorker.start; the refusal backoff and its negative
+    control."""
+    name = conninfo_to_dict(flow.dsn)["dbname"]
+    assert isinstance(name, str)
+    env = {**deno_env,
+           "PGFENCE_DENO_DIRECT_URL": f"postgres://{USER}@{LOOPBACK}:{cluster.port}/{name}",
+           "PGFENCE_DENO_BOUNCER_URL": f"postgres://{USER}@{LOOPBACK}:{bouncer.port}/{name}"}
+    out = subprocess.run([str(DENO), "test", *PERMISSIONS, "pgflow_test.ts"], cwd=CLIENT,
+                         env=env, capture_output=True, text=True, timeout=300)
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    summary = re.search(r"^ok \| (\d+) passed \| 0 failed(?: \| (\d+) ignored)?", said, re.M)
+    assert summary and int(summary.group(1)) == 10 and summary.group(2) in (None, "0"), said

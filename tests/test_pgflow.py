@@ -330,17 +330,24 @@ def test_a_late_result_waits_for_a_takeover_in_flight_and_is_stale(any_flow: Dat
     assert task(any_flow, "first") == ("completed", 2, {"by": "b"})
 
 
+# A session that holds the step's state row, which pgflow's complete_task locks after the run:
+# a late completion is held inside pgflow.complete_task, past the layer's own locks.
+HOLD_STEP = ("select from pgflow.step_states where run_id = %s and step_slug = 'first' "
+             "for update")
+
+
 def test_a_late_result_and_a_takeover_never_deadlock(flow: Database) -> None:
-    """A's late completion is held inside pgflow.complete_task (another session holds the run
-    row it locks); meanwhile B polls the message A's task came from. B skips it, and A's result
-    is kept: the message is locked before the task, in the order of B's read and takeover."""
+    """A's late completion is held inside pgflow.complete_task (another session holds the step
+    state row it locks); meanwhile B polls the message A's task came from. B skips it, and A's
+    result is kept: the message is locked before the task, in the order of B's read and
+    takeover."""
     run_id = two_steps(flow)
     a, b, c = flow.session("a"), flow.session("b"), flow.session("c")
     la = acquired(a.acquire("fn"))
     [(attempt, _, _)] = start(a, la)
     paused_past_everything(flow, la, "first")
     c.begin()
-    c.run("select from pgflow.runs where run_id = %s for update", (run_id,))
+    c.run(HOLD_STEP, (run_id,))
     late = a.start("select pgfence_pgflow.complete_task(%s, '{\"late\": true}')", (attempt,))
     assert late.settle() is True and late.blocked_by == [c.pid]
     lb = acquired(b.acquire("fn"))
@@ -362,7 +369,7 @@ def test_negative_control_task_before_message_deadlocks(flow: Database) -> None:
     [(attempt, _, _)] = start(a, la)
     paused_past_everything(flow, la, "first")
     c.begin()
-    c.run("select from pgflow.runs where run_id = %s for update", (run_id,))
+    c.run(HOLD_STEP, (run_id,))
     late = a.start("select pgfence_pgflow.complete_task(%s, '{\"late\": true}')", (attempt,))
     assert late.settle() is True
     lb = acquired(b.acquire("fn"))
@@ -467,6 +474,9 @@ def test_bad_flows_and_queues_are_refused(flow: Database, flow_slug: str | None,
                                   (uuid.uuid4(),))) == "22023"
 
 
+SEARCH_PATH = ["search_path=pg_catalog, pg_temp"]
+
+
 def test_only_pgfence_worker_may_call_the_layer(flow: Database) -> None:
     assert flow.sql("""
       select p.oid::regprocedure::text, has_function_privilege('public', p.oid, 'execute'),
@@ -475,15 +485,23 @@ def test_only_pgfence_worker_may_call_the_layer(flow: Database) -> None:
              p.prosecdef, coalesce(p.proconfig, '{}')
         from pg_proc p where p.pronamespace = 'pgfence_pgflow'::regnamespace
        order by 1""") == [
+        # Issue 25's maintenance and registration (operator's, not the workers').
+        ("pgfence_pgflow.as_maintenance(text,interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.check_allowed(regprocedure)", False, False, False, []),
         ("pgfence_pgflow.complete_task(uuid,jsonb)", False, True, False, []),
+        ("pgfence_pgflow.ensure_workers()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.fail_task(uuid,text)", False, True, False, []),
         ("pgfence_pgflow.finish(uuid,text,jsonb,text)", False, True, True,
          ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.follow_resource()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.in_flight(text[])", False, False, True,
          ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.prune_workers(interval)", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.requeue_stalled_tasks()", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.setup_cron()", False, False, False, SEARCH_PATH),
         ("pgfence_pgflow.start_tasks(uuid,text,text,interval,integer)", False, True, True,
          ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.sync_workers()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.worker_id(uuid,bytea)", False, False, False, []),
     ]
 

@@ -7,8 +7,8 @@
 -- fingerprint recorded for the release it starts from (sql/releases/fingerprints), so it
 -- never runs over a schema that someone changed by hand. Not a Sqitch change: scripts/bundle
 -- inlines it into every upgrade file, and tests/test_upgrade.py records and checks it.
--- Objects named pgmq_* are the pgmq layer's (layers/pgmq), installed and upgraded by itself:
--- a database with the layer holds the same release of pgfence as one without it.
+-- The optional layers live in schemas of their own: a database with a layer holds the same
+-- release of pgfence as one without it.
 select pg_catalog.md5(pg_catalog.string_agg(x, E'\n' order by x))
   from (select pg_catalog.format('function %s(%s) %s definer=%s volatility=%s config=%s body=%s',
                                  p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid),
@@ -16,12 +16,10 @@ select pg_catalog.md5(pg_catalog.string_agg(x, E'\n' order by x))
                                  p.proconfig, pg_catalog.md5(p.prosrc))
           from pg_catalog.pg_proc p
          where p.pronamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
-           and p.proname operator(pg_catalog.!~~) 'pgmq\_%'
         union all
         select pg_catalog.format('relation %s %s', c.relname, c.relkind)
           from pg_catalog.pg_class c
          where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
-           and c.relname operator(pg_catalog.!~~) 'pgmq\_%'
         union all
         select pg_catalog.format('column %s.%s %s notnull=%s default=%s identity=%s', c.relname, a.attname,
                                  pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull,
@@ -31,18 +29,15 @@ select pg_catalog.md5(pg_catalog.string_agg(x, E'\n' order by x))
           left join pg_catalog.pg_attrdef d
                  on d.adrelid operator(pg_catalog.=) a.attrelid and d.adnum operator(pg_catalog.=) a.attnum
          where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
-           and c.relname operator(pg_catalog.!~~) 'pgmq\_%'
            and a.attnum operator(pg_catalog.>) 0 and not a.attisdropped
         union all
         select pg_catalog.format('constraint %s.%s %s', c.relname, k.conname, pg_catalog.pg_get_constraintdef(k.oid))
           from pg_catalog.pg_constraint k
           join pg_catalog.pg_class c on c.oid operator(pg_catalog.=) k.conrelid
          where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
-           and c.relname operator(pg_catalog.!~~) 'pgmq\_%'
            and k.contype operator(pg_catalog.<>) 'n'  -- PostgreSQL 18 lists NOT NULL here too (attnotnull has it)
         union all
         select pg_catalog.format('index %s', pg_catalog.pg_get_indexdef(i.indexrelid))
           from pg_catalog.pg_index i
           join pg_catalog.pg_class c on c.oid operator(pg_catalog.=) i.indrelid
-         where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace
-           and c.relname operator(pg_catalog.!~~) 'pgmq\_%') s(x);
+         where c.relnamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace) s(x);

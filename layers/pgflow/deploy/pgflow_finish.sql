@@ -45,7 +45,12 @@ begin
   -- pgflow's own complete_task and fail_task, run by the caller, would archive the message or
   -- set its visibility: what pgmq needs for that too.
   perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(v_attempt.flow_slug), 'select, update, delete', true);
-  -- The message first, then the task: the order in which start_tasks takes them (the read,
+  -- The run first: pgflow's complete_task and fail_task lock it after this function has locked
+  -- the task, and a fail_task that fails the run then updates the run's other tasks and
+  -- archives their messages, which another result of the run holds: two results of one run
+  -- would deadlock. Taken first, the run orders them.
+  perform from pgflow.runs r where r.run_id = v_attempt.run_id for update;
+  -- Then the message, then the task: the order in which start_tasks takes them (the read,
   -- then the takeover). A start that read the message and has not committed is waited for,
   -- and the task judged on what it committed; a start that comes later skips the message
   -- (SKIP LOCKED). In the other order, a takeover and a late result would deadlock: each

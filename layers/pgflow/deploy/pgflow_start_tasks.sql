@@ -8,17 +8,31 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
--- pgflow's worker row for a lease: pgflow records who started a task (step_tasks.last_worker_id)
--- and expects a pgflow.workers row for it. Its id is derived from the lease by a keyed hash,
--- never the lease id itself, which is the owner's capability and must not be readable there.
+-- pgflow's worker row: pgflow records who started a task (step_tasks.last_worker_id) and
+-- expects a pgflow.workers row for it. One row per worker, not per lease: its id is derived
+-- from the lease's resource and owner name (a worker that acquires again, or supervises
+-- across leases, keeps its row) by a keyed hash, never from the lease id, which is the
+-- owner's capability and must not be readable there.
 create function pgfence_pgflow.worker_id(lease_id uuid, key bytea)
 returns uuid
 language sql
 stable
 as $$
-  select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s', worker_id.lease_id), worker_id.key), 32)::pg_catalog.uuid;
+  select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner), worker_id.key), 32)::pg_catalog.uuid
+    from pgfence.leases l where l.lease_id = worker_id.lease_id;
 $$;
 revoke all on function pgfence_pgflow.worker_id(uuid, bytea) from public;
+
+-- Which lease each worker row last started under: the lease's end (superseded, draining,
+-- released) is the worker's (pgflow's deprecated_at / stopped_at, pgfence_pgflow.sync_workers).
+-- Holds lease ids: nobody but the layer's own functions reads it.
+create table pgfence_pgflow.worker_leases (
+  worker_id uuid primary key,
+  lease_id  uuid not null
+);
+comment on table pgfence_pgflow.worker_leases is
+  'The lease each pgflow.workers row of the layer last started under. Not a public interface.';
+revoke all on table pgfence_pgflow.worker_leases from public;
 
 create function pgfence_pgflow.start_tasks(lease_id uuid, flow_slug text, queue text, vt interval, qty int default 1)
 returns table (attempt_id uuid, run_id uuid, step_slug text, task_index int, input jsonb, msg_id bigint)
@@ -31,6 +45,7 @@ declare
   v_msgs bigint[];
   v_tasks pgflow.step_task_record[];
   v_key bytea;
+  v_worker uuid;
 begin
   perform pgfence.check_not_null('lease_id', start_tasks.lease_id);
   perform pgfence_pgflow.check_allowed('pgflow.start_tasks(text, bigint[], uuid)');
@@ -55,26 +70,59 @@ begin
   select k.hmac_key into v_key from pgfence.signing_key k;
   -- The worker row pgflow's start_tasks refers to, and its heartbeat, at most every 5 seconds:
   -- an upsert locks the row to the end of the transaction, and would queue every start of
-  -- the lease behind the one before.
+  -- the lease behind the one before. A worker that starts under a new lease is alive again.
+  v_worker := pgfence_pgflow.worker_id(start_tasks.lease_id, v_key);
   if not exists (select from pgflow.workers w
-                  where w.worker_id = pgfence_pgflow.worker_id(start_tasks.lease_id, v_key)
+                   join pgfence_pgflow.worker_leases wl on wl.worker_id = w.worker_id
+                  where w.worker_id = v_worker and wl.lease_id = start_tasks.lease_id
+                    and w.deprecated_at is null
                     and w.last_heartbeat_at > now() - interval '5 seconds') then
     insert into pgflow.workers as w (worker_id, queue_name, function_name)
-    select pgfence_pgflow.worker_id(l.lease_id, v_key), start_tasks.queue, l.resource
+    select v_worker, start_tasks.queue, l.resource
       from pgfence.leases l where l.lease_id = start_tasks.lease_id
-    on conflict (worker_id) do update set last_heartbeat_at = now();
+    on conflict (worker_id) do update set last_heartbeat_at = now(), deprecated_at = null;
+    insert into pgfence_pgflow.worker_leases as wl (worker_id, lease_id)
+    values (v_worker, start_tasks.lease_id)
+    on conflict (worker_id) do update set lease_id = excluded.lease_id
+     where wl.lease_id is distinct from excluded.lease_id;
   end if;
   -- The takeover. pgflow starts only queued tasks; a task whose message came back while it is
   -- still started was started by an attempt that never finished it (its worker died, or was
-  -- paused past its lease and its message's visibility): that attempt no longer holds the
-  -- message, so the task goes back to queued and pgflow's start_tasks below starts it again
-  -- for this read, raising attempts_count, which makes the old attempt's result stale.
+  -- paused past its lease and its message's visibility, which the start below sets to the
+  -- step's timeout + 2 s): that attempt no longer holds the message, so the task goes back to
+  -- queued and pgflow's start_tasks below starts it again for this read, raising
+  -- attempts_count, which makes the old attempt's result stale. Only a task whose message this
+  -- read got back: any other started task (this worker's own earlier start, of another run) is
+  -- live.
   update pgflow.step_tasks st
      set status = 'queued', started_at = null
-   where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started';
+    from pgflow.steps s join pgflow.flows f on f.flow_slug = s.flow_slug
+   where s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     and st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
+     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts);
+  -- A takeover counts against pgflow's max_attempts: a stalled task with no attempt left fails
+  -- for good, by pgflow's own fail_task (which fails its run). fail_task locks the run, which a
+  -- result of the run takes first (finish): a run locked by a result in flight is left for a
+  -- later read (SKIP LOCKED), so the two never wait for each other in opposite orders.
+  perform pgflow.fail_task(st.run_id, st.step_slug, st.task_index,
+                           pg_catalog.format('pgfence: taken over after %s attempts (max_attempts): '
+                                             'its worker stalled past the step''s timeout', st.attempts_count))
+     from pgflow.step_tasks st
+     join pgflow.steps s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     join pgflow.flows f on f.flow_slug = s.flow_slug
+   where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
+     and st.attempts_count >= coalesce(s.opt_max_attempts, f.opt_max_attempts)
+     and exists (select from pgflow.runs r where r.run_id = st.run_id for update skip locked);
   select array_agg(t) into v_tasks
-    from pgflow.start_tasks(start_tasks.flow_slug, v_msgs,
-                            pgfence_pgflow.worker_id(start_tasks.lease_id, v_key)) t;
+    from pgflow.start_tasks(start_tasks.flow_slug, v_msgs, v_worker) t;
+  -- pgflow's own rule, on every supported pgflow: a started task's message stays hidden for its
+  -- step's timeout (else the flow's) + 2 s, whatever vt the read used, so that no live task is
+  -- taken over while its handler may still run. pgflow 0.8.1's start_tasks states it but never
+  -- applies it (its set_vt_batch is an unreferenced CTE, which PostgreSQL does not run).
+  perform pgmq.set_vt(start_tasks.queue, t.msg_id, coalesce(s.opt_timeout, f.opt_timeout) + 2)
+     from unnest(v_tasks) t
+     join pgflow.steps s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+     join pgflow.flows f on f.flow_slug = t.flow_slug;
   -- A statement of its own, so that it sees the attempts_count pgflow's start just set.
   return query
   with started as (
@@ -95,8 +143,9 @@ end
 $$;
 comment on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) is
   'Reads up to qty messages of the flow''s queue under the resource''s active, unexpired lease (pgfence_pgmq.read, which checks the caller may read the queue) '
-  'and starts their tasks with pgflow''s own start_tasks, in one transaction; a task still started by an attempt '
-  'whose message came back is taken over. Raises PF001, 42501 (the caller''s role may not do this with pgflow and pgmq '
+  'and starts their tasks with pgflow''s own start_tasks, in one transaction; a started task''s message stays hidden for '
+  'its step''s timeout + 2 s; a task still started by an attempt whose message came back is taken over, or failed for '
+  'good when it has no attempt left (max_attempts). Raises PF001, 42501 (the caller''s role may not do this with pgflow and pgmq '
   'themselves), 22023.';
 
 revoke all on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) from public;

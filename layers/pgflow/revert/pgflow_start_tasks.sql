@@ -9,5 +9,6 @@ set local lock_timeout = '5s';
 
 drop function pgfence_pgflow.start_tasks(uuid, text, text, interval, int);
 drop function pgfence_pgflow.worker_id(uuid, bytea);
+drop table pgfence_pgflow.worker_leases;
 
 commit;

@@ -1,0 +1,205 @@
+/**
+ * The pgflow worker (pgflow.ts) against the real pgflow of tests/test_deno_pgflow.py's
+ * database (pgmq, pgflow 0.8.1 from npm, pgfence and its layers), directly and through
+ * PgBouncer (test_support.ts): a flow defined with npm's @pgflow/dsl, compiled by pgflow's own
+ * compiler, run end to end through the fenced protocol by the one-line start; and a refused
+ * worker's backoff, with its negative control (a worker without backoff).
+ *
+ * @module
+ */
+import { compileFlow, Flow } from "@pgflow/dsl";
+import { FlowWorker, type StepContext } from "./pgflow.ts";
+import { Owner } from "./mod.ts";
+import { assert, assertEquals, gate, type Target, test } from "./test_support.ts";
+
+/** A slug of this test's own: pgflow's slugs allow letters, digits and underscores. */
+function slug(t: Target, base: string): string {
+  return t.name(base).replaceAll("-", "_");
+}
+
+/** The flow's definition in the database, by pgflow's own compiler (what `pgflow compile`
+ * writes into a migration). */
+async function install(t: Target, flow: Flow): Promise<void> {
+  for (const statement of compileFlow(flow)) await t.admin.unsafe(statement);
+}
+
+/** A flow with each kind of step: a root step, a dependent one, an array and a map over it. */
+function dslFlow(flowSlug: string, seen: Record<string, unknown[]>) {
+  const record = (step: string, input: unknown, context: StepContext) => {
+    (seen[step] ??= []).push({ input, stepTask: context.stepTask.step_slug });
+  };
+  return new Flow<{ n: number }>({ slug: flowSlug, timeout: 10, maxAttempts: 2 })
+    .step({ slug: "first" }, (input, context) => {
+      record("first", input, context as unknown as StepContext);
+      return { seen: input.run.n };
+    })
+    .step({ slug: "second", dependsOn: ["first"] }, (input, context) => {
+      record("second", input, context as unknown as StepContext);
+      return { from_first: input.first.seen };
+    })
+    .array({ slug: "list", dependsOn: ["first"] }, (input) => [input.run.n, input.first.seen + 1])
+    .map({ slug: "square", array: "list" }, (item, context) => {
+      record("square", item, context as unknown as StepContext);
+      return item * item;
+    });
+}
+
+test("a @pgflow/dsl flow, compiled by pgflow, runs end to end in one line", async (t) => {
+  const [flowSlug, resource] = [slug(t, "dsl"), t.name("fn")];
+  const seen: Record<string, unknown[]> = {};
+  const flow = dslFlow(flowSlug, seen);
+  await install(t, flow as unknown as Flow);
+  await t.admin`select pgfence.register(${resource})`;
+  const [{ run_id: runId }] = await t.admin`select run_id
+                                              from pgflow.start_flow(${flowSlug}, '{"n": 3}')`;
+  // The drop-in: pgflow's `EdgeWorker.start(flow)`, with the database and the resource.
+  const worker = FlowWorker.start(flow, { sql: t.sql, resource, idleWait: 0.05, qty: 5 });
+  await t.waitUntil(async () => {
+    const [{ status }] = await t.admin`select status from pgflow.runs where run_id = ${runId}`;
+    return status !== "started";
+  }, "the run to finish");
+  worker.stop();
+  await worker.done;
+  assertEquals(
+    await t.rows(t.admin`select status, output from pgflow.runs where run_id = ${runId}`),
+    [{ status: "completed", output: { second: { from_first: 3 }, square: [9, 16] } }],
+  );
+  // EdgeWorker's inputs: the run's input and the dependencies' outputs; a map's items alone.
+  assertEquals(seen.first, [{ input: { run: { n: 3 } }, stepTask: "first" }]);
+  assertEquals(seen.second, [{ input: { run: { n: 3 }, first: { seen: 3 } }, stepTask: "second" }]);
+  assertEquals(
+    (seen.square as { input: number }[]).map((s) => s.input).sort(),
+    [3, 4],
+  );
+  assertEquals(worker.verdicts, { accepted: 5, duplicate: 0, stale: 0 });
+  assertEquals(worker.handlerTimeout("first"), 10); // the flow's timeout
+  assertEquals(
+    await t.rows(t.admin`select status from pgfence.lease_status where resource = ${resource}`),
+    [{ status: "released" }],
+  );
+});
+
+/** A worker that counts its refusals and records its waits. */
+class Counting extends FlowWorker {
+  waits: number[] = [];
+  protected override pause(seconds: number): Promise<void> {
+    this.waits.push(seconds);
+    return super.pause(seconds);
+  }
+}
+
+/** Negative control: a worker without backoff, which asks again at once. */
+class NoBackoff extends Counting {
+  override refusalWait(): number {
+    return 0;
+  }
+}
+
+/** Refusals of a worker of a disabled resource (PF003 at every acquire) within one second. */
+async function refusalsInASecond(t: Target, make: typeof Counting): Promise<Counting> {
+  const [flowSlug, resource] = [slug(t, "off"), t.name("fn")];
+  const flow = dslFlow(flowSlug, {});
+  await install(t, flow as unknown as Flow);
+  await t.admin`select pgfence.register(${resource}, false)`;
+  const worker = new make({
+    owner: new Owner({ sql: t.sql, resource }),
+    flow: flow as unknown as Flow,
+    backoff: { base: 0.05, cap: 0.2, random: () => 0.999 },
+  });
+  const window = setTimeout(() => worker.stop(), 1000); // the measurement's window
+  try {
+    await worker.supervise();
+  } finally {
+    clearTimeout(window);
+  }
+  return worker;
+}
+
+test("a refused worker backs off, capped and jittered, and never spins", async (t) => {
+  const worker = await refusalsInASecond(t, Counting);
+  // 0.05, 0.1, 0.2, 0.2, ... (times 0.999): at most 1 + 7 tries in a second.
+  assert(worker.refusals >= 2 && worker.refusals <= 8, `${worker.refusals} refusals`);
+  assertEquals(
+    worker.waits.slice(0, 4).map((w) => Math.round(w * 1000)),
+    [50, 100, 200, 200],
+  );
+  assertEquals(worker.handled, 0);
+});
+
+test("negative control: a worker without backoff is refused on every poll", async (t) => {
+  const worker = await refusalsInASecond(t, NoBackoff);
+  assert(worker.refusals >= 20, `only ${worker.refusals} refusals`); // ours: at most 8
+});
+
+/** A one-step flow whose handler waits for `release` (a runtime that survives its lease). */
+function heldFlow(flowSlug: string, entered: () => void, release: Promise<void>) {
+  return new Flow<{ n: number }>({ slug: flowSlug, timeout: 10 })
+    .step({ slug: "only" }, async () => {
+      entered();
+      await release;
+      return { done: true };
+    });
+}
+
+/** Runs `start` (an invocation's worker, or a supervisor without one) until its lease is
+ * superseded mid-handler and the successor releases; returns the owner's leases then. */
+async function supersededMidHandler(
+  t: Target,
+  withInvocation: boolean,
+): Promise<{ worker: FlowWorker; leases: number; resource: string }> {
+  const [flowSlug, resource, owner] = [slug(t, "held"), t.name("fn"), t.name("edge")];
+  const inHandler = gate();
+  const release = gate();
+  const flow = heldFlow(flowSlug, () => inHandler.open(), release.promise);
+  await install(t, flow as unknown as Flow);
+  await t.admin`select pgfence.register(${resource})`;
+  await t.admin`select pgflow.start_flow(${flowSlug}, '{"n": 1}')`;
+  const [{ id }] = await t.admin`select pgfence.request_start(${resource}) as id`;
+  const worker = FlowWorker.start(flow as unknown as Flow, {
+    sql: t.sql,
+    resource,
+    owner,
+    invocationId: withInvocation ? id as string : null,
+    idleWait: 0.05,
+    backoff: { base: 0.01, cap: 0.05 },
+  });
+  await inHandler.promise;
+  // The runtime survives, its lease does not: it runs out, and a successor takes over.
+  await t.admin`select pgfence_test.expire(lease_id) from pgfence.leases where owner = ${owner}`;
+  const [{ lease_id: successor }] = await t.admin`select lease_id
+                                                    from pgfence.acquire(${resource}, 'successor',
+                                                                         '30 seconds')`;
+  release.open();
+  await t.admin`select pgfence.release(${successor})`;
+  if (withInvocation) {
+    await worker.done;
+  } else {
+    await t.waitUntil(async () => {
+      const [{ n }] = await t.admin`select count(*)::int as n from pgfence.leases
+                                     where owner = ${owner}`;
+      return n >= 2;
+    }, "the supervisor to acquire again");
+    worker.stop();
+    await worker.done;
+  }
+  const [{ n }] = await t.admin`select count(*)::int as n from pgfence.leases
+                                 where owner = ${owner}`;
+  return { worker, leases: n, resource };
+}
+
+test("a surviving runtime whose lease was superseded needs a fresh invocation", async (t) => {
+  const { worker, leases, resource } = await supersededMidHandler(t, true);
+  assertEquals(leases, 1); // it ended with its term: no lease without a new invocation
+  assertEquals(worker.verdicts, { accepted: 1, duplicate: 0, stale: 0 }); // nobody overtook it
+  // The supervisor's next request carries a new id, and a new runtime acquires with it.
+  const [{ id }] = await t.admin`select pgfence.request_start(${resource}) as id`;
+  assert(id !== null, "a fresh request");
+  const owner = new Owner({ sql: t.sql, resource });
+  assert(await owner.acquire(id as string));
+  await owner.release();
+});
+
+test("negative control: a supervisor without the handshake acquires again by itself", async (t) => {
+  const { leases } = await supersededMidHandler(t, false);
+  assert(leases >= 2, `${leases} leases`);
+});

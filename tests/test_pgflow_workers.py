@@ -1,0 +1,99 @@
+"""pgflow's worker rows under the pgflow layer (npm @pgflow/core 0.8.1): one pgflow.workers row
+per worker (its resource and owner name), not per lease; the rows of ended leases marked
+deprecated; pgflow's worker pruning under `enforce`. Each with its negative control. (pgflow
+0.14's registration: tests/test_pgflow14.py.)
+"""
+
+from __future__ import annotations
+
+from testkit.harness import Database, sqlstate
+from tests.support import acquired
+from tests.test_pgflow import START, complete, protect, two_steps
+from tests.test_pgflow_runs import start
+
+PER_WORKER = "pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner)"
+PER_LEASE = "pg_catalog.format('pgflow worker %s', l.lease_id)"
+
+
+def three_terms(db: Database) -> list[tuple[str, bool]]:
+    """Worker `w` holds three leases one after the other (a supervised worker re-acquiring),
+    starting a task in each, and `v` one: (function_name, deprecated) of each worker row."""
+    two_steps(db)
+    for n in (2, 3, 4):
+        db.sql("select pgflow.start_flow('two', %s::jsonb)", (f'{{"n": {n}}}',))
+    w = db.session("w")
+    for _ in range(2):
+        lease = acquired(w.acquire("fn", owner="w"))
+        start(w, lease, qty=1)
+        w.release(lease)
+    lease = acquired(w.acquire("fn", owner="w"))
+    start(w, lease, qty=1)
+    w.drain(lease)
+    v = db.session("v")
+    start(v, acquired(v.acquire("fn", owner="v")), qty=1)
+    db.sql("select pgfence_pgflow.sync_workers()")
+    return [(str(f), bool(d)) for f, d in db.sql(
+        "select function_name, deprecated_at is not null from pgflow.workers "
+        "order by started_at")]
+
+
+def test_one_worker_row_per_worker_not_per_lease(flow: Database) -> None:
+    assert three_terms(flow) == [("fn", True), ("fn", False)], \
+        "w's row, reused by its three leases, deprecated as its last lease drained; v's live"
+
+
+def test_negative_control_a_row_per_lease_piles_up(flow: Database) -> None:
+    flow.replace_in_function("pgfence_pgflow.worker_id(uuid,bytea)", PER_WORKER, PER_LEASE)
+    assert len(three_terms(flow)) == 4
+
+
+def test_a_worker_that_acquires_again_is_live_again(flow: Database) -> None:
+    two_steps(flow)
+    w, v = flow.session("w"), flow.session("v")
+    lw = acquired(w.acquire("fn", owner="w"))
+    start(w, lw, qty=1)
+    flow.expire(lw)
+    lv = acquired(v.acquire("fn", owner="v"))        # w's lease superseded
+    flow.sql("select pgfence_pgflow.sync_workers()")
+    assert flow.one("select deprecated_at is not null from pgflow.workers") is True
+    flow.expire(lv)
+    flow.sql("select pgflow.start_flow('two', '{}')")
+    start(w, acquired(w.acquire("fn", owner="w")), qty=1)
+    assert flow.sql("select deprecated_at is null from pgflow.workers where worker_id in "
+                    "(select last_worker_id from pgflow.step_tasks)") == [(True,)]
+
+
+def test_pgflows_worker_pruning_works_under_enforce(flow: Database) -> None:
+    two_steps(flow)
+    w = flow.session("w")
+    lease = acquired(w.acquire("fn"))
+    [(attempt, _)] = start(w, lease, qty=1)
+    assert complete(w, attempt, "{}") == "accepted"
+    w.release(lease)
+    protect(flow, "enforce")
+    flow.sql("update pgflow.workers set last_heartbeat_at = now() - interval '8 days'")
+    # The row is a completed task's last_worker_id: deleting it sets that to NULL, an update
+    # of step_tasks, which the guard refuses without a fence ...
+    assert sqlstate(lambda: flow.sql("delete from pgflow.workers")) == "PF007"
+    # ... and the layer's pruning (pgfence.layers' prune of the layer) is let through.
+    assert flow.sql("select * from pgfence_pgflow.prune_workers('7 days')") == [
+        ("pgflow.workers", 1)]
+    assert flow.one("select count(*) from pgflow.workers") == 0
+    assert flow.one("select last_worker_id from pgflow.step_tasks where step_slug = 'first'") \
+        is None
+    assert flow.one("select prune::text from pgfence.layers where schema_name = "
+                    "'pgfence_pgflow'") == "pgfence_pgflow.prune_workers(interval)"
+
+
+def test_the_layers_pruning_keeps_a_worker_with_a_task_in_hand(flow: Database) -> None:
+    two_steps(flow)
+    w = flow.session("w")
+    start(w, acquired(w.acquire("fn")), qty=1)
+    flow.sql("update pgflow.workers set last_heartbeat_at = now() - interval '8 days'")
+    assert flow.sql("select rows from pgfence_pgflow.prune_workers('7 days')") == [(0,)]
+
+
+def test_start_is_unchanged_by_the_worker_row(flow: Database) -> None:
+    """The start's definition names the worker once (a sanity check of the mutants' texts)."""
+    src = str(flow.one("select pg_get_functiondef(%s::regprocedure)", (START,)))
+    assert src.count("pgfence_pgflow.worker_id(") == 1
