@@ -10,7 +10,7 @@
  *
  * @module
  */
-import postgres from "postgres";
+import type postgres from "postgres";
 import { LeaseLost, LeaseNotCurrent, type Owner, pgfenceError, type Verdict } from "./mod.ts";
 
 /** One started step task: the attempt id is what its result is reported with. */

@@ -7,7 +7,7 @@
  * With UNFENCED=1 it is the negative control: the same worker speaking pgflow's own protocol
  * (pgmq.read_with_poll, pgflow.start_tasks, pgflow.complete_task), which no lease fences.
  */
-import postgres from "postgres";
+import type postgres from "postgres";
 import { connect, Owner } from "pgfence";
 import { FlowWorker, type StepTask } from "pgfence/pgflow";
 import type { Verdict } from "pgfence";
