@@ -909,7 +909,7 @@ class CountingReports extends Worker {
     kind: "complete" | "fail",
     attemptId: string,
     body: unknown,
-  ): Promise<Verdict> {
+  ): Promise<Verdict | null> {
     this.reports.push(kind);
     return super.report(kind, attemptId, body);
   }

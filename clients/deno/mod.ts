@@ -1107,9 +1107,7 @@ export class Worker {
     try {
       rows = await owner.query("claim", (sql) => {
         sent = owner.clock();
-        return sql`select task_id, attempt_id, attempt, payload
-                     from pgfence.claim(${owner.leaseId}::uuid, ${this.queue}, ${this.qty},
-                                        make_interval(secs => ${this.visibility}))`;
+        return this.claimStatement(sql);
       });
     } catch (e) {
       if (e instanceof LeaseNotCurrent) {
@@ -1126,6 +1124,13 @@ export class Worker {
       payload: r.payload,
       visibleUntil: sent + this.visibility,
     }));
+  }
+
+  /** The claim: rows of task_id, attempt_id, attempt, payload (`PgmqWorker` reads pgmq). */
+  protected claimStatement(sql: Sql): PendingQuery {
+    return sql`select task_id, attempt_id, attempt, payload
+                 from pgfence.claim(${this.owner.leaseId}::uuid, ${this.queue}, ${this.qty},
+                                    make_interval(secs => ${this.visibility}))`;
   }
 
   /** requeue_expired, once: how many tasks came back, or null when its answer was lost. */
@@ -1201,38 +1206,53 @@ export class Worker {
   /**
    * complete or fail; the database's verdict (I5) is counted in `verdicts`. Sent again with the
    * same attempt id after a lost connection, until answered (or a shutdown's grace runs out):
-   * `accepted` or `duplicate` both mean the result is recorded, once.
+   * `accepted` or `duplicate` both mean the result is recorded, once. Null: nothing was
+   * reported (`PgmqWorker`: a failure, which pgmq does not record).
    */
   protected async report(
     kind: "complete" | "fail",
     attemptId: string,
     body: unknown,
-  ): Promise<Verdict> {
-    const [row] = await this.owner.query(kind, (sql) => {
-      // sql.json: postgres.js serializes the value once (a string passed for jsonb would be
-      // encoded again, as a JSON string). null and undefined report SQL NULL.
-      const json = body === undefined || body === null
-        ? null
-        : sql.json(body as postgres.JSONValue);
-      return kind === "complete"
-        ? sql`select pgfence.complete(${attemptId}::uuid, ${json}) as verdict`
-        : sql`select pgfence.fail(${attemptId}::uuid, ${json}) as verdict`;
-    }, { resend: true, signal: this.#halt.signal });
+  ): Promise<Verdict | null> {
+    const [row] = await this.owner.query(
+      kind,
+      (sql) => this.reportStatement(sql, kind, attemptId, body),
+      { resend: true, signal: this.#halt.signal },
+    );
     const verdict = row.verdict as Verdict;
     this.verdicts[verdict] += 1;
     return verdict;
+  }
+
+  /** The report: one row, `verdict`. */
+  protected reportStatement(
+    sql: Sql,
+    kind: "complete" | "fail",
+    attemptId: string,
+    body: unknown,
+  ): PendingQuery {
+    // sql.json: postgres.js serializes the value once (a string passed for jsonb would be
+    // encoded again, as a JSON string). null and undefined report SQL NULL.
+    const json = body === undefined || body === null ? null : sql.json(body as postgres.JSONValue);
+    return kind === "complete"
+      ? sql`select pgfence.complete(${attemptId}::uuid, ${json}) as verdict`
+      : sql`select pgfence.fail(${attemptId}::uuid, ${json}) as verdict`;
   }
 
   /** extend, resent after a lost connection (a second extend only moves the same deadline). */
   protected async extend(attemptId: string, visibility: number): Promise<Date | null> {
     const [row] = await this.owner.query(
       "extend",
-      (sql) =>
-        sql`select pgfence.extend(${attemptId}::uuid, make_interval(secs => ${visibility}))
-              as visible_until`,
+      (sql) => this.extendStatement(sql, attemptId, visibility),
       { resend: true, signal: this.#halt.signal },
     );
     return (row.visible_until as Date | null) ?? null;
+  }
+
+  /** The extend: one row, `visible_until` (null when the attempt no longer holds the task). */
+  protected extendStatement(sql: Sql, attemptId: string, visibility: number): PendingQuery {
+    return sql`select pgfence.extend(${attemptId}::uuid, make_interval(secs => ${visibility}))
+                 as visible_until`;
   }
 
   #idle(): Promise<void> {
@@ -1245,5 +1265,80 @@ export class Worker {
       const timer = setTimeout(done, this.idleWait * 1000);
       this.#wake = done;
     });
+  }
+}
+
+/** The settings of a `PgmqWorker`: a `Worker`'s, and what a handler's return does. */
+export interface PgmqWorkerOptions extends WorkerOptions {
+  /** `archive` (default) or `delete` the message when its handler returns. */
+  finish?: "archive" | "delete";
+}
+
+/**
+ * A `Worker` of a pgmq queue, through the pgmq layer (schema `pgfence_pgmq`, docs/pgmq.md): the
+ * same rules, over `pgfence_pgmq.read` / `set_vt` / `archive` (or `delete`). A task is a
+ * message: `taskId` is its `msg_id` (every read of it shares it), `attempt` its `read_ct`.
+ * pgmq keeps no result and no failure: a handler's return value is dropped, and a message
+ * whose handler threw is left hidden until its visibility runs out, then read again (counted
+ * in `failed`). pgmq has nothing to requeue: a message comes back by itself.
+ */
+export class PgmqWorker extends Worker {
+  /** What a handler's return does to its message. */
+  readonly finish: "archive" | "delete";
+  /** Handlers that threw: their messages are read again once their visibility runs out. */
+  failed = 0;
+
+  /** A worker of the pgmq queue `options.queue` under `options.owner`. */
+  constructor(options: PgmqWorkerOptions) {
+    super(options);
+    this.finish = options.finish ?? "archive";
+  }
+
+  /** `pgfence_pgmq.read`: only under the current lease, checked with the read. */
+  protected override claimStatement(sql: Sql): PendingQuery {
+    return sql`select msg_id as task_id, attempt_id, read_ct as attempt, message as payload
+                 from pgfence_pgmq.read(${this.owner.leaseId}::uuid, ${this.queue},
+                                        qty => ${this.qty},
+                                        vt => make_interval(secs => ${this.visibility}))`;
+  }
+
+  /** Nothing to requeue: a pgmq message comes back when its visibility runs out. */
+  protected override requeue(): Promise<number | null> {
+    return Promise.resolve(0);
+  }
+
+  /** `pgfence_pgmq.set_vt`: null when the attempt no longer holds the message. */
+  protected override extendStatement(
+    sql: Sql,
+    attemptId: string,
+    visibility: number,
+  ): PendingQuery {
+    return sql`select pgfence_pgmq.set_vt(${attemptId}::uuid, make_interval(secs => ${visibility}))
+                 as visible_until`;
+  }
+
+  /** A throw is counted in `failed`, not reported: the message is read again later. */
+  protected override report(
+    kind: "complete" | "fail",
+    attemptId: string,
+    body: unknown,
+  ): Promise<Verdict | null> {
+    if (kind === "fail") {
+      this.failed += 1;
+      return Promise.resolve(null);
+    }
+    return super.report(kind, attemptId, body);
+  }
+
+  /** archive (or delete, `finish`) for a handler's return: `accepted` only while the message has
+   * not been read again since this attempt. */
+  protected override reportStatement(
+    sql: Sql,
+    _kind: "complete" | "fail",
+    attemptId: string,
+  ): PendingQuery {
+    return this.finish === "delete"
+      ? sql`select pgfence_pgmq.delete(${attemptId}::uuid) as verdict`
+      : sql`select pgfence_pgmq.archive(${attemptId}::uuid) as verdict`;
   }
 }

@@ -47,7 +47,7 @@ from collections import Counter
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -70,6 +70,13 @@ CLAIM = ("select task_id, attempt_id, attempt, payload "
 EXTEND = "select pgfence.extend(%s, make_interval(secs => %s))"
 REPORT = {"complete": "select pgfence.complete(%s, %s)", "fail": "select pgfence.fail(%s, %s)"}
 REQUEUE = "select pgfence.requeue_expired()"
+# The pgmq layer's (docs/pgmq.md): the same rules over a pgmq queue. A message's msg_id is its
+# task id (every read of it shares it), its read_ct the attempt number.
+PGMQ_READ = ("select msg_id, attempt_id, read_ct, message "
+             "from pgfence_pgmq.read(%s, %s, qty => %s, vt => make_interval(secs => %s))")
+PGMQ_SET_VT = "select pgfence_pgmq.set_vt(%s, make_interval(secs => %s))"
+PGMQ_FINISH = {"archive": "select pgfence_pgmq.archive(%s)",
+               "delete": "select pgfence_pgmq.delete(%s)"}
 
 Kind = Literal["complete", "fail"]
 Verdict = Literal["accepted", "duplicate", "stale"]
@@ -567,6 +574,10 @@ class WorkerCore:
     skipped: int = field(default=0, init=False)    # stale before their handler started
     verdicts: Counter[str] = field(default_factory=Counter, init=False)
     stop: Event = field(init=False, repr=False)    # each driver's own kind, set to drain
+    # What is worked: the package's own queue (pgfence.claim); PgmqRules names a pgmq queue's.
+    claim_sql: ClassVar[str] = CLAIM
+    extend_sql: ClassVar[str] = EXTEND
+    requeues: ClassVar[bool] = True         # requeue_expired when the queue is empty
 
     @property
     def budget(self) -> float:
@@ -603,7 +614,8 @@ class WorkerCore:
         sent = owner.clock()
         try:
             rows = yield from owner._call(
-                Link.WORK, "claim", CLAIM, (owner.lease_id, self.queue, self.qty, self.visibility),
+                Link.WORK, "claim", self.claim_sql,
+                (owner.lease_id, self.queue, self.qty, self.visibility),
                 reconnect=False, keep_going=owner._locally_current, wake=self.stop)
         except psycopg.Error as e:
             failure = classify(e)
@@ -619,6 +631,8 @@ class WorkerCore:
                      fresh=i == 0) for i, r in enumerate(rows)]
 
     def _requeue(self) -> Steps[int | None]:
+        if not self.requeues:
+            return 0
         try:
             rows = yield from self.owner._call(Link.WORK, "requeue", REQUEUE, (), reconnect=False)
         except psycopg.Error as e:
@@ -666,7 +680,7 @@ class WorkerCore:
 
     def _extend(self, held: Held, seconds: float) -> Steps[datetime | None]:
         sent = self.owner.clock()
-        rows = yield from self.owner._call(Link.WORK, "extend", EXTEND,
+        rows = yield from self.owner._call(Link.WORK, "extend", self.extend_sql,
                                            (held.task.attempt_id, seconds))
         until: datetime | None = rows[0][0]
         if until is not None:
@@ -724,6 +738,34 @@ class WorkerCore:
             yield from _unless_away(self.owner._drain(), self.owner, "drain")
         finally:
             yield from _unless_away(self.owner._release(), self.owner, "release")
+
+
+@dataclass
+class PgmqRules(WorkerCore):
+    """The worker's rules over a pgmq queue, through the pgmq layer (schema ``pgfence_pgmq``):
+    read under the lease, ``set_vt`` to extend, ``archive`` (or ``delete``, ``finish``) for a
+    handler's return, the same verdicts. pgmq keeps no result and no failure: a handler's
+    return value is dropped, and a message whose handler raised is left hidden until its
+    visibility runs out, then read again (``read_ct`` counts the reads; ``failed`` counts these).
+    pgmq has nothing to requeue: a message comes back by itself."""
+
+    finish: Literal["archive", "delete"] = "archive"
+    failed: int = field(default=0, init=False)
+    claim_sql: ClassVar[str] = PGMQ_READ
+    extend_sql: ClassVar[str] = PGMQ_SET_VT
+    requeues: ClassVar[bool] = False
+
+    def _report(self, held: Held, kind: Kind, body: Any) -> Steps[str]:
+        if kind == "fail":
+            self.failed += 1
+            log.info("%s: message %s (read %s) failed: %s; it is read again when its "
+                     "visibility runs out", self.owner.describe(), held.task.task_id,
+                     held.task.attempt, body["error"] if isinstance(body, dict) else body)
+            return "failed"
+        return (yield from super()._report(held, kind, body))
+
+    def _report_statement(self, kind: Kind, held: Held, body: Any) -> tuple[str, tuple[Any, ...]]:
+        return PGMQ_FINISH[self.finish], (held.task.attempt_id,)
 
 
 def _unless_away(steps: Steps[None], owner: LeaseCore, what: str) -> Steps[None]:

@@ -48,7 +48,8 @@ from pgfence._core import (
 )
 from pgfence.connection import AsyncConnection, aconnect
 
-__all__ = ["Context", "Handler", "Leader", "LeaseLost", "Owner", "Retry", "Task", "Worker"]
+__all__ = ["Context", "Handler", "Leader", "LeaseLost", "Owner", "PgmqWorker", "Retry", "Task",
+           "Worker"]
 
 
 class Context(_core.ContextBase):
@@ -244,6 +245,13 @@ class Worker(_core.WorkerCore):
             return await self.handler(op.held.task.payload, Context(op.held, self))
         return await self.owner._perform(op)
 
+
+@dataclass
+class PgmqWorker(Worker, _core.PgmqRules):
+    """A ``Worker`` of a pgmq queue, through the pgmq layer (schema ``pgfence_pgmq``; see
+    ``pgfence._core.PgmqRules`` and docs/pgmq.md): ``context.task`` is the message, with its
+    ``msg_id`` as ``task_id`` and its ``read_ct`` as ``attempt``; a handler's return archives
+    the message (``finish="delete"`` deletes it), an exception leaves it to be read again."""
 
 @dataclass
 class Leader:

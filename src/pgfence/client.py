@@ -53,8 +53,8 @@ from pgfence._core import (
 )
 from pgfence.connection import Connection, connect
 
-__all__ = ["Context", "Handler", "Leader", "LeaseLost", "Owner", "Retry", "Task", "Worker",
-           "reason"]
+__all__ = ["Context", "Handler", "Leader", "LeaseLost", "Owner", "PgmqWorker", "Retry", "Task",
+           "Worker", "reason"]
 
 
 class Context(_core.ContextBase):
@@ -288,6 +288,14 @@ class Worker(_core.WorkerCore):
             return self.handler(op.held.task.payload, Context(op.held, self))
         return self.owner._perform(op)
 
+
+@dataclass
+class PgmqWorker(Worker, _core.PgmqRules):
+    """A ``Worker`` of a pgmq queue, through the pgmq layer (schema ``pgfence_pgmq``; see
+    ``pgfence._core.PgmqRules`` and docs/pgmq.md): ``context.task`` is the message, with its
+    ``msg_id`` as ``task_id`` and its ``read_ct`` as ``attempt``; a handler's return archives
+    the message (``finish="delete"`` deletes it), an exception leaves it to be read again.
+    (Worker first: its fields, ``stop`` with its default, are the ones a dataclass keeps.)"""
 
 @dataclass
 class Leader:

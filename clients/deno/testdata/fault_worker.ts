@@ -90,7 +90,7 @@ class SteppedWorker extends Worker {
     kind: "complete" | "fail",
     attemptId: string,
     body: unknown,
-  ): Promise<Verdict> {
+  ): Promise<Verdict | null> {
     if (broken !== "no-resend") return super.report(kind, attemptId, body);
     return this.owner.query(
       kind,
