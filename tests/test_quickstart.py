@@ -34,8 +34,8 @@ import pytest
 
 from pgfence import init
 from testkit.cluster import LOOPBACK, Cluster
-from tests.support import DENO, PGFLOW_MIGRATIONS, REALTIME_STAND_IN, ROOT
-from tests.test_supabase_install import OWNER, SUPABASE, SUPABASE_ROLES
+from tests.support import DENO, PGFLOW_MIGRATIONS, REALTIME_STAND_IN, ROOT, SUPABASE
+from tests.test_supabase_install import OWNER, SUPABASE_ROLES
 from tests.test_wheel import source_tree
 
 CRON_STAND_IN = ROOT / "tests/sql/cron_stand_in.sql"
