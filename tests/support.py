@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -93,13 +92,20 @@ def install_test_helpers(cluster: Cluster, database: str) -> None:
     cluster.psql(database, "-f", TEST_HELPERS)
 
 
-def once_per_run(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], str]) -> str:
+def xdist_worker(config: pytest.Config) -> bool:
+    """Whether this process is a pytest-xdist worker. (Not PYTEST_XDIST_WORKER: a pytest that
+    a test starts, as scripts/mutate does, inherits it without being one.)"""
+    return hasattr(config, "workerinput")
+
+
+def once_per_run(config: pytest.Config, name: str, build: Callable[[Path], str]) -> str:
     """What ``build`` makes (a file's path, a database's name), made once for the whole run:
     by the first of the run's pytest-xdist workers to ask, under a file lock, in the dir the
     workers share (each worker's basetemp is inside the run's); the others wait and read it.
     ``build`` gets an empty dir of its own. Without xdist, the run is this one process."""
+    factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
     base = factory.getbasetemp()
-    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "once"
+    shared = (base.parent if xdist_worker(config) else base) / "once"
     shared.mkdir(exist_ok=True)
     with (shared / f"{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
