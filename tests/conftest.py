@@ -128,6 +128,8 @@ GROUPS: dict[str, tuple[str, str]] = {
     "test_supabase_install.py": ("roles", "creates Supabase's roles by fixed names"),
     "test_supabase_rpc.py": ("roles", "creates service_role"),
     "password_role": ("hba", "rewrites pg_hba.conf and reloads the server"),
+    "campaign/test_campaign.py": ("campaign", "one campaign cluster, not one per worker: its "
+                                              "progress is judged in real time"),
 }
 
 
