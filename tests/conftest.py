@@ -31,6 +31,7 @@ from tests.support import (
     install_pgmq_layer,
     install_test_helpers,
     once_per_run,
+    xdist_worker,
 )
 
 # -- which modules depend on the server's version -------------------------------------------
@@ -127,6 +128,8 @@ GROUPS: dict[str, tuple[str, str]] = {
     "test_supabase_install.py": ("roles", "creates Supabase's roles by fixed names"),
     "test_supabase_rpc.py": ("roles", "creates service_role"),
     "password_role": ("hba", "rewrites pg_hba.conf and reloads the server"),
+    "campaign/test_campaign.py": ("campaign", "one campaign cluster, not one per worker: its "
+                                              "progress is judged in real time"),
 }
 
 
@@ -156,7 +159,7 @@ _OWN: list[Cluster] = []
 def pytest_configure(config: pytest.Config) -> None:
     """An xdist controller without a cluster (pytest -n N alone) starts one for its workers,
     which inherit its exports."""
-    if (getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
+    if (getattr(config.option, "numprocesses", None) and not xdist_worker(config)
             and not os.environ.get("PGFENCE_CLUSTER")):
         c = Cluster.start(["fsync=off"])
         _OWN.append(c)
@@ -177,7 +180,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """The xdist controller drops the templates its workers shared (each worker leaves them:
     another may still clone one)."""
     config = session.config
-    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+    if xdist_worker(config) or not getattr(config.option, "numprocesses", None):
         return
     # The factory whose basetemp holds the workers' (as xdist itself reads it).
     factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
@@ -229,37 +232,37 @@ def make_template(cluster: Cluster, with_pgmq: bool, with_pgflow: bool = False) 
 
 
 @contextmanager
-def shared_template(factory: pytest.TempPathFactory, cluster: Cluster, kind: str,
+def shared_template(config: pytest.Config, cluster: Cluster, kind: str,
                     with_pgmq: bool, with_pgflow: bool = False) -> Iterator[str]:
     """A template built once per run (tests.support.once_per_run). Without xdist this process
     drops it at the end; with xdist the controller does, after every worker is done."""
-    name = once_per_run(factory, f"template-{kind}",
+    name = once_per_run(config, f"template-{kind}",
                         lambda _: make_template(cluster, with_pgmq, with_pgflow))
     try:
         yield name
     finally:
-        if not os.environ.get("PYTEST_XDIST_WORKER"):
+        if not xdist_worker(config):
             cluster.drop_database(name)
 
 
 @pytest.fixture(scope="session")
-def template(tmp_path_factory: pytest.TempPathFactory, cluster: Cluster) -> Iterator[str]:
-    with shared_template(tmp_path_factory, cluster, "core", with_pgmq=False) as name:
+def template(pytestconfig: pytest.Config, cluster: Cluster) -> Iterator[str]:
+    with shared_template(pytestconfig, cluster, "core", with_pgmq=False) as name:
         yield name
 
 
 @pytest.fixture(scope="session")
-def mq_template(tmp_path_factory: pytest.TempPathFactory, cluster: Cluster) -> Iterator[str]:
+def mq_template(pytestconfig: pytest.Config, cluster: Cluster) -> Iterator[str]:
     """pgmq (the extension), pgfence and its pgmq layer."""
-    with shared_template(tmp_path_factory, cluster, "mq", with_pgmq=True) as name:
+    with shared_template(pytestconfig, cluster, "mq", with_pgmq=True) as name:
         yield name
 
 
 @pytest.fixture(scope="session")
-def flow_template(tmp_path_factory: pytest.TempPathFactory, cluster: Cluster) -> Iterator[str]:
+def flow_template(pytestconfig: pytest.Config, cluster: Cluster) -> Iterator[str]:
     """pgmq, pgflow (its migrations from npm, with the test-only realtime.send stand-in),
     pgfence, its pgmq layer and its pgflow layer."""
-    with shared_template(tmp_path_factory, cluster, "flow", with_pgmq=True,
+    with shared_template(pytestconfig, cluster, "flow", with_pgmq=True,
                          with_pgflow=True) as name:
         yield name
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,6 +40,11 @@ DENO = ROOT / ".tools/node_modules/@deno/linux-x64-glibc/deno"
 SUPABASE = ROOT / ".tools/node_modules/@supabase/cli-linux-x64/bin/supabase"
 REALTIME_STAND_IN = ROOT / "tests/sql/realtime_stand_in.sql"
 
+
+# How long a subprocess (the CLI, the Supabase CLI, Deno, pip) may take before a test calls it
+# hung: a bound for a failure only. A Supabase CLI call took 25 s on a loaded 2-core machine,
+# and one pgfence command makes several; a bound of 60-120 s failed good code there (issue 23).
+HUNG = 1800
 
 # A client's ttl or visibility, in seconds, that runs out only when a test moves time: no
 # machine is so loaded that a test's real time reaches it (issue 23).
@@ -88,13 +92,20 @@ def install_test_helpers(cluster: Cluster, database: str) -> None:
     cluster.psql(database, "-f", TEST_HELPERS)
 
 
-def once_per_run(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], str]) -> str:
+def xdist_worker(config: pytest.Config) -> bool:
+    """Whether this process is a pytest-xdist worker. (Not PYTEST_XDIST_WORKER: a pytest that
+    a test starts, as scripts/mutate does, inherits it without being one.)"""
+    return hasattr(config, "workerinput")
+
+
+def once_per_run(config: pytest.Config, name: str, build: Callable[[Path], str]) -> str:
     """What ``build`` makes (a file's path, a database's name), made once for the whole run:
     by the first of the run's pytest-xdist workers to ask, under a file lock, in the dir the
     workers share (each worker's basetemp is inside the run's); the others wait and read it.
     ``build`` gets an empty dir of its own. Without xdist, the run is this one process."""
+    factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
     base = factory.getbasetemp()
-    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "once"
+    shared = (base.parent if xdist_worker(config) else base) / "once"
     shared.mkdir(exist_ok=True)
     with (shared / f"{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import DENO, ROOT
+from tests.support import DENO, HUNG, ROOT
 
 CLIENT = ROOT / "clients/deno"
 
 
 def apidoc(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(ROOT / "scripts/apidoc"), str(out)], capture_output=True,
-                          text=True, env={**os.environ, **env}, timeout=300)
+                          text=True, env={**os.environ, **env}, timeout=HUNG)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_negative_control_a_warning_fails_the_build(tmp_path: Path) -> None:
 def test_the_deno_reference_builds_without_warnings(reference: Path) -> None:
     """A page for every symbol mod.ts exports (as `deno doc --json` lists them), and pgflow.ts's."""
     listed = subprocess.run([str(DENO), "doc", "--json", "mod.ts"], cwd=CLIENT,
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=HUNG)
     assert listed.returncode == 0, listed.stderr
     (module,) = json.loads(listed.stdout)["nodes"].values()
     exported = {s["name"] for s in module["symbols"]

@@ -28,7 +28,7 @@ from pgfence import sql
 from pgfence.connection import connect
 from testkit.cluster import Cluster, free_port
 from testkit.harness import Database
-from tests.support import ROOT, SUPABASE
+from tests.support import HUNG, ROOT, SUPABASE
 
 FAKE = ROOT / "tests/bin/fake-supabase"
 
@@ -54,7 +54,7 @@ class Result:
 def run(args: list[str], cwd: Path, env: dict[str, str] | None = None,
         stdin: str = "") -> Result:
     p = subprocess.run([sys.executable, "-m", "pgfence.cli", *args], cwd=cwd, input=stdin,
-                       capture_output=True, text=True, timeout=120,
+                       capture_output=True, text=True, timeout=HUNG,
                        env={**os.environ, **(env or {})})
     return Result(p.returncode, p.stdout, p.stderr)
 
@@ -241,7 +241,7 @@ def test_confirmation_typed_at_a_terminal(db: Database, tmp_path: Path) -> None:
         seen += os.read(master, 1024)
     assert name.encode() in seen
     os.write(master, f"{name}\n".encode())
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=HUNG)
     os.close(master)
     assert proc.returncode == 0, out
     assert enabled(db) == {**before, "mailer": False}
@@ -353,7 +353,7 @@ def test_literal_round_trips_through_the_supabase_cli(cluster: None, value: str)
                           "no", "--read-only",
                           f"--remote=postgresql://postgres@127.0.0.1:{os.environ['PGPORT']}/postgres",
                           f"select {sql.literal(value)} as v"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=HUNG)
     assert json.loads(out.stdout) == [{"v": value}]
 
 
@@ -628,7 +628,7 @@ def supabase_target(cwd: Path, env: dict[str, str], remote: list[str]) -> dict[s
     """What the real Supabase CLI says it targets (its JSON answer carries it, also offline)."""
     out = subprocess.run([str(SUPABASE), "db", "query", "--output-format", "json", "--agent", "no",
                           "--read-only", *remote, "select 1"], cwd=cwd, capture_output=True,
-                         text=True, timeout=60, env={**os.environ, **OFFLINE, **env})
+                         text=True, timeout=HUNG, env={**os.environ, **OFFLINE, **env})
     answer = json.loads(out.stdout)
     return dict(answer.get("target") or answer["error"])
 

@@ -28,7 +28,7 @@ from pgfence.releases import Files
 from pgfence.transport import Refused, Supabase
 from testkit.cluster import Cluster
 from testkit.harness import Database
-from tests.support import ROOT, SUPABASE, acquired
+from tests.support import HUNG, ROOT, SUPABASE, acquired
 
 PACKAGE = Files()
 RELEASE_0_1_0 = ROOT / "sql/releases/pgfence--0.1.0.sql"
@@ -47,7 +47,7 @@ class Result:
 def run(args: list[str], cwd: Path, env: dict[str, str] | None = None,
         binary: list[str] | None = None) -> Result:
     p = subprocess.run([*(binary or [sys.executable, "-m", "pgfence.cli"]), *args], cwd=cwd,
-                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=HUNG, stdin=subprocess.DEVNULL,
                        env={**os.environ, **(env or {})})
     return Result(p.returncode, p.stdout, p.stderr)
 
@@ -557,7 +557,7 @@ def test_supabase_db_query_runs_one_statement_only(empty: Empty,
     out = subprocess.run([str(SUPABASE), "db", "query", "--output-format", "json", "--agent",
                           "no", "--yes", f"--remote=postgresql://postgres@127.0.0.1:{cluster.port}/{dbname}",
                           "--file", str(script)],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=HUNG)
     assert out.returncode == 1
     assert "cannot insert multiple commands into a prepared statement" in out.stdout
     assert db.one("select count(*) from pg_class where relname in ('one', 'two')") == 0

@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 from testkit.harness import Database
-from tests.support import ROOT
+from tests.support import HUNG, ROOT
 
 
 def test_live_demo(db: Database) -> None:
     out = subprocess.run([sys.executable, str(ROOT / "scripts/demo.py"), db.dsn],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=HUNG)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "A          write of email 4 REFUSED" in out.stdout
     assert "B          acquired the lease" in out.stdout

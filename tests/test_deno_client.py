@@ -24,7 +24,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from testkit.cluster import LOOPBACK, USER, Cluster, PgBouncer
 from testkit.harness import Database
-from tests.support import DENO, ROOT
+from tests.support import DENO, HUNG, ROOT
 from tests.test_docs import example
 
 CLIENT = ROOT / "clients/deno"
@@ -35,7 +35,7 @@ PERMISSIONS = ["--allow-net=" + LOOPBACK, "--allow-env", "--allow-read", "--allo
 
 def deno(env: dict[str, str], *args: str, cwd: Path = CLIENT) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(DENO), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=HUNG)
 
 
 def test_fmt_lint_and_check_are_clean(deno_env: dict[str, str]) -> None:
@@ -135,7 +135,7 @@ class WorkerProcess:
 
     def finish(self) -> dict[str, Any]:
         said = self.said()
-        assert self.proc.wait(timeout=60) == 0
+        assert self.proc.wait(timeout=HUNG) == 0
         return said
 
     def kill(self) -> None:

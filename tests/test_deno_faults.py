@@ -40,7 +40,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from testkit.cluster import LOOPBACK, USER, Cluster, PgBouncer
 from testkit.harness import Database
-from tests.support import DENO, ROOT
+from tests.support import DENO, HUNG, ROOT
 from tests.wire_proxy import WireProxy
 
 CLIENT = ROOT / "clients/deno"
@@ -199,7 +199,7 @@ class FaultRun:
                     self.fired = True
                     continue
                 self._go(proc)
-            assert proc.wait(timeout=60) == 0
+            assert proc.wait(timeout=HUNG) == 0
         finally:
             watchdog.cancel()
             if proc.poll() is None:

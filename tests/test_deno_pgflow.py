@@ -28,7 +28,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from testkit.cluster import LOOPBACK, USER, Cluster, PgBouncer
 from testkit.harness import Database
-from tests.support import DENO, ROOT
+from tests.support import DENO, HUNG, ROOT
 from tests.test_pgflow import run_status, task, two_steps
 
 CLIENT = ROOT / "clients/deno"
@@ -79,7 +79,7 @@ class FlowProcess:
 
     def finish(self) -> dict[str, Any]:
         said = self.said()
-        assert self.proc.wait(timeout=60) == 0
+        assert self.proc.wait(timeout=HUNG) == 0
         return said
 
     def kill(self) -> None:
@@ -253,7 +253,7 @@ def post(port: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     request = urllib.request.Request(f"http://{LOOPBACK}:{port}/", json.dumps(body).encode(),
                                      {"content-type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=30) as r:
+        with urllib.request.urlopen(request, timeout=HUNG) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())

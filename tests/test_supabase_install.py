@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testkit.cluster import Cluster
-from tests.support import ROOT, SUPABASE, install_pgflow, install_test_helpers
+from tests.support import HUNG, ROOT, SUPABASE, install_pgflow, install_test_helpers
 
 OWNER = "supabase_owner_test"
 
@@ -118,7 +118,7 @@ def push(database: str, migration: str, workdir: Path,
     url = f"postgresql://{OWNER}@127.0.0.1:{os.environ['PGPORT']}/{database}"
     return subprocess.run([str(SUPABASE), "db", "push", "--workdir", str(workdir),
                            f"--remote={url}", "--yes", "--agent", "no"],
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=HUNG)
 
 
 @pytest.fixture
@@ -211,6 +211,6 @@ def test_pgtap_suite_passes_on_the_supabase_install(cluster: Cluster, supabase_d
     files = sorted(str(p) for p in (ROOT / "pgtap").rglob("*.sql")
                    if not {"helpers", "pgflow"} & set(p.parts))
     prove = subprocess.run(["pg_prove", "-d", supabase_db, *files], capture_output=True,
-                           text=True, timeout=300)
+                           text=True, timeout=HUNG)
     assert prove.returncode == 0, prove.stdout[-3000:] + prove.stderr[-2000:]
     assert "All tests successful." in prove.stdout

@@ -53,9 +53,9 @@ def repository_sql() -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="session")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheel(pytestconfig: pytest.Config) -> Path:
     """Built once per run, whichever xdist worker asks first (about 45 s)."""
-    return Path(once_per_run(tmp_path_factory, "wheel",
+    return Path(once_per_run(pytestconfig, "wheel",
                              lambda work: str(build_wheel(source_tree(work / "repo"),
                                                           work / "out"))))
 
