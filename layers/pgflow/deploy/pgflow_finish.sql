@@ -44,7 +44,7 @@ begin
                                             else 'pgflow.fail_task(uuid, text, int, text)' end);
   -- pgflow's own complete_task and fail_task, run by the caller, would archive the message or
   -- set its visibility: what pgmq needs for that too.
-  perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(v_attempt.flow_slug), 'select, update, delete', true);
+  perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(v_attempt.flow_slug), 'delete', true);
   -- The message first, then the task: the order in which start_tasks takes them (the read,
   -- then the takeover). A start that read the message and has not committed is waited for,
   -- and the task judged on what it committed; a start that comes later skips the message
