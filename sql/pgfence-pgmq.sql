@@ -165,25 +165,26 @@ end
 $$;
 
 -- The layer never widens pgmq's own grants: it acts for its caller (pgfence.invoker(): the
--- role set, else the session's user) only where that role could do the same with pgmq itself.
--- privileges: those pgmq's own function needs on the queue's table (read and set_vt: SELECT,
--- UPDATE; delete: SELECT, DELETE), and the archive table's INSERT for archive.
-create function pgfence_pgmq.check_allowed(queue_table text, privileges text, archive boolean default false)
+-- role set, else the session's user) only where that role could do the same with pgmq itself:
+-- USAGE on schema pgmq, SELECT and write (what pgmq's own function does: UPDATE for read and
+-- set_vt, DELETE for delete and archive) on the queue's table, and for archive INSERT on the
+-- archive table. Each privilege asked for alone (has_table_privilege of a list asks for any).
+create function pgfence_pgmq.check_allowed(queue_table text, write text, archive boolean default false)
 returns void
 language plpgsql
 stable
 as $$
 declare
   v_role name := pgfence.invoker();
+  v_table regclass := pg_catalog.to_regclass(pg_catalog.format('pgmq.%I', queue_table));
 begin
-  if not (pg_catalog.has_schema_privilege(v_role, 'pgmq', 'usage')
-          -- each of them (has_table_privilege of a list asks for any one)
-          and not exists (select from pg_catalog.unnest(pg_catalog.string_to_array(privileges, ',')) w(p)
-                           where not pg_catalog.has_table_privilege(v_role, pg_catalog.format('pgmq.%I', queue_table),
-                                                                    pg_catalog.btrim(w.p)))
-          and (not archive or pg_catalog.has_table_privilege(
-                 v_role, pg_catalog.format('pgmq.%I', 'a' operator(pg_catalog.||) pg_catalog.substr(queue_table, 2)),
-                 'insert'))) then
+  if not coalesce(pg_catalog.has_schema_privilege(v_role, 'pgmq', 'usage')
+                  and pg_catalog.has_table_privilege(v_role, v_table, 'select')
+                  and pg_catalog.has_table_privilege(v_role, v_table, write)
+                  and (not archive
+                       or pg_catalog.has_table_privilege(v_role, pg_catalog.to_regclass(pg_catalog.format(
+                            'pgmq.%I', 'a' operator(pg_catalog.||) pg_catalog.substr(queue_table, 2))), 'insert')),
+                  false) then
     raise exception 'pgfence pgmq layer: role % may not do this with pgmq queue table pgmq.%', v_role, queue_table
       using errcode = '42501',
             hint = 'grant the role what pgmq itself needs (docs/pgmq.md, "Grants"), or call as a role that has it';
@@ -236,7 +237,7 @@ declare
   v_lease pgfence.leases;
 begin
   perform pgfence.check_not_null('lease_id', read.lease_id);
-  perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(read.queue), 'select, update');
+  perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(read.queue), 'update');
   perform pgfence.check_interval('vt', read.vt);
   if read.qty is null or read.qty not between 1 and 1000 then
     perform pgfence.invalid_argument('qty', 'must be 1 to 1000', read.qty::text);
@@ -373,7 +374,7 @@ begin
     end if;
     v_table := pgfence_pgmq.queue_table(v_queue);
     -- What pgmq's own archive or delete would need of the caller's role.
-    perform pgfence_pgmq.check_allowed(v_table, 'select, delete', finish.kind = 'archive');
+    perform pgfence_pgmq.check_allowed(v_table, 'delete', finish.kind = 'archive');
     -- These writes are authorized by the attempts, whose leases may have expired since, so the
     -- guard of a protected queue table is shown their resources for this statement alone.
     v_was := null;
@@ -586,7 +587,7 @@ begin
     return null;
   end if;
   v_table := pgfence_pgmq.queue_table(v_attempt.queue);
-  perform pgfence_pgmq.check_allowed(v_table, 'select, update');
+  perform pgfence_pgmq.check_allowed(v_table, 'update');
   v_was := pgfence_pgmq.mark(v_table, v_attempt.lease_id);
   execute format('update pgmq.%I m set vt = clock_timestamp() + $4 '
                  'where m.msg_id = $1 and m.read_ct = $2 and m.enqueued_at = $3 returning m.vt', v_table)

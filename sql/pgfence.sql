@@ -2590,33 +2590,37 @@ set local lock_timeout = '5s';
 -- The one check of a batch of attempt ids, for complete_many and every layer's *_many: a
 -- batch is a one-dimensional array of 1 to 1000 ids, none NULL, none twice. (Not
 -- check_not_null: a polymorphic function, it costs more per call than every check here.)
+-- No SET (every name qualified): a function's SET costs more per call than these checks.
 create function pgfence.check_batch(attempt_ids uuid[])
 returns void
 language plpgsql
 stable
-set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_n int := cardinality(check_batch.attempt_ids);
+  v_n int := pg_catalog.cardinality(check_batch.attempt_ids);
   v_at int;
 begin
   if check_batch.attempt_ids is null then
     perform pgfence.invalid_argument('attempt_ids', 'must not be NULL', null);
   end if;
-  if v_n not between 1 and 1000 or array_ndims(check_batch.attempt_ids) <> 1 then
+  if v_n operator(pg_catalog.<) 1 or v_n operator(pg_catalog.>) 1000
+     or pg_catalog.array_ndims(check_batch.attempt_ids) operator(pg_catalog.<>) 1 then
     perform pgfence.invalid_argument('attempt_ids', 'must be a one-dimensional array of 1 to 1000 attempt ids',
-                                     format('%s ids', v_n));
+                                     pg_catalog.format('%s ids', v_n));
   end if;
-  v_at := array_position(check_batch.attempt_ids, null);
+  v_at := pg_catalog.array_position(check_batch.attempt_ids, null::uuid);
   if v_at is not null then
-    perform pgfence.invalid_argument('attempt_ids', 'must not contain NULL', format('NULL at position %s', v_at));
+    perform pgfence.invalid_argument('attempt_ids', 'must not contain NULL',
+                                     pg_catalog.format('NULL at position %s', v_at));
   end if;
-  if v_n > 1 and (select count(distinct u.a) from unnest(check_batch.attempt_ids) u(a)) <> v_n then
+  if v_n operator(pg_catalog.>) 1
+     and (select pg_catalog.count(distinct u.a) from pg_catalog.unnest(check_batch.attempt_ids) u(a))
+         operator(pg_catalog.<>) v_n then
     perform pgfence.invalid_argument('attempt_ids', 'must not name an attempt twice',
-      (select format('position %s repeats an earlier id', min(u.n))
-         from unnest(check_batch.attempt_ids) with ordinality u(a, n)
-        where exists (select from unnest(check_batch.attempt_ids) with ordinality e(a, n)
-                       where e.a = u.a and e.n < u.n)));
+      (select pg_catalog.format('position %s repeats an earlier id', pg_catalog.min(u.n))
+         from pg_catalog.unnest(check_batch.attempt_ids) with ordinality u(a, n)
+        where exists (select from pg_catalog.unnest(check_batch.attempt_ids) with ordinality e(a, n)
+                       where e.a operator(pg_catalog.=) u.a and e.n operator(pg_catalog.<) u.n)));
   end if;
 end
 $$;
@@ -2737,11 +2741,11 @@ comment on function pgfence.capability_ref(uuid) is
 -- is its owner; the role setting is not changed by it. Nobody can claim a role this way that
 -- they could not SET ROLE to and use directly. The layers check the third party's privileges
 -- of this role (pgmq's, pgflow's) before acting for it.
+-- No SET and every name qualified, so that it is inlined into its callers' expressions.
 create function pgfence.invoker()
 returns name
 language sql
 stable
-set search_path = pg_catalog, pg_temp
 as $$
   select case when pg_catalog.current_setting('role') operator(pg_catalog.=) 'none'
               then session_user

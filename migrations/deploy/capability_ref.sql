@@ -31,11 +31,11 @@ comment on function pgfence.capability_ref(uuid) is
 -- is its owner; the role setting is not changed by it. Nobody can claim a role this way that
 -- they could not SET ROLE to and use directly. The layers check the third party's privileges
 -- of this role (pgmq's, pgflow's) before acting for it.
+-- No SET and every name qualified, so that it is inlined into its callers' expressions.
 create function pgfence.invoker()
 returns name
 language sql
 stable
-set search_path = pg_catalog, pg_temp
 as $$
   select case when pg_catalog.current_setting('role') operator(pg_catalog.=) 'none'
               then session_user

@@ -97,25 +97,26 @@ end
 $$;
 
 -- The layer never widens pgmq's own grants: it acts for its caller (pgfence.invoker(): the
--- role set, else the session's user) only where that role could do the same with pgmq itself.
--- privileges: those pgmq's own function needs on the queue's table (read and set_vt: SELECT,
--- UPDATE; delete: SELECT, DELETE), and the archive table's INSERT for archive.
-create function pgfence_pgmq.check_allowed(queue_table text, privileges text, archive boolean default false)
+-- role set, else the session's user) only where that role could do the same with pgmq itself:
+-- USAGE on schema pgmq, SELECT and write (what pgmq's own function does: UPDATE for read and
+-- set_vt, DELETE for delete and archive) on the queue's table, and for archive INSERT on the
+-- archive table. Each privilege asked for alone (has_table_privilege of a list asks for any).
+create function pgfence_pgmq.check_allowed(queue_table text, write text, archive boolean default false)
 returns void
 language plpgsql
 stable
 as $$
 declare
   v_role name := pgfence.invoker();
+  v_table regclass := pg_catalog.to_regclass(pg_catalog.format('pgmq.%I', queue_table));
 begin
-  if not (pg_catalog.has_schema_privilege(v_role, 'pgmq', 'usage')
-          -- each of them (has_table_privilege of a list asks for any one)
-          and not exists (select from pg_catalog.unnest(pg_catalog.string_to_array(privileges, ',')) w(p)
-                           where not pg_catalog.has_table_privilege(v_role, pg_catalog.format('pgmq.%I', queue_table),
-                                                                    pg_catalog.btrim(w.p)))
-          and (not archive or pg_catalog.has_table_privilege(
-                 v_role, pg_catalog.format('pgmq.%I', 'a' operator(pg_catalog.||) pg_catalog.substr(queue_table, 2)),
-                 'insert'))) then
+  if not coalesce(pg_catalog.has_schema_privilege(v_role, 'pgmq', 'usage')
+                  and pg_catalog.has_table_privilege(v_role, v_table, 'select')
+                  and pg_catalog.has_table_privilege(v_role, v_table, write)
+                  and (not archive
+                       or pg_catalog.has_table_privilege(v_role, pg_catalog.to_regclass(pg_catalog.format(
+                            'pgmq.%I', 'a' operator(pg_catalog.||) pg_catalog.substr(queue_table, 2))), 'insert')),
+                  false) then
     raise exception 'pgfence pgmq layer: role % may not do this with pgmq queue table pgmq.%', v_role, queue_table
       using errcode = '42501',
             hint = 'grant the role what pgmq itself needs (docs/pgmq.md, "Grants"), or call as a role that has it';

@@ -97,7 +97,7 @@ begin
     end if;
     v_table := pgfence_pgmq.queue_table(v_queue);
     -- What pgmq's own archive or delete would need of the caller's role.
-    perform pgfence_pgmq.check_allowed(v_table, 'select, delete', finish.kind = 'archive');
+    perform pgfence_pgmq.check_allowed(v_table, 'delete', finish.kind = 'archive');
     -- These writes are authorized by the attempts, whose leases may have expired since, so the
     -- guard of a protected queue table is shown their resources for this statement alone.
     v_was := null;

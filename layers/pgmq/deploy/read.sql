@@ -18,7 +18,7 @@ declare
   v_lease pgfence.leases;
 begin
   perform pgfence.check_not_null('lease_id', read.lease_id);
-  perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(read.queue), 'select, update');
+  perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(read.queue), 'update');
   perform pgfence.check_interval('vt', read.vt);
   if read.qty is null or read.qty not between 1 and 1000 then
     perform pgfence.invalid_argument('qty', 'must be 1 to 1000', read.qty::text);

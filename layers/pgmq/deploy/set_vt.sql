@@ -32,7 +32,7 @@ begin
     return null;
   end if;
   v_table := pgfence_pgmq.queue_table(v_attempt.queue);
-  perform pgfence_pgmq.check_allowed(v_table, 'select, update');
+  perform pgfence_pgmq.check_allowed(v_table, 'update');
   v_was := pgfence_pgmq.mark(v_table, v_attempt.lease_id);
   execute format('update pgmq.%I m set vt = clock_timestamp() + $4 '
                  'where m.msg_id = $1 and m.read_ct = $2 and m.enqueued_at = $3 returning m.vt', v_table)
