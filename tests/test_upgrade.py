@@ -403,10 +403,11 @@ def released_script(change: str) -> bool:
 
 
 def test_editing_a_released_deploy_script_is_refused(tmp_path: Path) -> None:
-    assert released_script("register")
+    # (enqueue: released in 0.1.0 and never reworked since.)
+    assert released_script("enqueue")
     copy = copy_repo(tmp_path)
-    script = copy / "migrations/deploy/register.sql"
-    script.write_text(script.read_text().replace("-- An existing", "-- Edited: an existing"))
+    script = copy / "migrations/deploy/enqueue.sql"
+    script.write_text(script.read_text() + "\n-- edited\n")
     out = subprocess.run([copy / "scripts/bundle", "--check"], capture_output=True, text=True)
     assert out.returncode == 1
     assert f"sql/releases/pgfence--{released()[-1]}.sql is out of date" in out.stderr, out.stderr
