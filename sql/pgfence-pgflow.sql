@@ -367,6 +367,9 @@ begin
   perform pgfence_pgflow.check_allowed(case when finish.kind = 'complete'
                                             then 'pgflow.complete_task(uuid, text, int, jsonb)'::regprocedure
                                             else 'pgflow.fail_task(uuid, text, int, text)' end);
+  -- pgflow's own complete_task and fail_task, run by the caller, would archive the message or
+  -- set its visibility: what pgmq needs for that too.
+  perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(v_attempt.flow_slug), 'select, update, delete', true);
   -- The run first: pgflow's complete_task and fail_task lock it after this function has locked
   -- the task, and a fail_task that fails the run then updates the run's other tasks and
   -- archives their messages, which another result of the run holds: two results of one run
@@ -511,6 +514,94 @@ revoke all on function pgfence_pgflow.in_flight(text[]) from public;
 insert into pgfence.layers (schema_name, in_flight) values ('pgfence_pgflow', 'pgfence_pgflow.in_flight(text[])');
 
 
+-- change: pgflow_prune_health
+-- Deploy pgfence_pgflow:pgflow_prune_health
+-- requires: pgflow_in_flight
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Retention (pgfence.prune's shape, registered in pgfence.layers): the record of starts whose
+-- result was accepted, and the stale results, older than older_than. Never a start still
+-- open: its task may still be completed or failed through it. In batches of 10,000 rows,
+-- so that a large backlog never holds one long transaction's locks.
+create function pgfence_pgflow.prune(older_than interval)
+returns table (what text, "rows" bigint)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_cutoff timestamptz;
+  v_n bigint;
+  v_stale bigint := 0;
+  v_starts bigint := 0;
+begin
+  if prune.older_than is null or prune.older_than <= interval '0' then
+    perform pgfence.invalid_argument('older_than', 'must be a positive interval', prune.older_than::text);
+  end if;
+  v_cutoff := clock_timestamp() - prune.older_than;
+  loop
+    delete from pgfence_pgflow.stale_results s
+     where s.ctid = any (array(select x.ctid from pgfence_pgflow.stale_results x
+                                where x.received_at < v_cutoff limit 10000));
+    get diagnostics v_n = row_count;
+    v_stale := v_stale + v_n;
+    exit when v_n < 10000;
+  end loop;
+  loop
+    delete from pgfence_pgflow.attempts a
+     where a.attempt_id = any (array(
+             select x.attempt_id from pgfence_pgflow.attempts x
+              where x.outcome is not null and x.finished_at < v_cutoff
+                and not exists (select from pgfence_pgflow.stale_results s where s.attempt_id = x.attempt_id)
+              limit 10000));
+    get diagnostics v_n = row_count;
+    v_starts := v_starts + v_n;
+    exit when v_n < 10000;
+  end loop;
+  return query values ('pgfence_pgflow.stale_results'::text, v_stale), ('pgfence_pgflow.attempts', v_starts);
+end
+$$;
+comment on function pgfence_pgflow.prune(interval) is
+  'pgfence.layers: deletes finished starts and stale results older than older_than, in batches; never an open start. '
+  'Raises 22023.';
+
+-- Health (pgfence.health's shape, registered in pgfence.layers).
+create function pgfence_pgflow.health()
+returns table ("check" text, ok boolean, detail text)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select 'pgflow layer: pgflow installed', pg_catalog.to_regclass('pgflow.step_tasks') is not null,
+         'the layer starts pgflow''s tasks (pgflow 0.8 or later)'
+  union all
+  select 'pgflow layer: locked down', count(*) = 0,
+         coalesce('privileges held by ' || string_agg(distinct case g.grantee when 0 then 'public'
+                                                            else g.grantee::regrole::text end, ', '),
+                  'nobody but the owner and the pgfence roles holds a privilege in schema pgfence_pgflow')
+    from (select a.grantee, p.proowner as owner from pg_proc p, aclexplode(p.proacl) a
+           where p.pronamespace = 'pgfence_pgflow'::regnamespace
+          union all
+          select a.grantee, c.relowner from pg_class c, aclexplode(c.relacl) a
+           where c.relnamespace = 'pgfence_pgflow'::regnamespace) g
+   where g.grantee <> g.owner
+     and g.grantee not in (select oid from pg_roles
+                            where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'));
+$$;
+comment on function pgfence_pgflow.health() is 'pgfence.layers: the pgflow layer''s own checks.';
+
+revoke all on function pgfence_pgflow.prune(interval), pgfence_pgflow.health() from public;
+update pgfence.layers
+   set prune = 'pgfence_pgflow.prune(interval)', health = 'pgfence_pgflow.health()'
+ where schema_name = 'pgfence_pgflow';
+
+
 -- change: pgflow_lockdown
 -- Deploy pgfence_pgflow:pgflow_lockdown
 -- requires: pgflow_schema
@@ -518,6 +609,7 @@ insert into pgfence.layers (schema_name, in_flight) values ('pgfence_pgflow', 'p
 -- requires: pgflow_start_tasks
 -- requires: pgflow_finish
 -- requires: pgflow_in_flight
+-- requires: pgflow_prune_health
 --
 -- The last change: the core's lockdown, applied to this layer's schema. Whatever default
 -- privileges the database carries (Supabase's hand new functions and tables to anon and
@@ -741,7 +833,7 @@ as $$
 $$;
 comment on function pgfence_pgflow.prune_workers(interval) is
   'Deletes pgflow.workers rows without a heartbeat for older_than and no task started, also under enforce '
-  '(pgfence.layers'' prune of this layer).';
+  '(beside pgfence_pgflow.prune, the layer''s prune in pgfence.layers, which keeps to the layer''s own records).';
 
 -- pgflow's cron jobs, pointed at the layer: ensure_workers through the handshake, and
 -- requeue_stalled_tasks under enforce (pg_cron's cron.alter_job keeps the schedule).
@@ -776,9 +868,6 @@ grant execute on function pgfence_pgflow.sync_workers(), pgfence_pgflow.ensure_w
                          pgfence_pgflow.requeue_stalled_tasks(), pgfence_pgflow.prune_workers(interval),
                          pgfence_pgflow.setup_cron()
    to pgfence_operator;
-
-update pgfence.layers set prune = 'pgfence_pgflow.prune_workers(interval)'
- where schema_name = 'pgfence_pgflow' and prune is null;
 
 do $$ begin perform pgfence.lockdown('pgfence_pgflow'); end $$;
 

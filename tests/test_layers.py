@@ -322,3 +322,46 @@ def test_a_hostile_or_unknown_queue_name_is_refused(flow: Database) -> None:
     flow.sql("select pgmq.send('Queue-Hyphened_2', '{}')")
     [(attempt, _)] = read(w, lease.lease_id, "Queue-Hyphened_2")
     assert w.one("select pgfence_pgmq.delete(%s)", (attempt,)) == "accepted"
+
+
+# -- each layer's prune and health, registered for pgfence.prune / pgfence.health -----------------
+
+def prune_setup(db: Database) -> tuple[Session, uuid.UUID]:
+    """Two reads, one archived long ago; returns the session and the open read's attempt."""
+    flow_and_queue(db)
+    w = db.session("w")
+    lease = acquired(w.acquire("r1"))
+    [(done, _)] = read(w, lease.lease_id)
+    [(open_read, _)] = read(w, lease.lease_id)
+    assert w.one("select pgfence_pgmq.archive(%s)", (done,)) == "accepted"
+    db.sql("update pgfence_pgmq.attempts set read_at = read_at - interval '2 days', "
+           "finished_at = finished_at - interval '2 days'")
+    return w, open_read
+
+
+def test_prune_drops_old_finished_reads_never_an_open_one(flow: Database) -> None:
+    w, open_read = prune_setup(flow)
+    assert flow.sql("select * from pgfence_pgmq.prune('1 day')") == [
+        ("pgfence_pgmq.stale_results", 0), ("pgfence_pgmq.attempts", 1)]
+    assert w.one("select pgfence_pgmq.archive(%s)", (open_read,)) == "accepted"
+    assert flow.sql("select schema_name::text, prune::text, health::text from pgfence.layers "
+                    "order by 1") == [
+        ("pgfence_pgflow", "pgfence_pgflow.prune(interval)", "pgfence_pgflow.health()"),
+        ("pgfence_pgmq", "pgfence_pgmq.prune(interval)", "pgfence_pgmq.health()")]
+
+
+def test_negative_control_a_prune_blind_to_outcomes_loses_an_open_read(flow: Database) -> None:
+    flow.replace_in_function("pgfence_pgmq.prune(interval)",
+                             "where x.outcome is not null and x.finished_at < v_cutoff",
+                             "where x.read_at < v_cutoff")
+    w, open_read = prune_setup(flow)
+    flow.sql("select * from pgfence_pgmq.prune('1 day')")
+    assert sqlstate(lambda: w.one("select pgfence_pgmq.archive(%s)", (open_read,))) == "22023"
+
+
+@pytest.mark.parametrize("layer", ["pgfence_pgmq", "pgfence_pgflow"])
+def test_health_sees_a_privilege_handed_out(flow: Database, layer: str) -> None:
+    assert flow.one(f"select bool_and(ok) from {layer}.health()") is True
+    flow.sql(f"grant execute on all functions in schema {layer} to public")
+    health = f"select ok, detail from {layer}.health() where \"check\" like '%%locked down'"
+    assert flow.sql(health) == [(False, "privileges held by public")]

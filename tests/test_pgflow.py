@@ -280,10 +280,12 @@ def test_fail_task_retries_then_fails_for_good_by_pgflows_rules(any_flow: Databa
     # adds nothing (issue 24: this was "duplicate", and a second report was dropped).
     assert fail(w, first, "late") == "stale"
     assert fail(w, first, "late") == "stale"
+    assert fail(w, first, "later") == "stale"
     assert complete(w, first, '{"late": true}') == "stale"
     assert any_flow.sql("select report, kind, body from pgfence_pgflow.stale_results order by "
                         "report") == [
-        (1, "fail", {"error_message": "late"}), (2, "complete", {"late": True})]
+        (1, "fail", {"error_message": "late"}), (2, "fail", {"error_message": "later"}),
+        (3, "complete", {"late": True})]
     assert fail(w, again, "for good") == "duplicate", "its finisher's retry: a duplicate"
 
 
@@ -492,8 +494,10 @@ def test_only_pgfence_worker_may_call_the_layer(flow: Database) -> None:
         ("pgfence_pgflow.finish(uuid,text,jsonb,text)", False, True, True,
          ["search_path=pg_catalog, pg_temp"]),
         ("pgfence_pgflow.follow_resource()", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.health()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.in_flight(text[])", False, False, True,
          ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.prune(interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.prune_workers(interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.requeue_stalled_tasks()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.setup_cron()", False, False, False, SEARCH_PATH),

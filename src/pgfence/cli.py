@@ -207,7 +207,10 @@ class Cli:
     def update_status(self, token: uuid.UUID) -> Rows:
         return self.read(
             "select resource, saved_enabled, enabled, active_owner, draining_leases, "
-            "in_flight_tasks, pending_invocations, verdict, last_heartbeat::text as last_heartbeat "
+            "in_flight_tasks, pending_invocations, verdict, "
+            "last_heartbeat::text as last_heartbeat, "
+            # every layer's work by kind, and the unconverted writers seen since the window opened
+            "in_flight::text as in_flight, unfenced_writes::text as unfenced_writes "
             f"from pgfence.update_status({sql.uuid_literal(token)})", UPDATE_STATUS_COLUMNS)
 
     def prepare(self, resources: list[str], request_id: uuid.UUID) -> dict[str, Any]:
@@ -442,7 +445,8 @@ class Cli:
 RESOURCE_COLUMNS = ["resource", "enabled", "owner", "generation", "time_left", "stale",
                     "draining_leases", "pending_invocations", "claimed_tasks", "open_update"]
 UPDATE_STATUS_COLUMNS = ["resource", "saved_enabled", "enabled", "active_owner", "draining_leases",
-                         "in_flight_tasks", "pending_invocations", "verdict", "last_heartbeat"]
+                         "in_flight_tasks", "pending_invocations", "verdict", "last_heartbeat",
+                         "in_flight", "unfenced_writes"]
 
 
 def ordered(rows: Rows, columns: list[str]) -> Rows:

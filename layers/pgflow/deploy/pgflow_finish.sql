@@ -42,6 +42,9 @@ begin
   perform pgfence_pgflow.check_allowed(case when finish.kind = 'complete'
                                             then 'pgflow.complete_task(uuid, text, int, jsonb)'::regprocedure
                                             else 'pgflow.fail_task(uuid, text, int, text)' end);
+  -- pgflow's own complete_task and fail_task, run by the caller, would archive the message or
+  -- set its visibility: what pgmq needs for that too.
+  perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(v_attempt.flow_slug), 'select, update, delete', true);
   -- The run first: pgflow's complete_task and fail_task lock it after this function has locked
   -- the task, and a fail_task that fails the run then updates the run's other tasks and
   -- archives their messages, which another result of the run holds: two results of one run

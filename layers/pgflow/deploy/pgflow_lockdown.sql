@@ -4,6 +4,7 @@
 -- requires: pgflow_start_tasks
 -- requires: pgflow_finish
 -- requires: pgflow_in_flight
+-- requires: pgflow_prune_health
 --
 -- The last change: the core's lockdown, applied to this layer's schema. Whatever default
 -- privileges the database carries (Supabase's hand new functions and tables to anon and

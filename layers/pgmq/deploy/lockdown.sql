@@ -7,6 +7,7 @@
 -- requires: delete
 -- requires: set_vt
 -- requires: in_flight
+-- requires: prune_health
 --
 -- The last change: the core's lockdown, applied to this layer's schema. Whatever default
 -- privileges the database carries (Supabase's hand new functions and tables to anon and
