@@ -190,7 +190,7 @@ language sql
 stable
 as $$
   select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner), worker_id.key), 32)::pg_catalog.uuid
-    from pgfence.leases l where l.lease_id = worker_id.lease_id;
+    from pgfence.leases l where l.lease_id operator(pg_catalog.=) worker_id.lease_id;
 $$;
 revoke all on function pgfence_pgflow.worker_id(uuid, bytea) from public;
 
@@ -834,7 +834,7 @@ as $$
 $$;
 comment on function pgfence_pgflow.prune_workers(interval) is
   'Deletes pgflow.workers rows without a heartbeat for older_than and no task started, also under enforce '
-  '(pgfence.layers'' prune of this layer).';
+  '(beside pgfence_pgflow.prune, the layer''s prune in pgfence.layers, which keeps to the layer''s own records).';
 
 -- pgflow's cron jobs, pointed at the layer: ensure_workers through the handshake, and
 -- requeue_stalled_tasks under enforce (pg_cron's cron.alter_job keeps the schedule).
@@ -869,9 +869,6 @@ grant execute on function pgfence_pgflow.sync_workers(), pgfence_pgflow.ensure_w
                          pgfence_pgflow.requeue_stalled_tasks(), pgfence_pgflow.prune_workers(interval),
                          pgfence_pgflow.setup_cron()
    to pgfence_operator;
-
-update pgfence.layers set prune = 'pgfence_pgflow.prune_workers(interval)'
- where schema_name = 'pgfence_pgflow' and prune is null;
 
 do $$ begin perform pgfence.lockdown('pgfence_pgflow'); end $$;
 

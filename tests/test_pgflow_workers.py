@@ -75,14 +75,12 @@ def test_pgflows_worker_pruning_works_under_enforce(flow: Database) -> None:
     # The row is a completed task's last_worker_id: deleting it sets that to NULL, an update
     # of step_tasks, which the guard refuses without a fence ...
     assert sqlstate(lambda: flow.sql("delete from pgflow.workers")) == "PF007"
-    # ... and the layer's pruning (pgfence.layers' prune of the layer) is let through.
+    # ... and the layer's pruning of worker rows is let through.
     assert flow.sql("select * from pgfence_pgflow.prune_workers('7 days')") == [
         ("pgflow.workers", 1)]
     assert flow.one("select count(*) from pgflow.workers") == 0
     assert flow.one("select last_worker_id from pgflow.step_tasks where step_slug = 'first'") \
         is None
-    assert flow.one("select prune::text from pgfence.layers where schema_name = "
-                    "'pgfence_pgflow'") == "pgfence_pgflow.prune_workers(interval)"
 
 
 def test_the_layers_pruning_keeps_a_worker_with_a_task_in_hand(flow: Database) -> None:

@@ -19,7 +19,7 @@ language sql
 stable
 as $$
   select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner), worker_id.key), 32)::pg_catalog.uuid
-    from pgfence.leases l where l.lease_id = worker_id.lease_id;
+    from pgfence.leases l where l.lease_id operator(pg_catalog.=) worker_id.lease_id;
 $$;
 revoke all on function pgfence_pgflow.worker_id(uuid, bytea) from public;
 

@@ -208,7 +208,7 @@ as $$
 $$;
 comment on function pgfence_pgflow.prune_workers(interval) is
   'Deletes pgflow.workers rows without a heartbeat for older_than and no task started, also under enforce '
-  '(pgfence.layers'' prune of this layer).';
+  '(beside pgfence_pgflow.prune, the layer''s prune in pgfence.layers, which keeps to the layer''s own records).';
 
 -- pgflow's cron jobs, pointed at the layer: ensure_workers through the handshake, and
 -- requeue_stalled_tasks under enforce (pg_cron's cron.alter_job keeps the schedule).
@@ -243,9 +243,6 @@ grant execute on function pgfence_pgflow.sync_workers(), pgfence_pgflow.ensure_w
                          pgfence_pgflow.requeue_stalled_tasks(), pgfence_pgflow.prune_workers(interval),
                          pgfence_pgflow.setup_cron()
    to pgfence_operator;
-
-update pgfence.layers set prune = 'pgfence_pgflow.prune_workers(interval)'
- where schema_name = 'pgfence_pgflow' and prune is null;
 
 do $$ begin perform pgfence.lockdown('pgfence_pgflow'); end $$;
 

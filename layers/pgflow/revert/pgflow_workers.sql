@@ -4,8 +4,6 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-update pgfence.layers set prune = null
- where schema_name = 'pgfence_pgflow' and prune = 'pgfence_pgflow.prune_workers(interval)'::regprocedure;
 drop function pgfence_pgflow.setup_cron();
 drop function pgfence_pgflow.prune_workers(interval);
 drop function pgfence_pgflow.requeue_stalled_tasks();
