@@ -22,7 +22,7 @@ begin
   -- What was given is shown, but an id in it (a lease id, an attempt id: capabilities) only
   -- by its digest (pgfence.ref): every caller at once, complete_many's lists too.
   for v_id in select m[1] from regexp_matches(got, '([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})', 'gi') m loop
-    v_got := replace(v_got, v_id, 'ref ' || pgfence.ref(v_id::uuid));
+    v_got := replace(v_got, v_id, 'ref ' || pgfence.ref(v_id::pg_catalog.uuid));
   end loop;
   raise exception 'pgfence: invalid argument %: %', arg, problem
     using errcode = '22023',

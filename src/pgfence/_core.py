@@ -79,6 +79,7 @@ PGMQ_FINISH = {"archive": "select pgfence_pgmq.archive(%s)",
                "delete": "select pgfence_pgmq.delete(%s)"}
 
 Kind = Literal["complete", "fail"]
+Finish = Literal["archive", "delete"]     # what a pgmq handler's return does to its message
 Verdict = Literal["accepted", "duplicate", "stale"]
 RECORDED = ("accepted", "duplicate")    # the result is in the database, exactly once
 
@@ -749,7 +750,7 @@ class PgmqRules(WorkerCore):
     visibility runs out, then read again (``read_ct`` counts the reads; ``failed`` counts these).
     pgmq has nothing to requeue: a message comes back by itself."""
 
-    finish: Literal["archive", "delete"] = "archive"
+    finish: Finish = "archive"
     failed: int = field(default=0, init=False)
     claim_sql: ClassVar[str] = PGMQ_READ
     extend_sql: ClassVar[str] = PGMQ_SET_VT

@@ -34,6 +34,7 @@ from pgfence import _core
 from pgfence._core import (
     FENCE,
     Call,
+    Finish,
     Handle,
     LeaseLost,
     Link,
@@ -48,8 +49,8 @@ from pgfence._core import (
 )
 from pgfence.connection import AsyncConnection, aconnect
 
-__all__ = ["Context", "Handler", "Leader", "LeaseLost", "Owner", "PgmqWorker", "Retry", "Task",
-           "Worker"]
+__all__ = ["Context", "Finish", "Handler", "Leader", "LeaseLost", "Owner", "PgmqWorker", "Retry",
+           "Task", "Worker"]
 
 
 class Context(_core.ContextBase):

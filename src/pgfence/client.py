@@ -38,6 +38,7 @@ from pgfence import _core
 from pgfence._core import (
     FENCE,
     Call,
+    Finish,
     Handle,
     LeaseLost,
     Link,
@@ -53,8 +54,8 @@ from pgfence._core import (
 )
 from pgfence.connection import Connection, connect
 
-__all__ = ["Context", "Handler", "Leader", "LeaseLost", "Owner", "PgmqWorker", "Retry", "Task",
-           "Worker", "reason"]
+__all__ = ["Context", "Finish", "Handler", "Leader", "LeaseLost", "Owner", "PgmqWorker", "Retry",
+           "Task", "Worker", "reason"]
 
 
 class Context(_core.ContextBase):
