@@ -365,3 +365,22 @@ def test_health_sees_a_privilege_handed_out(flow: Database, layer: str) -> None:
     flow.sql(f"grant execute on all functions in schema {layer} to public")
     health = f"select ok, detail from {layer}.health() where \"check\" like '%%locked down'"
     assert flow.sql(health) == [(False, "privileges held by public")]
+
+
+def test_the_cores_prune_and_health_include_every_registered_layer(flow: Database) -> None:
+    """pgfence.prune() and pgfence.health() loop over pgfence.layers: the core names no
+    layer, yet runs each one's own prune and checks."""
+    prune_setup(flow)
+    pruned = dict(flow.sql("select * from pgfence.prune('1 hour')"))
+    assert pruned["pgfence_pgmq.attempts"] == 1 and "pgfence_pgmq.stale_results" in pruned
+    checks = [c for (c,) in flow.sql('select "check" from pgfence.health()')]
+    assert any(c.startswith("pgmq layer:") for c in checks), checks
+    assert any("pgflow" in c for c in checks), checks
+
+
+def test_negative_control_a_layer_missing_from_the_registry_is_not_pruned(flow: Database) -> None:
+    prune_setup(flow)
+    flow.sql("delete from pgfence.layers where schema_name = 'pgfence_pgmq'")
+    pruned = dict(flow.sql("select * from pgfence.prune('1 hour')"))
+    assert "pgfence_pgmq.attempts" not in pruned
+    assert flow.one("select count(*) from pgfence_pgmq.attempts where outcome is not null") == 1
