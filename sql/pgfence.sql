@@ -37,8 +37,15 @@ declare
 begin
   select (select pg_catalog.string_agg(n.nspname::pg_catalog.text, ', ' order by n.nspname)
   from pg_catalog.pg_namespace n
- where case when pg_catalog.to_regclass(pg_catalog.format('%I.projects', n.nspname)) is null
-              or pg_catalog.to_regclass(pg_catalog.format('%I.changes', n.nspname)) is null
+  left join pg_catalog.pg_class p
+    on p.relnamespace operator(pg_catalog.=) n.oid and p.relname operator(pg_catalog.=) 'projects'
+   and p.relkind operator(pg_catalog.=) any ('{r,p}')
+ where case when p.oid is null
+              or not exists (select from pg_catalog.pg_class c
+                              where c.relnamespace operator(pg_catalog.=) n.oid
+                                and c.relname operator(pg_catalog.=) 'changes')
+              or not pg_catalog.has_schema_privilege(n.oid, 'usage')
+              or not pg_catalog.has_table_privilege(p.oid, 'select')
             then false
             else (pg_catalog.xpath('/row/n/text()', pg_catalog.query_to_xml(pg_catalog.format(
                     'select count(*) as n from %I.projects where project = %L',
@@ -3652,6 +3659,13 @@ comment on function pgfence.lockdown(name) is
   'Installer: revokes every privilege on schema_name (pgfence or a layer''s pgfence_NAME) and its objects but the '
   'owners'' and the three pgfence roles''. Run last by every install and upgrade of the core and of each layer.';
 revoke all on function pgfence.lockdown(name) from public;
+
+-- health's record of what the release installed (pgfence.manifest, written by the health
+-- change just before this one) takes in this change's function too: lockdown is the last change.
+insert into pgfence.manifest
+select o.object, o.digest from pgfence.schema_objects() o
+ where o.object = 'function pgfence.lockdown(schema_name name)'
+on conflict (object) do update set digest = excluded.digest;
 
 do $$ begin perform pgfence.lockdown('pgfence'); end $$;
 

@@ -368,17 +368,6 @@ def test_revert_refuses_while_it_would_strand_live_state_then_keeps_it(make: Any
     assert db.one("select pgfence.version()") == HEAD
 
 
-def test_revert_refuses_to_delete_stale_results_of_pgmq_messages(make: Any) -> None:
-    db = make()
-    sqitch_ok("deploy", db.sqitch)
-    db.psql("-c", "insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, "
-                  "pgmq_queue) values (gen_random_uuid(), 1, 1, 'archive', 'jobs')")
-    out = sqitch("revert", "-y", "--to", "@v0.1.0", db.sqitch)
-    said = out.stdout + out.stderr
-    assert out.returncode != 0 and "stale-result record(s) of pgmq messages" in said, said
-    assert db.one("select count(*) from pgfence.stale_results") == 1
-
-
 def test_negative_control_the_old_revert_strands_a_claimed_task(make: Any) -> None:
     """Without the refusal (a claimed task hidden from it), the revert goes through and the
     task claimed under the head can no longer be completed: 22023, the issue's finding."""

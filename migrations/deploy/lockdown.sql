@@ -104,6 +104,13 @@ comment on function pgfence.lockdown(name) is
   'owners'' and the three pgfence roles''. Run last by every install and upgrade of the core and of each layer.';
 revoke all on function pgfence.lockdown(name) from public;
 
+-- health's record of what the release installed (pgfence.manifest, written by the health
+-- change just before this one) takes in this change's function too: lockdown is the last change.
+insert into pgfence.manifest
+select o.object, o.digest from pgfence.schema_objects() o
+ where o.object = 'function pgfence.lockdown(schema_name name)'
+on conflict (object) do update set digest = excluded.digest;
+
 do $$ begin perform pgfence.lockdown('pgfence'); end $$;
 
 commit;
