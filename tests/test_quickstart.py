@@ -326,7 +326,7 @@ def test_both_layers_after_pgflows_own_migrations_applied_in_order(cluster: Clus
             cluster.psql(name, "--single-transaction", "-f", migrations / n)
         granted = cluster.psql(name, "-At", "-c", """
             select has_function_privilege('service_role',
-                     'pgfence.pgmq_read(uuid, text, interval, int)', 'execute'),
+                     'pgfence_pgmq.read(uuid, text, interval, int)', 'execute'),
                    has_function_privilege('service_role',
                      'pgfence_pgflow.start_tasks(uuid, text, text, interval, int)', 'execute'),
                    has_function_privilege('anon', 'pgfence.acquire(text, text, interval, uuid)',
