@@ -91,6 +91,18 @@ VERSIONS: dict[str, tuple[str, str]] = {
     "test_lint.py": (ONCE, "pgspot and squawk read the SQL text; no server"),
     "test_mutation.py": (ONCE, "tests the tests (scripts/mutate), not the server"),
     "test_suite_plan.py": (ONCE, "reads this table, the test files and the docs"),
+    "test_client_pgmq.py": (ONCE, "the pgmq consumer's loop in the clients; the layer's SQL is "
+                                  "per version in test_pgmq and test_layers"),
+    "test_deno_pgmq.py": (ONCE, "the Deno pgmq consumer; the layer's SQL is per version in "
+                                "test_pgmq and test_layers"),
+    "test_quickstart.py": (ONCE, "the README's commands (pip, pgfence init, Supabase CLI, Deno); "
+                                 "the SQL they apply is per version in test_install"),
+    "test_init.py": (ONCE, "pgfence init writes files; no server"),
+    "test_cli_output.py": (ONCE, "how the CLI prints what the database returns"),
+    "test_packaging.py": (ONCE, "scripts/build and the Deno package metadata; no server"),
+    "test_version.py": (ONCE, "the files that name the release; no server"),
+    "test_pgflow14.py": (ONCE, "pgflow 0.14.1 needs pg_cron, which only PostgreSQL 15 (Debian's) "
+                               "has here"),
     "test_wheel.py": (ONCE, "pip wheel and a venv; `pgfence install` of the same bundle is "
                             "per version in test_install"),
 }
