@@ -126,6 +126,9 @@ export class NoTransaction extends PgfenceError {}
 export class SerializationFailure extends PgfenceError {}
 /** 40P01: a deadlock; this transaction was chosen to roll back and may be run again. */
 export class DeadlockDetected extends PgfenceError {}
+/** 42501: the caller's role may not do this with pgmq or pgflow itself (a layer never widens
+ * their grants); the message names the role and the object. */
+export class InsufficientPrivilege extends PgfenceError {}
 /** 54000: a superseded attempt sent more than 10 different stale results: stop reporting. */
 export class TooManyStaleResults extends PgfenceError {}
 /** 55000: an install or upgrade found another release, or a prerequisite missing. */
@@ -148,6 +151,7 @@ export const errorClasses: Readonly<Record<string, typeof PgfenceError>> = Objec
   "25P01": NoTransaction,
   "40001": SerializationFailure,
   "40P01": DeadlockDetected,
+  "42501": InsufficientPrivilege,
   "54000": TooManyStaleResults,
   "55000": WrongInstalledState,
   "55P03": LockNotAvailable,
