@@ -216,8 +216,8 @@ def test_the_role_checked_is_the_one_set_not_the_session_user(flow: Database,
 def test_negative_control_without_the_check_the_layer_widens_pgmqs_grants(flow: Database,
                                                                           worker_role: str) -> None:
     flow.replace_in_function("pgfence_pgmq.check_allowed(text,text,boolean)",
-                             "  if not (pg_catalog.has_schema_privilege", "  if false and "
-                                                                          "(pg_catalog.has_schema_privilege")
+                             "  if not coalesce(pg_catalog.has_schema_privilege",
+                             "  if false and coalesce(pg_catalog.has_schema_privilege")
     flow_and_queue(flow)
     w = as_role(flow, worker_role)
     lease = acquired(w.acquire("r1"))

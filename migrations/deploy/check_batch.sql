@@ -29,7 +29,7 @@ begin
     perform pgfence.invalid_argument('attempt_ids', 'must be a one-dimensional array of 1 to 1000 attempt ids',
                                      pg_catalog.format('%s ids', v_n));
   end if;
-  v_at := pg_catalog.array_position(check_batch.attempt_ids, null::uuid);
+  v_at := pg_catalog.array_position(check_batch.attempt_ids, null::pg_catalog.uuid);
   if v_at is not null then
     perform pgfence.invalid_argument('attempt_ids', 'must not contain NULL',
                                      pg_catalog.format('NULL at position %s', v_at));
