@@ -22,7 +22,14 @@
  * (default `emails`), PGFENCE_QUEUE (default: the resource's name), HOST and PORT (default
  * 0.0.0.0:8000 when run with deno run).
  */
-import { connect, type HandlerContext, Owner, ResourceDisabled, Worker } from "pgfence";
+import {
+  connect,
+  type HandlerContext,
+  InsufficientPrivilege,
+  Owner,
+  ResourceDisabled,
+  Worker,
+} from "pgfence";
 
 const url = Deno.env.get("PGFENCE_DATABASE_URL") ?? Deno.env.get("SUPABASE_DB_URL");
 if (!url) throw new Error("pgfence-worker: set PGFENCE_DATABASE_URL (or SUPABASE_DB_URL)");
@@ -59,7 +66,7 @@ Deno.serve(listen, async (request) => {
     }
   } catch (e) {
     if (e instanceof ResourceDisabled) return answer(503, { started: false, paused: true });
-    if ((e as { code?: unknown }).code === "42501") {
+    if (e instanceof InsufficientPrivilege) {
       return answer(500, {
         error: `permission denied: ${(e as Error).message}; the role this function connects ` +
           "as needs pgfence_worker (the pgfence grants migration of pgfence init)",
