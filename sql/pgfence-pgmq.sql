@@ -652,7 +652,24 @@ comment on function pgfence_pgmq.in_flight(text[]) is
   'pgfence.layers: per resource, the pgmq messages read under its leases, without a result and still hidden.';
 revoke all on function pgfence_pgmq.in_flight(text[]) from public;
 
-insert into pgfence.layers (schema_name, in_flight) values ('pgfence_pgmq', 'pgfence_pgmq.in_flight(text[])');
+-- pgfence.prune keeps the leases of this layer's reads without a result: a late result of one
+-- may still be accepted, and its write into a protected queue table is shown its lease's
+-- resource (a lease pruned under it would leave the guard nothing to see).
+create function pgfence_pgmq.leases()
+returns setof uuid
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select distinct a.lease_id from pgfence_pgmq.attempts a where a.outcome is null;
+$$;
+comment on function pgfence_pgmq.leases() is
+  'pgfence.layers: the leases of this layer''s reads without a result (pgfence.prune keeps them).';
+revoke all on function pgfence_pgmq.leases() from public;
+
+insert into pgfence.layers (schema_name, in_flight, leases)
+values ('pgfence_pgmq', 'pgfence_pgmq.in_flight(text[])', 'pgfence_pgmq.leases()');
 
 
 -- change: prune_health

@@ -378,6 +378,45 @@ def test_the_cores_prune_and_health_include_every_registered_layer(flow: Databas
     assert any("pgflow" in c for c in checks), checks
 
 
+def late_read_after_prune(db: Database) -> tuple[Session, uuid.UUID]:
+    """A read under a lease that was superseded long ago, its message still hidden as read
+    (a long handler, its visibility extended), the queue protected; then pgfence.prune."""
+    flow_and_queue(db)
+    db.sql("select pgfence.protect('pgmq.q_jobs', array['r1'], 'enforce', consumers_only => true)")
+    w = db.session("w")
+    old = acquired(w.acquire("r1"))
+    [(late, _)] = w.run("select attempt_id, msg_id from pgfence_pgmq.read(%s, 'jobs', "
+                        "'1 hour', 1)", (old.lease_id,))
+    db.expire(old)
+    acquired(db.session("successor").acquire("r1"))
+    db.sql("update pgfence.leases set ended_at = ended_at - interval '2 days' "
+           "where lease_id = %s", (old.lease_id,))
+    pruned = dict(db.sql("select * from pgfence.prune('1 day')"))
+    assert "leases" in pruned
+    return w, late
+
+
+def test_prune_keeps_the_lease_an_open_layer_read_names(flow: Database) -> None:
+    """The core's prune keeps each lease a layer's unfinished work names (pgfence.layers
+    .leases): the late, still valid result is accepted, its write into the protected queue
+    shown its lease's resource."""
+    w, late = late_read_after_prune(flow)
+    assert flow.one("select count(*) from pgfence.leases where state = 'superseded'") == 1
+    assert w.one("select pgfence_pgmq.archive(%s)", (late,)) == "accepted"
+    assert flow.sql("select schema_name::text, leases::text from pgfence.layers order by 1") == [
+        ("pgfence_pgflow", "pgfence_pgflow.leases()"), ("pgfence_pgmq", "pgfence_pgmq.leases()")]
+
+
+def test_negative_control_a_prune_blind_to_the_layers_leases_refuses_a_valid_late_result(
+        flow: Database) -> None:
+    flow.replace_in_function("pgfence.prune(interval)",
+                             "v_needed := v_needed || v_more;", "v_more := null;")
+    w, late = late_read_after_prune(flow)
+    assert flow.one("select count(*) from pgfence.leases where state = 'superseded'") == 0
+    # The guard sees no lease behind the write: refused as unfenced.
+    assert sqlstate(lambda: w.one("select pgfence_pgmq.archive(%s)", (late,))) == "PF007"
+
+
 def test_negative_control_a_layer_missing_from_the_registry_is_not_pruned(flow: Database) -> None:
     prune_setup(flow)
     flow.sql("delete from pgfence.layers where schema_name = 'pgfence_pgmq'")

@@ -45,7 +45,8 @@ drop index pgfence.invocations_pending;
 --                  stale results by counting them);
 --   leases         released or superseded before the bound, none that a queued or claimed task
 --                  names (its current or an older attempt's lease: stale results are verified
---                  against it); active and draining ones never (an expired draining lease has
+--                  against it), nor one that a registered layer's unfinished work names
+--                  (pgfence.layers.leases); active and draining ones never (an expired draining lease has
 --                  no end time: it goes when its resource's next lease is granted);
 --   invocations    expired before the bound (a pending, unexpired one never);
 --   updates        windows finished before the bound, with their items; open ones never;
@@ -66,6 +67,7 @@ declare
   v_needed uuid[];
   v_n bigint;
   v_layer regproc;
+  v_more uuid[];
 begin
   if prune.older_than is null or prune.older_than < interval '1 hour'
      or prune.older_than > interval '10 years' then
@@ -110,6 +112,11 @@ begin
                       from pgfence.tasks t
                      cross join lateral unnest(t.attempt_leases || t.lease_id) l(id)
                      where t.state in ('queued', 'claimed') and l.id is not null);
+  -- And those each registered layer's unfinished work names (pgfence.layers.leases).
+  for v_layer in select l.leases::regproc from pgfence.layers l order by l.schema_name loop
+    execute pg_catalog.format('select array(select * from %s())', v_layer) into v_more;
+    v_needed := v_needed || v_more;
+  end loop;
   what := 'leases'; rows := 0;
   for i in 1 .. c_batches loop
     delete from pgfence.leases l

@@ -1,2 +1,2 @@
 -- Verify pgfence:layers
-select schema_name, in_flight, prune, health from pgfence.layers where false;
+select schema_name, in_flight, leases, prune, health from pgfence.layers where false;

@@ -2397,17 +2397,20 @@ set local lock_timeout = '5s';
 -- The optional layers installed (layers/*): each registers itself here on install, so that the
 -- core counts their work without naming any. in_flight (resources text[]) returns
 -- table(resource text, kind text, in_flight bigint): work started under one of a resource's
--- leases and not finished (update_status sums it); prune (older_than interval) returns
+-- leases and not finished (update_status sums it); leases () returns setof uuid: the leases
+-- its unfinished work names, which pgfence.prune keeps (a late result may still need one, as a
+-- task's does: the guard of a protected table is shown its resource); prune (older_than interval) returns
 -- table(what text, rows bigint), as pgfence.prune; health () returns table("check" text,
 -- ok boolean, detail text), as pgfence.health.
 create table pgfence.layers (
   schema_name name primary key check (schema_name like 'pgfence\_%'),
   in_flight   regprocedure not null,
+  leases      regprocedure not null,
   prune       regprocedure,
   health      regprocedure
 );
 comment on table pgfence.layers is
-  'The optional layers installed, each with its in_flight, prune and health functions. Written by layer installs.';
+  'The optional layers installed, each with its in_flight, leases, prune and health functions. Written by layer installs.';
 
 revoke all on table pgfence.layers from public;
 grant select on table pgfence.layers to pgfence_monitor, pgfence_operator;
@@ -2734,7 +2737,8 @@ drop index pgfence.invocations_pending;
 --                  stale results by counting them);
 --   leases         released or superseded before the bound, none that a queued or claimed task
 --                  names (its current or an older attempt's lease: stale results are verified
---                  against it); active and draining ones never (an expired draining lease has
+--                  against it), nor one that a registered layer's unfinished work names
+--                  (pgfence.layers.leases); active and draining ones never (an expired draining lease has
 --                  no end time: it goes when its resource's next lease is granted);
 --   invocations    expired before the bound (a pending, unexpired one never);
 --   updates        windows finished before the bound, with their items; open ones never;
@@ -2755,6 +2759,7 @@ declare
   v_needed uuid[];
   v_n bigint;
   v_layer regproc;
+  v_more uuid[];
 begin
   if prune.older_than is null or prune.older_than < interval '1 hour'
      or prune.older_than > interval '10 years' then
@@ -2799,6 +2804,11 @@ begin
                       from pgfence.tasks t
                      cross join lateral unnest(t.attempt_leases || t.lease_id) l(id)
                      where t.state in ('queued', 'claimed') and l.id is not null);
+  -- And those each registered layer's unfinished work names (pgfence.layers.leases).
+  for v_layer in select l.leases::regproc from pgfence.layers l order by l.schema_name loop
+    execute pg_catalog.format('select array(select * from %s())', v_layer) into v_more;
+    v_needed := v_needed || v_more;
+  end loop;
   what := 'leases'; rows := 0;
   for i in 1 .. c_batches loop
     delete from pgfence.leases l

@@ -31,6 +31,23 @@ comment on function pgfence_pgflow.in_flight(text[]) is
   'pgfence.layers: per resource, the pgflow tasks started under its leases and still started by that start.';
 revoke all on function pgfence_pgflow.in_flight(text[]) from public;
 
-insert into pgfence.layers (schema_name, in_flight) values ('pgfence_pgflow', 'pgfence_pgflow.in_flight(text[])');
+-- pgfence.prune keeps the leases of this layer's starts without a result: a late result of one
+-- may still be accepted, and its write into a protected queue table is shown its lease's
+-- resource (a lease pruned under it would leave the guard nothing to see).
+create function pgfence_pgflow.leases()
+returns setof uuid
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select distinct a.lease_id from pgfence_pgflow.attempts a where a.outcome is null;
+$$;
+comment on function pgfence_pgflow.leases() is
+  'pgfence.layers: the leases of this layer''s starts without a result (pgfence.prune keeps them).';
+revoke all on function pgfence_pgflow.leases() from public;
+
+insert into pgfence.layers (schema_name, in_flight, leases)
+values ('pgfence_pgflow', 'pgfence_pgflow.in_flight(text[])', 'pgfence_pgflow.leases()');
 
 commit;

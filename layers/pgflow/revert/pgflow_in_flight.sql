@@ -8,6 +8,6 @@ set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
 delete from pgfence.layers where schema_name = 'pgfence_pgflow';
-drop function pgfence_pgflow.in_flight(text[]);
+drop function pgfence_pgflow.in_flight(text[]), pgfence_pgflow.leases();
 
 commit;

@@ -8,6 +8,6 @@ set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
 delete from pgfence.layers where schema_name = 'pgfence_pgmq';
-drop function pgfence_pgmq.in_flight(text[]);
+drop function pgfence_pgmq.in_flight(text[]), pgfence_pgmq.leases();
 
 commit;
