@@ -7,6 +7,7 @@ rule that a released deploy script is never edited.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -29,8 +30,8 @@ from tests.support import (
     install_pgflow_layer,
     install_pgmq_layer,
 )
+from tests.test_install import SQITCH_ENV, sqitch
 from tests.test_install import schema_dump as dump
-from tests.test_install import sqitch
 
 RELEASES = ROOT / "sql/releases"
 UPGRADES = ROOT / "sql/upgrades"
@@ -260,6 +261,57 @@ def test_sqitch_upgrade_of_a_one_file_install_keeps_live_state(dbs: Databases,
     check_live_state(dbs, name, live)
 
 
+def install_layer_release(dbs: Databases, database: str, layer: str, version: str) -> None:
+    dbs.psql(database, "--single-transaction", "-f", RELEASES / f"pgfence-{layer}--{version}.sql")
+
+
+@pytest.mark.parametrize("path", ["file", "sqitch"])
+@pytest.mark.parametrize("start", OLDER)
+def test_upgrade_to_the_release_with_live_state_then_its_layers(dbs: Databases, start: str,
+                                                                path: str) -> None:
+    """A database of an older release with live state (a lease, claimed tasks, a window, a
+    protected table), pgmq and pgflow beside it, upgraded to the newest release, then the
+    layers of that release installed: the schema is a fresh install's of the release and its
+    layers, and a lease acquired before the upgrade reads pgmq and starts pgflow tasks through
+    the layers, the core's live state still working after."""
+    release = released()[-1]
+    name, fresh = dbs.fresh("layers"), dbs.fresh("target")
+    for db in (name, fresh):
+        install_pgflow(dbs.cluster, db)
+    dbs.install_release(name, start)
+    live = make_live_state(dbs, name)
+    if path == "file":
+        dbs.upgrade_by_file(name, start)
+        for layer in ("pgmq", "pgflow"):
+            install_layer_release(dbs, name, layer, release)
+    else:
+        sqitch("deploy", "--log-only", "--to", f"@v{start}", f"db:pg:{name}")
+        sqitch("deploy", "--to", f"@v{release}", f"db:pg:{name}")
+        for layer in ("pgmq", "pgflow"):
+            subprocess.run(["sqitch", "deploy", "--to", f"@v{release}", f"db:pg:{name}"],
+                           cwd=ROOT / "layers" / layer, check=True, capture_output=True)
+    dbs.install_release(fresh, release)
+    for layer in ("pgmq", "pgflow"):
+        install_layer_release(dbs, fresh, layer, release)
+    assert dbs.version(name) == release
+    assert schema_dump(name) == schema_dump(fresh)
+    with connect(dbs.dsn(name), "layers") as conn:
+        conn.execute("select pgmq.create('jobs')")
+        conn.execute("select pgmq.send('jobs', '{\"n\": 1}')")
+        read = one(conn, "select attempt_id from pgfence_pgmq.read(%s, 'jobs', '1 hour')",
+                   live.current)
+        assert one(conn, "select pgfence_pgmq.archive(%s)", read) == "accepted"
+        assert one(conn, "select pgfence_pgmq.archive(%s)", read) == "duplicate"
+        conn.execute("select pgflow.create_flow('one')")
+        conn.execute("select pgflow.add_step('one', 'only')")
+        conn.execute("select pgflow.start_flow('one', '{}')")
+        started = one(conn, "select attempt_id from pgfence_pgflow.start_tasks(%s, 'one', 'one', "
+                            "'1 hour', 1)", live.current)
+        assert one(conn, "select pgfence_pgflow.complete_task(%s, '{}')", started) == "accepted"
+        assert one(conn, "select status from pgflow.runs") == "completed"
+    check_live_state(dbs, name, live)
+
+
 @pytest.mark.parametrize("start", OLDER)
 def test_pgtap_suite_passes_on_an_upgraded_database(dbs: Databases, start: str) -> None:
     # With pgmq and pgflow beside the release, and pgfence's pgmq and pgflow layers installed
@@ -388,7 +440,7 @@ def test_negative_control_without_the_guard_psql_installs_unhardened(dbs: Databa
 
 def copy_repo(tmp_path: Path) -> Path:
     copy = tmp_path / "repo"
-    for item in ["scripts/bundle", "migrations", "layers", "sql", "sqitch.plan"]:
+    for item in ["scripts/bundle", "migrations", "layers", "sql", "sqitch.plan", "sqitch.conf"]:
         src, dst = ROOT / item, copy / item
         dst.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
@@ -415,15 +467,38 @@ def test_editing_a_released_deploy_script_is_refused(tmp_path: Path) -> None:
     assert f"sql/releases/pgfence--{released()[-1]}.sql is out of date" in out.stderr, out.stderr
 
 
-def test_negative_control_a_reworked_script_changes_only_the_head(tmp_path: Path) -> None:
-    plan = (ROOT / "sqitch.plan").read_text()
-    reworked = [n for n in re.findall(r"^([a-z_]+) \[\1@", plan, flags=re.M) if n != "lockdown"]
-    if not reworked:
-        pytest.skip("nothing reworked since the last release")
+@pytest.mark.parametrize("layer", ["pgmq", "pgflow"])
+def test_editing_a_released_layer_script_is_refused(tmp_path: Path, layer: str) -> None:
     copy = copy_repo(tmp_path)
-    script = copy / f"migrations/deploy/{reworked[0]}.sql"
+    plan = (copy / "layers" / layer / "sqitch.plan").read_text()
+    assert f"@v{released()[-1]} " in plan, f"layers/{layer} has no tag @v{released()[-1]}"
+    first = re.findall(r"^([a-z_]+) ", plan, flags=re.M)[1]
+    script = copy / "layers" / layer / "deploy" / f"{first}.sql"
+    script.write_text(script.read_text() + "\n-- edited\n")
+    out = subprocess.run([copy / "scripts/bundle", "--check"], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert f"sql/releases/pgfence-{layer}--{released()[-1]}.sql is out of date" in out.stderr, (
+        out.stderr)
+
+
+def test_negative_control_a_reworked_script_changes_only_the_head(tmp_path: Path) -> None:
+    # The next release's first changes, made as docs/development.md says (sqitch rework of a
+    # released change, of version and of lockdown), in a copy: the released files stay as
+    # they are, only the head's files change.
+    copy = copy_repo(tmp_path)
+    for change in ("enqueue", "version", "lockdown"):
+        subprocess.run(["sqitch", "rework", change, "-n", f"rework {change}"], cwd=copy,
+                       check=True, capture_output=True, env={**os.environ, **SQITCH_ENV})
+    major, minor, _ = (int(p) for p in released()[-1].split("."))
+    version = copy / "migrations/deploy/version.sql"
+    version.write_text(version.read_text().replace(f"'{released()[-1]}'::pg_catalog.text",
+                                                   f"'{major}.{minor + 1}.0'::pg_catalog.text"))
+    lockdown = copy / "migrations/deploy/lockdown.sql"
+    lockdown.write_text(f"-- (last again in {major}.{minor + 1}.0)\n" + lockdown.read_text())
+    script = copy / "migrations/deploy/enqueue.sql"
     script.write_text(script.read_text() + "\n-- edited\n")
     out = subprocess.run([copy / "scripts/bundle", "--check"], capture_output=True, text=True)
     assert out.returncode == 1
     assert "sql/pgfence.sql is out of date" in out.stderr
+    assert f"sql/upgrades/pgfence--{released()[-1]}--{major}.{minor + 1}.0.sql" in out.stderr
     assert "sql/releases/" not in out.stderr, out.stderr
