@@ -497,6 +497,7 @@ def test_only_pgfence_worker_may_call_the_layer(flow: Database) -> None:
         ("pgfence_pgflow.health()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.in_flight(text[])", False, False, True,
          ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.leases()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.prune(interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.prune_workers(interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.requeue_stalled_tasks()", False, False, True, SEARCH_PATH),
