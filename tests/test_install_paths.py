@@ -188,13 +188,21 @@ def test_a_one_file_database_refuses_sqitch_deploy_and_keeps_working(make: Any) 
 
 # --- item 3: adoption by Sqitch at every release ------------------------------------------------
 
-@pytest.mark.parametrize("release", ["0.1.0", HEAD])
+RELEASED = sorted((p.name.removeprefix("pgfence--").removesuffix(".sql")
+                   for p in (ROOT / "sql/releases").glob("pgfence--*.sql")),
+                  key=lambda v: tuple(int(n) for n in v.split(".")))
+
+
+@pytest.mark.parametrize("release", sorted({*RELEASED, HEAD}))
 def test_sqitch_adopts_a_one_file_database_at_each_release(make: Any, release: str) -> None:
+    # Each release from its own file, recorded up to its tag; a head past the newest release
+    # (not tagged yet) from sql/pgfence.sql, recorded whole.
     db, fresh = make(), make()
-    path = (ROOT / "sql/pgfence.sql" if release == HEAD
-            else ROOT / f"sql/releases/pgfence--{release}.sql")
+    tagged = release in RELEASED
+    path = (ROOT / f"sql/releases/pgfence--{release}.sql" if tagged
+            else ROOT / "sql/pgfence.sql")
     db.psql("--single-transaction", "-f", path)
-    to = [] if release == HEAD else ["--to", f"@v{release}"]
+    to = ["--to", f"@v{release}"] if tagged else []
     adopted = sqitch("deploy", "--log-only", *to, db.sqitch)       # verify runs (sqitch.conf)
     assert adopted.returncode == 0, adopted.stdout[-2000:] + adopted.stderr[-2000:]
     sqitch_ok("verify", db.sqitch)
