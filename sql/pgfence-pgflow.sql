@@ -564,11 +564,17 @@ begin
     exit when v_n < 10000;
   end loop;
   return query values ('pgfence_pgflow.stale_results'::text, v_stale), ('pgfence_pgflow.attempts', v_starts);
+  -- The ended worker rows (pgflow.workers), also under enforce: pgfence_pgflow.prune_workers,
+  -- of the later change pgflow_workers (called by name, so that reverting that change leaves
+  -- this prune working).
+  if pg_catalog.to_regprocedure('pgfence_pgflow.prune_workers(interval)') is not null then
+    return query execute 'select * from pgfence_pgflow.prune_workers($1)' using prune.older_than;
+  end if;
 end
 $$;
 comment on function pgfence_pgflow.prune(interval) is
-  'pgfence.layers: deletes finished starts and stale results older than older_than, in batches; never an open start. '
-  'Raises 22023.';
+  'pgfence.layers: deletes finished starts and stale results older than older_than, in batches; never an open start; '
+  'and the ended worker rows (pgfence_pgflow.prune_workers). Raises 22023.';
 
 -- Health (pgfence.health's shape, registered in pgfence.layers).
 create function pgfence_pgflow.health()
@@ -799,9 +805,18 @@ begin
   if fn = 'requeue' then
     v_rows := pgflow.requeue_stalled_tasks();
   else
+    -- The ended worker rows, older than the bound: no heartbeat since arg ago and no task of
+    -- theirs still started; of the layer's rows (worker_leases) only those whose last lease
+    -- has ended (released, superseded, or past its expiry), never a live worker's, whose
+    -- heartbeat is only as recent as its last start (an idle worker's row is old). sync_workers
+    -- first, so that what pgflow shows (deprecated_at / stopped_at) agrees with what goes.
+    perform pgfence_pgflow.sync_workers();
     delete from pgflow.workers w
      where w.last_heartbeat_at < now() - arg
-       and not exists (select from pgflow.step_tasks st where st.last_worker_id = w.worker_id and st.status = 'started');
+       and not exists (select from pgflow.step_tasks st where st.last_worker_id = w.worker_id and st.status = 'started')
+       and not exists (select from pgfence_pgflow.worker_leases wl join pgfence.leases l on l.lease_id = wl.lease_id
+                        where wl.worker_id = w.worker_id
+                          and l.state in ('active', 'draining') and l.expires_at > now());
     get diagnostics v_rows = row_count;
     delete from pgfence_pgflow.worker_leases wl
      where not exists (select from pgflow.workers w where w.worker_id = wl.worker_id);
@@ -833,8 +848,9 @@ as $$
   select 'pgflow.workers'::text, pgfence_pgflow.as_maintenance('prune', prune_workers.older_than);
 $$;
 comment on function pgfence_pgflow.prune_workers(interval) is
-  'Deletes pgflow.workers rows without a heartbeat for older_than and no task started, also under enforce '
-  '(beside pgfence_pgflow.prune, the layer''s prune in pgfence.layers, which keeps to the layer''s own records).';
+  'Deletes the ended pgflow.workers rows: no heartbeat for older_than, no task started, and for the layer''s rows '
+  'a last lease that has ended (never a live worker''s row), also under enforce. pgfence_pgflow.prune (the layer''s '
+  'prune in pgfence.layers, run by pgfence.prune) calls it.';
 
 -- pgflow's cron jobs, pointed at the layer: ensure_workers through the handshake, and
 -- requeue_stalled_tasks under enforce (pg_cron's cron.alter_job keeps the schedule).

@@ -95,3 +95,53 @@ def test_start_is_unchanged_by_the_worker_row(flow: Database) -> None:
     """The start's definition names the worker once (a sanity check of the mutants' texts)."""
     src = str(flow.one("select pg_get_functiondef(%s::regprocedure)", (START,)))
     assert src.count("pgfence_pgflow.worker_id(") == 1
+
+
+def idle_and_ended(db: Database) -> None:
+    """Worker `w` finished its task and released its lease; `v` finished its task and is still
+    live (its lease active), idle since. Both rows' heartbeats are older than the bound: `v`'s
+    is as old as its last start."""
+    two_steps(db)
+    db.sql("select pgflow.start_flow('two', '{\"n\": 2}')")
+    w, v = db.session("w"), db.session("v")
+    lw = acquired(w.acquire("fn", owner="w"))
+    [(attempt, _)] = start(w, lw, qty=1)
+    assert complete(w, attempt, "{}") == "accepted"
+    w.release(lw)
+    lv = acquired(v.acquire("fn", owner="v"))
+    [(attempt, _)] = start(v, lv, qty=1)
+    assert complete(v, attempt, "{}") == "accepted"
+    db.sql("update pgflow.workers set last_heartbeat_at = now() - interval '8 days'")
+
+
+def worker_rows(db: Database) -> list[tuple[str, str | None]]:
+    return [(str(r[0]), None if r[1] is None else str(r[1])) for r in db.sql(
+        "select w.function_name, l.owner from pgflow.workers w "
+        "left join pgfence_pgflow.worker_leases wl using (worker_id) "
+        "left join pgfence.leases l using (lease_id) order by l.owner")]
+
+
+def test_pgfence_prune_deletes_ended_worker_rows_never_a_live_workers(flow: Database) -> None:
+    idle_and_ended(flow)
+    protect(flow, "enforce")
+    rows = dict(flow.sql("select what, rows from pgfence.prune('7 days')"))
+    assert rows["pgflow.workers"] == 1, "w's row: its lease released, no heartbeat for 8 days"
+    assert worker_rows(flow) == [("fn", "v")], "v's row stays: its lease is live, though idle"
+    # The released worker's tasks keep their results; their last_worker_id is gone with it.
+    assert flow.one("select count(*) from pgflow.step_tasks where status = 'completed'") == 2
+    assert flow.one("select count(*) from pgflow.step_tasks where status = 'completed' "
+                    "and last_worker_id is null") == 1
+
+
+def test_pgfence_prune_keeps_worker_rows_within_the_bound(flow: Database) -> None:
+    idle_and_ended(flow)
+    flow.sql("update pgflow.workers set last_heartbeat_at = now() - interval '6 days'")
+    assert dict(flow.sql("select what, rows from pgfence.prune('7 days')"))["pgflow.workers"] == 0
+    assert len(worker_rows(flow)) == 2
+
+
+def test_negative_control_pruning_a_live_idle_workers_row(flow: Database) -> None:
+    flow.replace_in_function("pgfence_pgflow.as_maintenance(text,interval)",
+                             "l.state in ('active', 'draining') and l.expires_at > now()", "false")
+    idle_and_ended(flow)
+    assert dict(flow.sql("select what, rows from pgfence.prune('7 days')"))["pgflow.workers"] == 2
