@@ -816,7 +816,7 @@ begin
        and not exists (select from pgflow.step_tasks st where st.last_worker_id = w.worker_id and st.status = 'started')
        and not exists (select from pgfence_pgflow.worker_leases wl join pgfence.leases l on l.lease_id = wl.lease_id
                         where wl.worker_id = w.worker_id
-                          and l.state in ('active', 'draining') and l.expires_at > now());
+                          and l.state in ('active', 'draining') and l.expires_at > clock_timestamp());
     get diagnostics v_rows = row_count;
     delete from pgfence_pgflow.worker_leases wl
      where not exists (select from pgflow.workers w where w.worker_id = wl.worker_id);
