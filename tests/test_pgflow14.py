@@ -15,7 +15,7 @@ import pytest
 
 from testkit.cluster import Cluster
 from testkit.harness import Database, sqlstate
-from tests.pgflow14 import CRON_DATABASE, cron_cluster, install_pgflow14
+from tests.pgflow14 import CRON_DATABASE, install_pgflow14
 from tests.support import (
     acquired,
     install_bundle,
@@ -28,12 +28,6 @@ from tests.test_pgflow_runs import shift_message, start
 
 PROJECT = "testproj"
 URL = f"https://{PROJECT}.supabase.co/functions/v1/my-fn"
-
-
-@pytest.fixture(scope="module")
-def cluster14() -> Iterator[Cluster]:
-    with cron_cluster() as c:
-        yield c
 
 
 @pytest.fixture

@@ -142,7 +142,7 @@ def test_pgfence_prune_keeps_worker_rows_within_the_bound(flow: Database) -> Non
 
 def test_negative_control_pruning_a_live_idle_workers_row(flow: Database) -> None:
     flow.replace_in_function("pgfence_pgflow.as_maintenance(text,interval)",
-                             "l.state in ('active', 'draining') and l.expires_at > clock_timestamp()",
-                             "false")
+                             "l.state in ('active', 'draining') "
+                             "and l.expires_at > clock_timestamp()", "false")
     idle_and_ended(flow)
     assert dict(flow.sql("select what, rows from pgfence.prune('7 days')"))["pgflow.workers"] == 2
