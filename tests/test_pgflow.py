@@ -1,5 +1,6 @@
 """The pgflow layer against the real pgflow (npm @pgflow/core 0.8.1, its migrations applied by
-tests/support.install_pgflow) on the real pgmq, directly and through PgBouncer in transaction
+tests/support.install_pgflow, and 0.14.1, tests/pgflow14.py: every test on both, the fixture
+pgflow_version of tests/conftest.py) on the real pgmq, directly and through PgBouncer in transaction
 mode: pgflow's worker protocol under a lease, each scenario with a negative control that breaks
 the mechanism it rests on (or uses pgflow's own, unfenced protocol) and sees the scenario fail.
 

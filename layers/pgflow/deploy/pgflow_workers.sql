@@ -171,7 +171,12 @@ begin
             where (p.tbl::text like 'pgmq.q\_%' or p.tbl = 'pgflow.step_tasks'::regclass)) r,
           pgfence.signing_key k;
   if fn = 'requeue' then
-    v_rows := pgflow.requeue_stalled_tasks();
+    -- pgflow before 0.13 (0.8.1) has no requeue_stalled_tasks: nothing requeues there but
+    -- the layer's takeover, once a stalled task's message comes back.
+    v_rows := 0;
+    if pg_catalog.to_regprocedure('pgflow.requeue_stalled_tasks()') is not null then
+      execute 'select pgflow.requeue_stalled_tasks()' into v_rows;
+    end if;
   else
     -- The ended worker rows, older than the bound: no heartbeat since arg ago and no task of
     -- theirs still started; of the layer's rows (worker_leases) only those whose last lease
@@ -204,8 +209,9 @@ as $$
   select pgfence_pgflow.as_maintenance('requeue')::int;
 $$;
 comment on function pgfence_pgflow.requeue_stalled_tasks() is
-  'pgflow''s requeue_stalled_tasks (0.13+), also where step_tasks and the queues are protected in enforce mode. A task '
-  'it puts back is started again by the next read: the stalled attempt''s result is stale.';
+  'pgflow''s requeue_stalled_tasks (0.13+; 0 on an older pgflow, which has none), also where step_tasks and the queues '
+  'are protected in enforce mode. A task it puts back is started again by the next read: the stalled attempt''s result '
+  'is stale.';
 
 create function pgfence_pgflow.prune_workers(older_than interval default '7 days')
 returns table (what text, rows bigint)
