@@ -21,6 +21,7 @@ import pytest
 
 from testkit.cluster import Cluster, ClusterError, PgBouncer
 from testkit.harness import Database
+from tests.pgflow14 import CRON_DATABASE, cron_cluster, install_pgflow14
 from tests.support import (
     DENO,
     ROOT,
@@ -359,17 +360,93 @@ def any_mq(request: pytest.FixtureRequest, cluster: Cluster,
         yield database
 
 
+# -- pgflow: every pgflow test on pgflow 0.8.1 (npm) and 0.14.1 (../shared/vendor) -----------
+# pgflow 0.14.1 needs pg_cron (its ensure-workers and requeue jobs), which only PostgreSQL 15
+# (Debian's postgresql-15-cron, preloaded) has here: its variants run on a cluster of their own
+# with pg_cron (tests/pgflow14.py), one per pytest-xdist worker, where the version under test
+# has pg_cron, i.e. on the matrix's first version (15); elsewhere, and where the vendor folder
+# is absent, they skip, saying why. pg_cron's extension lives in one database of its cluster
+# (cron.database_name), so each 0.14.1 test installs pgflow, pgfence and the layers afresh
+# there instead of cloning a template.
+PGFLOW_VERSIONS = ("0.8.1", "0.14.1")
+
+
+@pytest.fixture(params=PGFLOW_VERSIONS)
+def pgflow_version(request: pytest.FixtureRequest) -> str:
+    """The pgflow a test's `flow` has: "0.8.1" (npm) or "0.14.1" (with pg_cron)."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def cluster14() -> Iterator[Cluster]:
+    """A cluster with pg_cron preloaded, for pgflow 0.14.1 (skips where it cannot be)."""
+    with cron_cluster() as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def bouncer14(cluster14: Cluster) -> Iterator[PgBouncer]:
+    b = cluster14.pgbouncer()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
 @pytest.fixture
-def flow(request: pytest.FixtureRequest, cluster: Cluster,
-         flow_template: str) -> Iterator[Database]:
-    """A fresh database with pgflow and pgfence's pgmq and pgflow layers."""
-    with fresh(request, cluster, flow_template, "direct") as database:
+def flow_cluster(request: pytest.FixtureRequest, pgflow_version: str) -> Cluster:
+    """The cluster that holds the test's `flow` database."""
+    name = "cluster14" if pgflow_version == "0.14.1" else "cluster"
+    found: Cluster = request.getfixturevalue(name)
+    return found
+
+
+@pytest.fixture
+def flow_bouncer(request: pytest.FixtureRequest, pgflow_version: str) -> PgBouncer:
+    """PgBouncer in front of flow_cluster."""
+    name = "bouncer14" if pgflow_version == "0.14.1" else "bouncer"
+    found: PgBouncer = request.getfixturevalue(name)
+    return found
+
+
+@contextmanager
+def fresh_flow(request: pytest.FixtureRequest, how: str) -> Iterator[Database]:
+    if request.getfixturevalue("pgflow_version") == "0.8.1":
+        with fresh(request, request.getfixturevalue("cluster"),
+                   request.getfixturevalue("flow_template"), how) as database:
+            yield database
+        return
+    c: Cluster = request.getfixturevalue("cluster14")
+    c.drop_database(CRON_DATABASE)
+    c.create_database(CRON_DATABASE)
+    install_pgflow14(c, CRON_DATABASE, request.getfixturevalue("tmp_path"))
+    for install in (install_bundle, install_pgmq_layer, install_pgflow_layer, install_test_helpers):
+        install(c, CRON_DATABASE)
+    if how == "direct":
+        database = Database(c.dsn(CRON_DATABASE))
+    else:
+        bouncer: PgBouncer = request.getfixturevalue("bouncer14")
+        database = Database(bouncer.dsn(CRON_DATABASE), admin_dsn=c.dsn(CRON_DATABASE))
+    try:
+        # pgflow's cron jobs call the layer (setup_cron), paused: a test runs a job's command
+        # itself when it means to, never the scheduler behind its back.
+        database.sql("select pgfence_pgflow.setup_cron()")
+        database.sql("update cron.job set active = false")
+        yield database
+    finally:
+        database.close()
+        c.drop_database(CRON_DATABASE)
+
+
+@pytest.fixture
+def flow(request: pytest.FixtureRequest, pgflow_version: str) -> Iterator[Database]:
+    """A fresh database with pgflow (pgflow_version) and pgfence's pgmq and pgflow layers."""
+    with fresh_flow(request, "direct") as database:
         yield database
 
 
 @pytest.fixture(params=["direct", "pgbouncer"])
-def any_flow(request: pytest.FixtureRequest, cluster: Cluster,
-             flow_template: str) -> Iterator[Database]:
+def any_flow(request: pytest.FixtureRequest, pgflow_version: str) -> Iterator[Database]:
     """The same, reached directly or through PgBouncer in transaction pooling mode."""
-    with fresh(request, cluster, flow_template, request.param) as database:
+    with fresh_flow(request, request.param) as database:
         yield database

@@ -7,6 +7,9 @@ runs the same pause against pgflow's own, unfenced protocol and sees the stale c
 
 Time passing is simulated (pgfence_test.expire, expire_message); a process's progress is read
 from what it prints, never waited out with a sleep.
+
+Each test runs on pgflow 0.8.1 (npm) and 0.14.1 (../shared/vendor, on a pg_cron cluster of its
+own: flow_cluster, flow_bouncer; tests/conftest.py, PGFLOW_VERSIONS, says where it skips).
 """
 
 from __future__ import annotations
@@ -42,12 +45,12 @@ class Target:
 
 
 @pytest.fixture(params=["direct", "pgbouncer"])
-def target(request: pytest.FixtureRequest, flow: Database, cluster: Cluster) -> Target:
+def target(request: pytest.FixtureRequest, flow: Database, flow_cluster: Cluster) -> Target:
     name = conninfo_to_dict(flow.dsn)["dbname"]
     assert isinstance(name, str)
-    port = cluster.port
+    port = flow_cluster.port
     if request.param == "pgbouncer":
-        bouncer: PgBouncer = request.getfixturevalue("bouncer")
+        bouncer: PgBouncer = request.getfixturevalue("flow_bouncer")
         port = bouncer.port
     return Target(flow, f"postgres://{USER}@{LOOPBACK}:{port}/{name}")
 
@@ -305,15 +308,16 @@ def test_the_edge_function_starts_once_per_invocation(
 # -- clients/deno/pgflow_test.ts: the drop-in worker and its backoff ---------------------------
 
 def test_pgflow_worker_tests_pass_directly_and_through_pgbouncer(
-        flow: Database, cluster: Cluster, bouncer: PgBouncer, deno_env: dict[str, str]) -> None:
+        flow: Database, flow_cluster: Cluster, flow_bouncer: PgBouncer,
+        deno_env: dict[str, str]) -> None:
     """`deno test pgflow_test.ts` on a pgflow database: a @pgflow/dsl flow compiled by pgflow's
     compiler and run end to end by FlowWorker.start; the refusal backoff and its negative
     control."""
     name = conninfo_to_dict(flow.dsn)["dbname"]
     assert isinstance(name, str)
     env = {**deno_env,
-           "PGFENCE_DENO_DIRECT_URL": f"postgres://{USER}@{LOOPBACK}:{cluster.port}/{name}",
-           "PGFENCE_DENO_BOUNCER_URL": f"postgres://{USER}@{LOOPBACK}:{bouncer.port}/{name}"}
+           "PGFENCE_DENO_DIRECT_URL": f"postgres://{USER}@{LOOPBACK}:{flow_cluster.port}/{name}",
+           "PGFENCE_DENO_BOUNCER_URL": f"postgres://{USER}@{LOOPBACK}:{flow_bouncer.port}/{name}"}
     out = subprocess.run([str(DENO), "test", *PERMISSIONS, "pgflow_test.ts"], cwd=CLIENT,
                          env=env, capture_output=True, text=True, timeout=300)
     said = out.stdout + out.stderr

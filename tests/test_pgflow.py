@@ -1,5 +1,6 @@
 """The pgflow layer against the real pgflow (npm @pgflow/core 0.8.1, its migrations applied by
-tests/support.install_pgflow) on the real pgmq, directly and through PgBouncer in transaction
+tests/support.install_pgflow, and 0.14.1, tests/pgflow14.py: every test on both, the fixture
+pgflow_version of tests/conftest.py) on the real pgmq, directly and through PgBouncer in transaction
 mode: pgflow's worker protocol under a lease, each scenario with a negative control that breaks
 the mechanism it rests on (or uses pgflow's own, unfenced protocol) and sees the scenario fail.
 
@@ -561,3 +562,34 @@ def test_sqitch_and_the_bundle_install_the_same_layer(cluster: Cluster) -> None:
     finally:
         cluster.drop_database(by_sqitch)
         cluster.drop_database(by_bundle)
+
+
+# -- the task's input, the same on every pgflow --------------------------------------------------
+
+def inputs_of_a_run(db: Database) -> list[tuple[str, Any]]:
+    two_steps(db)
+    w = db.session("w")
+    lease = acquired(w.acquire("fn"))
+    [(first, step, inp)] = start(w, lease)
+    assert complete(w, first, '{"x": 1}') == "accepted"
+    [(_, step2, inp2)] = start(w, lease)
+    return [(step, inp), (step2, inp2)]
+
+
+def test_a_tasks_input_has_the_run_input_and_its_dependencies_outputs(
+        flow: Database, pgflow_version: str) -> None:
+    """pgflow 0.14.1's own start_tasks gives a task its dependencies' outputs only (a root
+    step's run input apart, as flow_input); 0.8.1's puts the run input under "run" beside
+    them. The layer gives 0.8.1's shape on both."""
+    own = flow.one("select exists (select from pg_attribute where attname = 'flow_input' "
+                   "and attrelid = 'pgflow.step_task_record'::regclass)")
+    assert own is (pgflow_version == "0.14.1")
+    assert inputs_of_a_run(flow) == [("first", {"run": {"n": 1}}),
+                                     ("second", {"run": {"n": 1}, "first": {"x": 1}})]
+
+
+def test_negative_control_pgflow_014s_input_as_it_is(flow: Database, pgflow_version: str) -> None:
+    if pgflow_version != "0.14.1":
+        pytest.skip("pgflow 0.8.1's own input already has the run input: nothing to break")
+    flow.replace_in_function(START, "case when v_flow_input and", "case when false and")
+    assert inputs_of_a_run(flow) == [("first", {}), ("second", {"first": {"x": 1}})]

@@ -2,7 +2,9 @@
 pg_cron and test-only stand-ins for pg_net and Vault: pgflow's own worker registration works
 here as it does on Supabase, so that the pgflow layer's integration with it can be tested.
 
-Skipped, saying why, where ../shared/vendor/pgflow-core-0.14.1 or pg_cron is absent.
+Skipped, saying why, where ../shared/vendor/pgflow-core-0.14.1 or pg_cron is absent. Only what
+0.14.1 alone has is here; the layer's protocol, its requeue_stalled_tasks and its worker rows
+are tested on 0.8.1 and 0.14.1 alike in tests/test_pgflow*.py (the fixture pgflow_version).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 
 from testkit.cluster import Cluster
 from testkit.harness import Database, sqlstate
-from tests.pgflow14 import CRON_DATABASE, cron_cluster, install_pgflow14
+from tests.pgflow14 import CRON_DATABASE, install_pgflow14
 from tests.support import (
     acquired,
     install_bundle,
@@ -23,17 +25,11 @@ from tests.support import (
     install_pgmq_layer,
     install_test_helpers,
 )
-from tests.test_pgflow import complete, protect, run_status, two_steps
+from tests.test_pgflow import complete, run_status, two_steps
 from tests.test_pgflow_runs import shift_message, start
 
 PROJECT = "testproj"
 URL = f"https://{PROJECT}.supabase.co/functions/v1/my-fn"
-
-
-@pytest.fixture(scope="module")
-def cluster14() -> Iterator[Cluster]:
-    with cron_cluster() as c:
-        yield c
 
 
 @pytest.fixture
@@ -241,29 +237,3 @@ def test_workers_of_ended_leases_are_deprecated_or_stopped(fenced14: Database) -
     # pgflow sees no live worker: the next ensure asks for a start.
     due(db)
     assert [f for f, _, _ in db.sql("select * from pgfence_pgflow.ensure_workers()")] == ["fn"]
-
-
-def test_requeue_stalled_tasks_under_enforce_never_starts_a_task_twice(
-        fenced14: Database) -> None:
-    db = fenced14
-    two_steps(db)
-    a = db.session("a")
-    la = acquired(a.acquire("fn"))
-    [(stale, _)] = start(a, la)
-    # A stalled past the step's timeout + 30 s (pgflow's requeue rule), its lease expired.
-    db.sql("update pgflow.step_tasks set started_at = started_at - interval '2 minutes', "
-           "queued_at = queued_at - interval '2 minutes'")
-    db.expire(la)
-    protect(db, "enforce")
-    assert sqlstate(lambda: db.sql("select pgflow.requeue_stalled_tasks()")) == "PF007", \
-        "pgflow's own job is refused under enforce"
-    assert db.one("select pgfence_pgflow.requeue_stalled_tasks()") == 1
-    assert db.one("select status from pgflow.step_tasks where step_slug = 'first'") == "queued"
-    b = db.session("b")
-    lb = acquired(b.acquire("fn"))
-    [(fresh, _)] = start(b, lb)
-    assert db.one("select attempts_count from pgflow.step_tasks where step_slug = 'first'") == 2
-    assert start(b, lb) == [], "started once"
-    assert complete(a, stale, '{"by": "a"}') == "stale"
-    assert complete(b, fresh, '{"by": "b"}') == "accepted"
-    assert complete(a, stale, '{"by": "a"}') == "stale", "and stays stale"

@@ -1,4 +1,5 @@
-"""The pgflow layer's rules of issue 25 against the real pgflow (npm @pgflow/core 0.8.1): a
+"""The pgflow layer's rules of issue 25 against the real pgflow (npm @pgflow/core 0.8.1 and
+0.14.1, the fixture pgflow_version of tests/conftest.py): a
 started task's message stays hidden for its step's timeout + 2 s (no live task taken over); a
 takeover counts against max_attempts; two results of one run never deadlock; the takeover takes
 over only a task whose message came back. Each with its negative control, the same scenario

@@ -1,7 +1,8 @@
-"""pgflow's worker rows under the pgflow layer (npm @pgflow/core 0.8.1): one pgflow.workers row
-per worker (its resource and owner name), not per lease; the rows of ended leases marked
-deprecated; pgflow's worker pruning under `enforce`. Each with its negative control. (pgflow
-0.14's registration: tests/test_pgflow14.py.)
+"""pgflow's worker rows under the pgflow layer (npm @pgflow/core 0.8.1 and 0.14.1, the fixture
+pgflow_version): one pgflow.workers row per worker (its resource and owner name), not per
+lease; the rows of ended leases marked deprecated; pgflow's worker pruning under `enforce`, and
+pgfence.prune deleting the ended rows, never a live worker's. Each with its negative control.
+(pgflow 0.14's registration: tests/test_pgflow14.py.)
 """
 
 from __future__ import annotations
@@ -95,3 +96,92 @@ def test_start_is_unchanged_by_the_worker_row(flow: Database) -> None:
     """The start's definition names the worker once (a sanity check of the mutants' texts)."""
     src = str(flow.one("select pg_get_functiondef(%s::regprocedure)", (START,)))
     assert src.count("pgfence_pgflow.worker_id(") == 1
+
+
+def idle_and_ended(db: Database) -> None:
+    """Worker `w` finished its task and released its lease; `v` finished its task and is still
+    live (its lease active), idle since. Both rows' heartbeats are older than the bound: `v`'s
+    is as old as its last start."""
+    two_steps(db)
+    db.sql("select pgflow.start_flow('two', '{\"n\": 2}')")
+    w, v = db.session("w"), db.session("v")
+    lw = acquired(w.acquire("fn", owner="w"))
+    [(attempt, _)] = start(w, lw, qty=1)
+    assert complete(w, attempt, "{}") == "accepted"
+    w.release(lw)
+    lv = acquired(v.acquire("fn", owner="v"))
+    [(attempt, _)] = start(v, lv, qty=1)
+    assert complete(v, attempt, "{}") == "accepted"
+    db.sql("update pgflow.workers set last_heartbeat_at = now() - interval '8 days'")
+
+
+def worker_rows(db: Database) -> list[tuple[str, str | None]]:
+    return [(str(r[0]), None if r[1] is None else str(r[1])) for r in db.sql(
+        "select w.function_name, l.owner from pgflow.workers w "
+        "left join pgfence_pgflow.worker_leases wl using (worker_id) "
+        "left join pgfence.leases l using (lease_id) order by l.owner")]
+
+
+def test_pgfence_prune_deletes_ended_worker_rows_never_a_live_workers(flow: Database) -> None:
+    idle_and_ended(flow)
+    protect(flow, "enforce")
+    rows = dict(flow.sql("select what, rows from pgfence.prune('7 days')"))
+    assert rows["pgflow.workers"] == 1, "w's row: its lease released, no heartbeat for 8 days"
+    assert worker_rows(flow) == [("fn", "v")], "v's row stays: its lease is live, though idle"
+    # The released worker's tasks keep their results; their last_worker_id is gone with it.
+    assert flow.one("select count(*) from pgflow.step_tasks where status = 'completed'") == 2
+    assert flow.one("select count(*) from pgflow.step_tasks where status = 'completed' "
+                    "and last_worker_id is null") == 1
+
+
+def test_pgfence_prune_keeps_worker_rows_within_the_bound(flow: Database) -> None:
+    idle_and_ended(flow)
+    flow.sql("update pgflow.workers set last_heartbeat_at = now() - interval '6 days'")
+    assert dict(flow.sql("select what, rows from pgfence.prune('7 days')"))["pgflow.workers"] == 0
+    assert len(worker_rows(flow)) == 2
+
+
+def test_negative_control_pruning_a_live_idle_workers_row(flow: Database) -> None:
+    flow.replace_in_function("pgfence_pgflow.as_maintenance(text,interval)",
+                             "l.state in ('active', 'draining') "
+                             "and l.expires_at > clock_timestamp()", "false")
+    idle_and_ended(flow)
+    assert dict(flow.sql("select what, rows from pgfence.prune('7 days')"))["pgflow.workers"] == 2
+
+
+def test_requeue_stalled_tasks_under_enforce_never_starts_a_task_twice(
+        flow: Database, pgflow_version: str) -> None:
+    """pgflow 0.14.1 has its own requeue_stalled_tasks (a cron job), refused under enforce and
+    run by the layer's; pgflow 0.8.1 has none: the layer's does nothing there, and the
+    stalled task comes back by the layer's takeover once its message does. Either way the
+    task starts once more, and the stalled attempt's result is stale and stays so."""
+    two_steps(flow)
+    a = flow.session("a")
+    la = acquired(a.acquire("fn"))
+    [(stale, _)] = start(a, la)
+    # A stalled past the step's timeout + 30 s (pgflow 0.14's requeue rule), its lease expired.
+    flow.sql("update pgflow.step_tasks set started_at = started_at - interval '2 minutes', "
+             "queued_at = queued_at - interval '2 minutes'")
+    flow.expire(la)
+    protect(flow, "enforce")
+    if pgflow_version == "0.14.1":
+        assert sqlstate(lambda: flow.sql("select pgflow.requeue_stalled_tasks()")) == "PF007", \
+            "pgflow's own job is refused under enforce"
+        assert flow.one("select pgfence_pgflow.requeue_stalled_tasks()") == 1
+        assert flow.one("select status from pgflow.step_tasks where step_slug = 'first'") == \
+            "queued"
+    else:
+        assert flow.one("select to_regprocedure('pgflow.requeue_stalled_tasks()')") is None
+        assert flow.one("select pgfence_pgflow.requeue_stalled_tasks()") == 0
+        assert flow.one("select status from pgflow.step_tasks where step_slug = 'first'") == \
+            "started"
+        flow.sql("select pgfence_test.expire_message('two', message_id) from pgflow.step_tasks "
+                 "where step_slug = 'first'")
+    b = flow.session("b")
+    lb = acquired(b.acquire("fn"))
+    [(fresh, _)] = start(b, lb)
+    assert flow.one("select attempts_count from pgflow.step_tasks where step_slug = 'first'") == 2
+    assert start(b, lb) == [], "started once"
+    assert complete(a, stale, '{"by": "a"}') == "stale"
+    assert complete(b, fresh, '{"by": "b"}') == "accepted"
+    assert complete(a, stale, '{"by": "a"}') == "stale", "and stays stale"

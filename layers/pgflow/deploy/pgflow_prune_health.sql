@@ -48,11 +48,17 @@ begin
     exit when v_n < 10000;
   end loop;
   return query values ('pgfence_pgflow.stale_results'::text, v_stale), ('pgfence_pgflow.attempts', v_starts);
+  -- The ended worker rows (pgflow.workers), also under enforce: pgfence_pgflow.prune_workers,
+  -- of the later change pgflow_workers (called by name, so that reverting that change leaves
+  -- this prune working).
+  if pg_catalog.to_regprocedure('pgfence_pgflow.prune_workers(interval)') is not null then
+    return query execute 'select * from pgfence_pgflow.prune_workers($1)' using prune.older_than;
+  end if;
 end
 $$;
 comment on function pgfence_pgflow.prune(interval) is
-  'pgfence.layers: deletes finished starts and stale results older than older_than, in batches; never an open start. '
-  'Raises 22023.';
+  'pgfence.layers: deletes finished starts and stale results older than older_than, in batches; never an open start; '
+  'and the ended worker rows (pgfence_pgflow.prune_workers). Raises 22023.';
 
 -- Health (pgfence.health's shape, registered in pgfence.layers).
 create function pgfence_pgflow.health()

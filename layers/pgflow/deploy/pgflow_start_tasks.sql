@@ -46,6 +46,9 @@ declare
   v_tasks pgflow.step_task_record[];
   v_key bytea;
   v_worker uuid;
+  v_flow_input boolean := exists (select from pg_catalog.pg_attribute a
+                                   where a.attrelid = 'pgflow.step_task_record'::regclass
+                                     and a.attname = 'flow_input' and not a.attisdropped);
 begin
   perform pgfence.check_not_null('lease_id', start_tasks.lease_id);
   perform pgfence_pgflow.check_allowed('pgflow.start_tasks(text, bigint[], uuid)');
@@ -135,7 +138,19 @@ begin
         on st.run_id = t.run_id and st.step_slug = t.step_slug and st.task_index = t.task_index
       join unnest(v_reads.msgs, v_reads.attempts) r(msg_id, attempt_id) on r.msg_id = t.msg_id
     returning a.attempt_id, a.run_id, a.step_slug, a.task_index, a.msg_id)
-  select s.attempt_id, s.run_id, s.step_slug, s.task_index, t.input, s.msg_id
+  -- input has pgflow 0.8's shape on every pgflow: a map task's item; any other task's run
+  -- input under "run" beside its dependencies' outputs. pgflow since its flow_input
+  -- migration (20251225163110; 0.14.1 has it) gives a task its dependencies' outputs only (a
+  -- root step's flow_input aside, which its own workers read), so the run's input is put back
+  -- under "run" there.
+  select s.attempt_id, s.run_id, s.step_slug, s.task_index,
+         case when v_flow_input and (select st2.step_type from pgflow.steps st2
+                                      where st2.flow_slug = t.flow_slug and st2.step_slug = t.step_slug)
+                                    is distinct from 'map'
+              then pg_catalog.jsonb_build_object('run', (select r2.input from pgflow.runs r2 where r2.run_id = t.run_id))
+                   operator(pg_catalog.||) t.input
+              else t.input end,
+         s.msg_id
     from started s
     join unnest(v_tasks) t on t.run_id = s.run_id and t.step_slug = s.step_slug and t.task_index = s.task_index
    order by s.msg_id;

@@ -171,11 +171,25 @@ begin
             where (p.tbl::text like 'pgmq.q\_%' or p.tbl = 'pgflow.step_tasks'::regclass)) r,
           pgfence.signing_key k;
   if fn = 'requeue' then
-    v_rows := pgflow.requeue_stalled_tasks();
+    -- pgflow before 0.13 (0.8.1) has no requeue_stalled_tasks: nothing requeues there but
+    -- the layer's takeover, once a stalled task's message comes back.
+    v_rows := 0;
+    if pg_catalog.to_regprocedure('pgflow.requeue_stalled_tasks()') is not null then
+      execute 'select pgflow.requeue_stalled_tasks()' into v_rows;
+    end if;
   else
+    -- The ended worker rows, older than the bound: no heartbeat since arg ago and no task of
+    -- theirs still started; of the layer's rows (worker_leases) only those whose last lease
+    -- has ended (released, superseded, or past its expiry), never a live worker's, whose
+    -- heartbeat is only as recent as its last start (an idle worker's row is old). sync_workers
+    -- first, so that what pgflow shows (deprecated_at / stopped_at) agrees with what goes.
+    perform pgfence_pgflow.sync_workers();
     delete from pgflow.workers w
      where w.last_heartbeat_at < now() - arg
-       and not exists (select from pgflow.step_tasks st where st.last_worker_id = w.worker_id and st.status = 'started');
+       and not exists (select from pgflow.step_tasks st where st.last_worker_id = w.worker_id and st.status = 'started')
+       and not exists (select from pgfence_pgflow.worker_leases wl join pgfence.leases l on l.lease_id = wl.lease_id
+                        where wl.worker_id = w.worker_id
+                          and l.state in ('active', 'draining') and l.expires_at > clock_timestamp());
     get diagnostics v_rows = row_count;
     delete from pgfence_pgflow.worker_leases wl
      where not exists (select from pgflow.workers w where w.worker_id = wl.worker_id);
@@ -195,8 +209,9 @@ as $$
   select pgfence_pgflow.as_maintenance('requeue')::int;
 $$;
 comment on function pgfence_pgflow.requeue_stalled_tasks() is
-  'pgflow''s requeue_stalled_tasks (0.13+), also where step_tasks and the queues are protected in enforce mode. A task '
-  'it puts back is started again by the next read: the stalled attempt''s result is stale.';
+  'pgflow''s requeue_stalled_tasks (0.13+; 0 on an older pgflow, which has none), also where step_tasks and the queues '
+  'are protected in enforce mode. A task it puts back is started again by the next read: the stalled attempt''s result '
+  'is stale.';
 
 create function pgfence_pgflow.prune_workers(older_than interval default '7 days')
 returns table (what text, rows bigint)
@@ -207,8 +222,9 @@ as $$
   select 'pgflow.workers'::text, pgfence_pgflow.as_maintenance('prune', prune_workers.older_than);
 $$;
 comment on function pgfence_pgflow.prune_workers(interval) is
-  'Deletes pgflow.workers rows without a heartbeat for older_than and no task started, also under enforce '
-  '(beside pgfence_pgflow.prune, the layer''s prune in pgfence.layers, which keeps to the layer''s own records).';
+  'Deletes the ended pgflow.workers rows: no heartbeat for older_than, no task started, and for the layer''s rows '
+  'a last lease that has ended (never a live worker''s row), also under enforce. pgfence_pgflow.prune (the layer''s '
+  'prune in pgfence.layers, run by pgfence.prune) calls it.';
 
 -- pgflow's cron jobs, pointed at the layer: ensure_workers through the handshake, and
 -- requeue_stalled_tasks under enforce (pg_cron's cron.alter_job keeps the schedule).
