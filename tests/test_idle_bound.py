@@ -12,7 +12,7 @@ database, their workers all go idle together and their successors all start behi
 batch, a module fixture); each test then judges its own case from the batch (named on failure:
 what went wrong in its setup is raised by its test), with the time its successor got through
 taken when that happened (Step.finished_at), not when the test looked. The module is one xdist
-group (pytestmark below), so a run builds one batch.
+group (tests/conftest.py GROUPS), so a run builds one batch.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ import pytest
 from testkit.cluster import Cluster
 from testkit.harness import Database, Step
 from tests.support import acquired
-
-pytestmark = pytest.mark.xdist_group("idle_bound")  # one worker: one batch per fixture
 
 BOUND_S = 5.0
 SLACK_S = 7.0  # the server checks the timeout on its own schedule; a loaded machine is slow
