@@ -199,6 +199,7 @@ class Step:
         self._rows: list[tuple[Any, ...]] = []
         self._error: BaseException | None = None
         self._done = threading.Event()
+        self.finished_at: float | None = None  # time.monotonic() when the step ended
         self._thread = threading.Thread(target=self._run, args=(query, params),
                                         name=f"step-{session.name}", daemon=True)
         self._thread.start()
@@ -209,6 +210,7 @@ class Step:
         except BaseException as e:  # handed to the test by result()
             self._error = e
         finally:
+            self.finished_at = time.monotonic()
             self._done.set()
 
     def settle(self, timeout: float = 30.0) -> bool:
