@@ -217,6 +217,9 @@ declare
   v_tasks pgflow.step_task_record[];
   v_key bytea;
   v_worker uuid;
+  v_flow_input boolean := exists (select from pg_catalog.pg_attribute a
+                                   where a.attrelid = 'pgflow.step_task_record'::regclass
+                                     and a.attname = 'flow_input' and not a.attisdropped);
 begin
   perform pgfence.check_not_null('lease_id', start_tasks.lease_id);
   perform pgfence_pgflow.check_allowed('pgflow.start_tasks(text, bigint[], uuid)');
@@ -306,7 +309,19 @@ begin
         on st.run_id = t.run_id and st.step_slug = t.step_slug and st.task_index = t.task_index
       join unnest(v_reads.msgs, v_reads.attempts) r(msg_id, attempt_id) on r.msg_id = t.msg_id
     returning a.attempt_id, a.run_id, a.step_slug, a.task_index, a.msg_id)
-  select s.attempt_id, s.run_id, s.step_slug, s.task_index, t.input, s.msg_id
+  -- input has pgflow 0.8's shape on every pgflow: a map task's item; any other task's run
+  -- input under "run" beside its dependencies' outputs. pgflow since its flow_input
+  -- migration (20251225163110; 0.14.1 has it) gives a task its dependencies' outputs only (a
+  -- root step's flow_input aside, which its own workers read), so the run's input is put back
+  -- under "run" there.
+  select s.attempt_id, s.run_id, s.step_slug, s.task_index,
+         case when v_flow_input and (select st2.step_type from pgflow.steps st2
+                                      where st2.flow_slug = t.flow_slug and st2.step_slug = t.step_slug)
+                                    is distinct from 'map'
+              then pg_catalog.jsonb_build_object('run', (select r2.input from pgflow.runs r2 where r2.run_id = t.run_id))
+                   operator(pg_catalog.||) t.input
+              else t.input end,
+         s.msg_id
     from started s
     join unnest(v_tasks) t on t.run_id = s.run_id and t.step_slug = s.step_slug and t.task_index = s.task_index
    order by s.msg_id;
@@ -581,11 +596,17 @@ begin
     exit when v_n < 10000;
   end loop;
   return query values ('pgfence_pgflow.stale_results'::text, v_stale), ('pgfence_pgflow.attempts', v_starts);
+  -- The ended worker rows (pgflow.workers), also under enforce: pgfence_pgflow.prune_workers,
+  -- of the later change pgflow_workers (called by name, so that reverting that change leaves
+  -- this prune working).
+  if pg_catalog.to_regprocedure('pgfence_pgflow.prune_workers(interval)') is not null then
+    return query execute 'select * from pgfence_pgflow.prune_workers($1)' using prune.older_than;
+  end if;
 end
 $$;
 comment on function pgfence_pgflow.prune(interval) is
-  'pgfence.layers: deletes finished starts and stale results older than older_than, in batches; never an open start. '
-  'Raises 22023.';
+  'pgfence.layers: deletes finished starts and stale results older than older_than, in batches; never an open start; '
+  'and the ended worker rows (pgfence_pgflow.prune_workers). Raises 22023.';
 
 -- Health (pgfence.health's shape, registered in pgfence.layers).
 create function pgfence_pgflow.health()
@@ -814,11 +835,25 @@ begin
             where (p.tbl::text like 'pgmq.q\_%' or p.tbl = 'pgflow.step_tasks'::regclass)) r,
           pgfence.signing_key k;
   if fn = 'requeue' then
-    v_rows := pgflow.requeue_stalled_tasks();
+    -- pgflow before 0.13 (0.8.1) has no requeue_stalled_tasks: nothing requeues there but
+    -- the layer's takeover, once a stalled task's message comes back.
+    v_rows := 0;
+    if pg_catalog.to_regprocedure('pgflow.requeue_stalled_tasks()') is not null then
+      execute 'select pgflow.requeue_stalled_tasks()' into v_rows;
+    end if;
   else
+    -- The ended worker rows, older than the bound: no heartbeat since arg ago and no task of
+    -- theirs still started; of the layer's rows (worker_leases) only those whose last lease
+    -- has ended (released, superseded, or past its expiry), never a live worker's, whose
+    -- heartbeat is only as recent as its last start (an idle worker's row is old). sync_workers
+    -- first, so that what pgflow shows (deprecated_at / stopped_at) agrees with what goes.
+    perform pgfence_pgflow.sync_workers();
     delete from pgflow.workers w
      where w.last_heartbeat_at < now() - arg
-       and not exists (select from pgflow.step_tasks st where st.last_worker_id = w.worker_id and st.status = 'started');
+       and not exists (select from pgflow.step_tasks st where st.last_worker_id = w.worker_id and st.status = 'started')
+       and not exists (select from pgfence_pgflow.worker_leases wl join pgfence.leases l on l.lease_id = wl.lease_id
+                        where wl.worker_id = w.worker_id
+                          and l.state in ('active', 'draining') and l.expires_at > clock_timestamp());
     get diagnostics v_rows = row_count;
     delete from pgfence_pgflow.worker_leases wl
      where not exists (select from pgflow.workers w where w.worker_id = wl.worker_id);
@@ -838,8 +873,9 @@ as $$
   select pgfence_pgflow.as_maintenance('requeue')::int;
 $$;
 comment on function pgfence_pgflow.requeue_stalled_tasks() is
-  'pgflow''s requeue_stalled_tasks (0.13+), also where step_tasks and the queues are protected in enforce mode. A task '
-  'it puts back is started again by the next read: the stalled attempt''s result is stale.';
+  'pgflow''s requeue_stalled_tasks (0.13+; 0 on an older pgflow, which has none), also where step_tasks and the queues '
+  'are protected in enforce mode. A task it puts back is started again by the next read: the stalled attempt''s result '
+  'is stale.';
 
 create function pgfence_pgflow.prune_workers(older_than interval default '7 days')
 returns table (what text, rows bigint)
@@ -850,8 +886,9 @@ as $$
   select 'pgflow.workers'::text, pgfence_pgflow.as_maintenance('prune', prune_workers.older_than);
 $$;
 comment on function pgfence_pgflow.prune_workers(interval) is
-  'Deletes pgflow.workers rows without a heartbeat for older_than and no task started, also under enforce '
-  '(beside pgfence_pgflow.prune, the layer''s prune in pgfence.layers, which keeps to the layer''s own records).';
+  'Deletes the ended pgflow.workers rows: no heartbeat for older_than, no task started, and for the layer''s rows '
+  'a last lease that has ended (never a live worker''s row), also under enforce. pgfence_pgflow.prune (the layer''s '
+  'prune in pgfence.layers, run by pgfence.prune) calls it.';
 
 -- pgflow's cron jobs, pointed at the layer: ensure_workers through the handshake, and
 -- requeue_stalled_tasks under enforce (pg_cron's cron.alter_job keeps the schedule).
