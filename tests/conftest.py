@@ -140,6 +140,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 GROUPS: dict[str, tuple[str, str]] = {
     "test_supabase_install.py": ("roles", "creates Supabase's roles by fixed names"),
     "test_supabase_rpc.py": ("roles", "creates service_role"),
+    "test_quickstart.py": ("roles", "grants and revokes pgfence's roles to service_role, which "
+                                    "every database of the cluster shares"),
     "test_idle_bound.py": ("idle", "its cases wait for the idle bound together: one batch"),
     "password_role": ("hba", "rewrites pg_hba.conf and reloads the server"),
     "campaign/test_campaign.py": ("campaign", "one campaign cluster, not one per worker: its "
