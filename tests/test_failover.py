@@ -47,8 +47,12 @@ class Replica:
 
     def start(self) -> None:
         self.primary.sql("create table failover_marker (marker uuid)")  # in the base backup
+        # A slot of its own: the primary keeps the WAL the replica has not received yet,
+        # however much the other tests of the run write (without one, a checkpoint may remove
+        # a segment before the replica streams it, and it never catches up).
         as_postgres(self.cluster.tool("pg_basebackup"), "-D", self.data,
                     "-d", self.cluster.dsn("postgres"), "-X", "stream",
+                    "--create-slot", f"--slot={self.name}",
                     "--checkpoint=fast", "--no-sync", "--write-recovery-conf")
         with (self.data / "postgresql.conf").open("a") as conf:
             # cluster_name is the walreceiver's application_name in pg_stat_replication.
@@ -87,6 +91,8 @@ class Replica:
             self._db.close()
         stop_server(self.cluster.pgbin, self.data)
         shutil.rmtree(self.data, ignore_errors=True)
+        self.primary.sql("select pg_drop_replication_slot(slot_name) from pg_replication_slots "
+                         "where slot_name = %s", (self.name,))
 
 
 @pytest.fixture
