@@ -142,6 +142,8 @@ GROUPS: dict[str, tuple[str, str]] = {
     "test_supabase_rpc.py": ("roles", "creates service_role"),
     "test_quickstart.py": ("roles", "grants and revokes pgfence's roles to service_role, which "
                                     "every database of the cluster shares"),
+    "test_health.py": ("roles", "its \"roles confined\" check reads every login role of the "
+                                "cluster, which its own case and the Supabase tests create"),
     "test_idle_bound.py": ("idle", "its cases wait for the idle bound together: one batch"),
     "password_role": ("hba", "rewrites pg_hba.conf and reloads the server"),
     "campaign/test_campaign.py": ("campaign", "one campaign cluster, not one per worker: its "
