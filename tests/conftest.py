@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit import permutations
 from testkit.cluster import Cluster, ClusterError, PgBouncer
 from testkit.harness import Database
 from tests.pgflow14 import CRON_DATABASE, cron_cluster, install_pgflow14
@@ -98,6 +99,7 @@ VERSIONS: dict[str, tuple[str, str]] = {
                                 "test_pgmq and test_layers"),
     "test_quickstart.py": (ONCE, "the README's commands (pip, pgfence init, Supabase CLI, Deno); "
                                  "the SQL they apply is per version in test_install"),
+    "test_meetings.py": (ONCE, "testkit.permutations' choice of interleavings; no server"),
     "test_init.py": (ONCE, "pgfence init writes files; no server"),
     "test_cli_output.py": (ONCE, "how the CLI prints what the database returns"),
     "test_packaging.py": (ONCE, "scripts/build and the Deno package metadata; no server"),
@@ -128,6 +130,10 @@ def version_dependence(config: pytest.Config, path: Path) -> str:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--interleavings", choices=("all", "meetings"), default="all",
+                     help="testkit.permutations: run every interleaving (default), or those "
+                          "that cover every meeting of a step with another session (a matrix "
+                          "run's later versions)")
     parser.addoption("--once", choices=("run", "skip", "only"), default="run",
                      help="the modules that VERSIONS (tests/conftest.py) marks once: run them "
                           "(default), leave them out (a matrix run's later versions), or run "
@@ -145,6 +151,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "test_health.py": ("roles", "its \"roles confined\" check reads every login role of the "
                                 "cluster, which its own case and the Supabase tests create"),
     "test_idle_bound.py": ("idle", "its cases wait for the idle bound together: one batch"),
+    "cron_ran": ("cron", "pg_cron runs jobs on the minute: the module's jobs share one wait"),
     "password_role": ("hba", "rewrites pg_hba.conf and reloads the server"),
     "campaign/test_campaign.py": ("campaign", "one campaign cluster, not one per worker: its "
                                               "progress is judged in real time"),
@@ -177,6 +184,7 @@ _OWN: list[Cluster] = []
 def pytest_configure(config: pytest.Config) -> None:
     """An xdist controller without a cluster (pytest -n N alone) starts one for its workers,
     which inherit its exports."""
+    permutations.COVER = config.getoption("interleavings")
     if (getattr(config.option, "numprocesses", None) and not xdist_worker(config)
             and not os.environ.get("PGFENCE_CLUSTER")):
         c = Cluster.start(["fsync=off"])

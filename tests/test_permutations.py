@@ -73,7 +73,7 @@ def lease(db: Database, owner: str = "a", ttl: str = "30 s") -> uuid.UUID:
 def checked(db: Database, scenario: Scenario) -> Report:
     report = run(db, scenario)
     print(report)
-    assert report.permutations + report.invalid == count(
+    assert report.permutations + report.invalid + report.skipped == count(
         {s: len(steps) for s, steps in scenario.sessions.items()})
     assert report.permutations > 0
     return report
@@ -111,13 +111,16 @@ def core(work: str, third: str, level: str = "read committed") -> Scenario:
         return {"la": lease(db)}
     a_work = WORK[work]
     presents = {"a": "la", "b": "lb"} | ({} if third == "deprecate" else {"c": "la"})
+    # Every interleaving on every version: the meetings alone miss the negative controls below
+    # (a check without its lock shows only when B's expiry and acquire both fall between A's
+    # write and commit, with C after A's write: more than one meeting at once).
     return Scenario(
         f"core {work}/{third} ({level})",
         sessions={"a": (begin(level), a_work, Step("a_commit", "commit")),
                   "b": (Step("b_expires", "select pgfence_perm.time_passes(%(la)s)"),
                         acquire("b", "lb"), Step("b_write", write("lb"))),
                   "c": (C_STEPS[third],)},
-        setup=setup, presents=presents)
+        setup=setup, presents=presents, cover="all")
 
 
 # fence and claim share their lease check (pgfence.hold_current): claim is run against the
@@ -125,7 +128,7 @@ def core(work: str, third: str, level: str = "read committed") -> Scenario:
 @pytest.mark.parametrize(("work", "third"), [("write", t) for t in C_STEPS] + [("claim", "drain")])
 def test_core_every_interleaving(db: Database, work: str, third: str) -> None:
     report = checked(db, core(work, third))
-    assert report.permutations == 140 - report.invalid
+    assert report.permutations + report.invalid + report.skipped == 140
     assert not report.violations, report.violations[:3]
 
 
@@ -230,7 +233,7 @@ def expiring(work: str, level: str) -> Scenario:
 def test_stricter_levels_every_interleaving_of_an_expiring_lease(db: Database, work: str,
                                                                  level: str) -> None:
     report = checked(db, expiring(work, level))
-    assert report.permutations == 20 - report.invalid
+    assert report.permutations + report.invalid + report.skipped == 20
     assert not report.violations, report.violations[:3]
 
 
@@ -322,7 +325,7 @@ def window(enabled: bool) -> Scenario:
 @pytest.mark.parametrize("enabled", [True, False])
 def test_update_window_every_interleaving(db: Database, enabled: bool) -> None:
     report = checked(db, window(enabled))
-    assert report.permutations == 210 - report.invalid
+    assert report.permutations + report.invalid + report.skipped == 210
     assert not report.violations, report.violations[:3]
 
 

@@ -100,9 +100,9 @@ def test_prune_every_interleaving(db: Database) -> None:
     s = scenario()
     report = run(db, s)
     print(report)
-    assert report.permutations + report.invalid == count({k: len(v) for k, v in
-                                                          s.sessions.items()})
-    assert report.permutations >= 100
+    assert report.permutations + report.invalid + report.skipped == count(
+        {k: len(v) for k, v in s.sessions.items()})
+    assert report.permutations >= (100 if report.cover == "all" else 1)
     assert not report.violations, report.violations[:3]
 
 
@@ -140,7 +140,11 @@ def cron_cluster(cluster: Cluster) -> Iterator[tuple[Cluster, str]]:
         c.remove()
 
 
-def test_the_pg_cron_recipe_prunes_on_schedule(cron_cluster: tuple[Cluster, str]) -> None:
+@pytest.fixture(scope="module")
+def cron_ran(cron_cluster: tuple[Cluster, str]) -> Iterator[tuple[Database, dict[str, Any]]]:
+    """The recipe's job on a database with week-old history, and a job that fails, both run
+    by pg_cron and waited for together: pg_cron 1.4 (Debian's) runs jobs on the minute only,
+    so each wait costs up to a minute (the module is one xdist group: one wait per run)."""
     c, name = cron_cluster
     db = Database(c.dsn(name))
     try:
@@ -155,31 +159,33 @@ def test_the_pg_cron_recipe_prunes_on_schedule(cron_cluster: tuple[Cluster, str]
         job = db.one("select jobid from cron.job where jobname = 'pgfence-prune'")
         # The recipe's schedule is hourly; the test runs the same job every minute.
         db.sql("select cron.alter_job(%s, schedule => '* * * * *')", (job,))
-        db.wait_until("select exists (select from cron.job_run_details where jobid = %s "
-                      "and status in ('succeeded', 'failed'))", (job,), timeout=150)
-        status, message = db.sql("select status, return_message from cron.job_run_details "
-                                 "where jobid = %s order by runid limit 1", (job,))[0]
-        assert status == "succeeded", message
-        assert db.sql("select count(*) from pgfence.tasks union all "
-                      "select count(*) from pgfence.leases union all "
-                      "select count(*) from pgfence.invocations") == [(0,), (0,), (0,)]
+        broken = db.one("select cron.schedule('broken', '* * * * *', "
+                        "'select pgfence.prune(''1 minute'')')")
+        jobs = {"recipe": job, "broken": broken}
+        db.wait_until("select count(distinct jobid) = 2 from cron.job_run_details "
+                      "where jobid in (%s, %s) and status in ('succeeded', 'failed')",
+                      (job, broken), timeout=150)
+        db.sql("select cron.unschedule(%s)", (broken,))
+        firsts = {what: db.sql("select status, return_message from cron.job_run_details "
+                               "where jobid = %s order by runid limit 1", (jobid,))[0]
+                  for what, jobid in jobs.items()}
+        yield db, firsts
     finally:
         db.close()
 
 
-def test_negative_control_the_recipes_job_is_real(cron_cluster: tuple[Cluster, str]) -> None:
-    c, name = cron_cluster
-    db = Database(c.dsn(name))
-    try:
-        assert db.one("select count(*) from cron.job where command like '%%pgfence.prune%%'") \
-            >= 1
-        job = db.one("select cron.schedule('broken', '* * * * *', "
-                     "'select pgfence.prune(''1 minute'')')")
-        db.wait_until("select exists (select from cron.job_run_details where jobid = %s "
-                      "and status in ('succeeded', 'failed'))", (job,), timeout=150)
-        assert db.one("select status from cron.job_run_details where jobid = %s "
-                      "order by runid limit 1", (job,)) == "failed"
-        db.sql("select cron.unschedule(%s)", (job,))
-    finally:
-        db.close()
+def test_the_pg_cron_recipe_prunes_on_schedule(cron_ran: tuple[Database, dict[str, Any]]) -> None:
+    db, firsts = cron_ran
+    status, message = firsts["recipe"]
+    assert status == "succeeded", message
+    assert db.sql("select count(*) from pgfence.tasks union all "
+                  "select count(*) from pgfence.leases union all "
+                  "select count(*) from pgfence.invocations") == [(0,), (0,), (0,)]
 
+
+def test_negative_control_the_recipes_job_is_real(
+        cron_ran: tuple[Database, dict[str, Any]]) -> None:
+    """A job whose command fails is seen failed: the recipe's "succeeded" could be otherwise."""
+    db, firsts = cron_ran
+    assert db.one("select count(*) from cron.job where command like '%%pgfence.prune%%'") >= 1
+    assert firsts["broken"][0] == "failed"

@@ -262,24 +262,27 @@ class Supabase:
             raise TransportFailure(f"the Supabase CLI could not be run: {e.strerror}") from None
 
     def check(self) -> None:
-        """Refuses a missing, too old, or incapable Supabase CLI before any query."""
+        """Refuses a missing, too old, or incapable Supabase CLI before any query. One call
+        when it is capable (each call of that CLI costs over a second of CPU); its version
+        only to say why one is not."""
         if self._checked:
             return
-        out = self._run(["--version"])
-        match = re.search(r"(\d+)\.(\d+)\.(\d+)", out.stdout)
-        if out.returncode != 0 or not match:
-            raise TransportFailure("the Supabase CLI did not report its version")
-        version = tuple(int(x) for x in match.groups())
-        if version < SUPABASE_MIN_VERSION:
-            raise TransportFailure(
-                f"the Supabase CLI is {match.group(0)}; pgfence needs "
-                f"{'.'.join(map(str, SUPABASE_MIN_VERSION))} or newer (`db query` with JSON "
-                f"output); tested with {', '.join(SUPABASE_TESTED_VERSIONS)}")
-        helptext = self._run(["db", "query", "--help"]).stdout
-        missing = [f for f in ("--remote", "--read-only", "--output-format") if f not in helptext]
-        if missing:
-            raise TransportFailure(f"this Supabase CLI's `db query` lacks {', '.join(missing)}")
-        self._has_file = "--file" in helptext
+        helptext = self._run(["db", "query", "--help"])
+        missing = [f for f in ("--remote", "--read-only", "--output-format")
+                   if f not in helptext.stdout]
+        if helptext.returncode != 0 or missing:
+            out = self._run(["--version"])
+            match = re.search(r"(\d+)\.(\d+)\.(\d+)", out.stdout)
+            if out.returncode != 0 or not match:
+                raise TransportFailure("the Supabase CLI did not report its version")
+            if tuple(int(x) for x in match.groups()) < SUPABASE_MIN_VERSION:
+                raise TransportFailure(
+                    f"the Supabase CLI is {match.group(0)}; pgfence needs "
+                    f"{'.'.join(map(str, SUPABASE_MIN_VERSION))} or newer (`db query` with JSON "
+                    f"output); tested with {', '.join(SUPABASE_TESTED_VERSIONS)}")
+            raise TransportFailure(f"this Supabase CLI's `db query` lacks "
+                                   f"{', '.join(missing) or 'a --help'}")
+        self._has_file = "--file" in helptext.stdout
         self._checked = True
 
     def query(self, sql: str, *, read_only: bool, confirmed: bool = False) -> Rows:
