@@ -266,6 +266,7 @@ def test_missing_link_and_missing_token_reach_the_operator(db: Database, tmp_pat
 @pytest.mark.parametrize("mode,expect", [
     ("missing", "not found"),
     ("old", "needs 3.0.0 or newer"),
+    ("no-read-only", "lacks --read-only, which pgfence needs"),
     ("garbage", "no JSON answer"),
 ])
 def test_supabase_cli_failures_are_transport_failures(mode: str, expect: str, db: Database,

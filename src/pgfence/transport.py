@@ -208,8 +208,6 @@ class Supabase:
         """Resolves the target as the Supabase CLI would, then pins it: every call gets
         --workdir and, for a project, --remote=REF, so what the operator confirmed is what the
         CLI uses."""
-        self._checked = False
-        self._has_file = False
         self._password = ""
         self._secrets: tuple[str, ...] = ()
         self.workdir = supabase_workdir()
@@ -261,32 +259,30 @@ class Supabase:
         except OSError as e:
             raise TransportFailure(f"the Supabase CLI could not be run: {e.strerror}") from None
 
-    def check(self) -> None:
-        """Refuses a missing, too old, or incapable Supabase CLI before any query. One call
-        when it is capable (each call of that CLI costs over a second of CPU); its version
-        only to say why one is not."""
-        if self._checked:
-            return
-        helptext = self._run(["db", "query", "--help"])
-        missing = [f for f in ("--remote", "--read-only", "--output-format")
-                   if f not in helptext.stdout]
-        if helptext.returncode != 0 or missing:
-            out = self._run(["--version"])
-            match = re.search(r"(\d+)\.(\d+)\.(\d+)", out.stdout)
-            if out.returncode != 0 or not match:
-                raise TransportFailure("the Supabase CLI did not report its version")
-            if tuple(int(x) for x in match.groups()) < SUPABASE_MIN_VERSION:
-                raise TransportFailure(
-                    f"the Supabase CLI is {match.group(0)}; pgfence needs "
-                    f"{'.'.join(map(str, SUPABASE_MIN_VERSION))} or newer (`db query` with JSON "
-                    f"output); tested with {', '.join(SUPABASE_TESTED_VERSIONS)}")
-            raise TransportFailure(f"this Supabase CLI's `db query` lacks "
-                                   f"{', '.join(missing) or 'a --help'}")
-        self._has_file = "--file" in helptext.stdout
-        self._checked = True
+    def diagnose(self) -> None:
+        """Raises, naming why, for a Supabase CLI too old or lacking a flag pgfence passes.
+
+        Run only after a call gave no JSON answer, not before every query: each call of that
+        CLI costs over a second of CPU, and a CLI that lacks a command or flag refuses the
+        whole call before it runs anything (it parses its flags first; 3.1.0 prints its help),
+        so a first query is safe to try."""
+        out = self._run(["--version"])
+        match = re.search(r"(\d+)\.(\d+)\.(\d+)", out.stdout)
+        if out.returncode != 0 or not match:
+            raise TransportFailure("the Supabase CLI did not report its version")
+        if tuple(int(x) for x in match.groups()) < SUPABASE_MIN_VERSION:
+            raise TransportFailure(
+                f"the Supabase CLI is {match.group(0)}; pgfence needs "
+                f"{'.'.join(map(str, SUPABASE_MIN_VERSION))} or newer (`db query` with JSON "
+                f"output); tested with {', '.join(SUPABASE_TESTED_VERSIONS)}")
+        helptext = self._run(["db", "query", "--help"]).stdout
+        missing = [f for f in ("--remote", "--read-only", "--output-format", "--file")
+                   if f not in helptext]
+        if missing:
+            raise TransportFailure(f"this Supabase CLI's `db query` lacks {', '.join(missing)}, "
+                                   "which pgfence needs")
 
     def query(self, sql: str, *, read_only: bool, confirmed: bool = False) -> Rows:
-        self.check()
         args = self._query_args()
         if read_only:
             args.append("--read-only")
@@ -310,10 +306,6 @@ class Supabase:
         them (EXECUTE takes several statements), inside that one transaction; and by --file,
         because Linux caps one argv string at 128 KiB and an install file may grow past it.
         """
-        self.check()
-        if not self._has_file:
-            raise TransportFailure("this Supabase CLI's `db query` lacks --file, which pgfence "
-                                   "needs to send a whole install or upgrade script")
         body = "begin\n" + "".join(f"execute {literal(s)};\n" for s in scripts) + "end"
         args = self._query_args()
         with tempfile.NamedTemporaryFile("w", encoding="utf-8", prefix="pgfence-",
@@ -341,6 +333,7 @@ class Supabase:
         try:
             doc = json.loads(out.stdout)
         except ValueError:
+            self.diagnose()
             detail = redact((out.stderr or out.stdout).strip()[-500:], secrets)
             raise TransportFailure(f"the Supabase CLI gave no JSON answer (exit {out.returncode})"
                                    + (f": {detail}" if detail else "")) from None

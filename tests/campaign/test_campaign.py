@@ -28,10 +28,12 @@ CAUGHT_BY = {"no-lock": "I2", "now": "I2", "no-attempt-check": "I5", "advisory":
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
     with Cluster.start(["fsync=off"]) as cluster:
         # Progress is judged in real time: every task done within the bound after the last
-        # fault. 15 s (scripts/campaign's default) failed the real package on a 2-core machine
-        # under a load of 15 (issue 23); the wait ends as soon as the queue is empty, so a
-        # longer bound costs a good run nothing.
-        yield Campaign(cluster, replace(Settings(), random_faults=2, progress_bound=90.0),
+        # fault. Here that is liveness, not speed: 15 s (scripts/campaign's default) failed
+        # the real package on a 2-core machine under a load of 15, 90 s could too on a slower
+        # one (issue 23), so the bound is ten minutes, which only a queue that stopped for
+        # good (or a variant that stops it) runs out. The wait ends as soon as the queue is
+        # empty, so a good run costs no more than before.
+        yield Campaign(cluster, replace(Settings(), random_faults=2, progress_bound=600.0),
                        tmp_path_factory.mktemp("campaign-logs"))
 
 
