@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .report import fmt
-from .run import BENCH, BenchResult, Options, Server, log, percentile, pgbench
+from .run import BENCH, CLIENTS, BenchResult, Options, Server, log, percentile, pgbench
 
 
 @dataclass
@@ -70,10 +70,13 @@ class Pairs:
     def fill(self, file: str, member: Member, per_tx: int, guess_tps: float = 3000) -> None:
         """Fresh tables for a member: enough rows for its duration at the best rate seen so
         far (at least a generous first guess, guess_tps transactions per second), so that a run
-        never runs out of work."""
-        guess = guess_tps / 2 if self.opts.quick else guess_tps
-        best = max(member.best_tps, guess)
-        member.size = max(member.size, math.ceil(1.5 * best * per_tx * self.opts.seconds))
+        never runs out of work; for --quick's few transactions, twice what they take."""
+        if self.opts.transactions:
+            wanted = 2 * CLIENTS * self.opts.transactions * per_tx
+        else:
+            best = max(member.best_tps, guess_tps)
+            wanted = math.ceil(1.5 * best * per_tx * self.opts.seconds)
+        member.size = max(member.size, wanted)
         self.server.psql("bench", BENCH / file, tasks=member.size)
 
     def ready_left(self, table: str) -> Callable[[Member], str | None]:
@@ -307,17 +310,26 @@ class Pairs:
                     Member(
                         "pgflow start + complete (pgfence_pgflow, shared lease)",
                         "pgflow_cycle.sql",
-                        lambda m: self.fill("fill_pgflow_fenced.sql", m, 1),
+                        lambda m: self.fill("fill_pgflow_fenced.sql", m, 1, guess_tps=1000),
                         self.visible_left("bench_flow"),
                     ),
                     Member(
                         "pgflow's own read + start_tasks + complete_task",
                         "pgflow_cycle_raw.sql",
-                        lambda m: self.fill("fill_pgflow_raw.sql", m, 1),
+                        lambda m: self.fill("fill_pgflow_raw.sql", m, 1, guess_tps=1000),
+                        self.visible_left("bench_flow_raw"),
+                    ),
+                    Member(
+                        "the same with pgflow's own visibility rule applied (set_vt_batch)",
+                        "pgflow_cycle_raw_vt.sql",
+                        lambda m: self.fill("fill_pgflow_raw.sql", m, 1, guess_tps=1000),
                         self.visible_left("bench_flow_raw"),
                     ),
                 ],
-                [Comparison("pgflow: start + complete 1 task", 0, 1, 0.85)],
+                [
+                    Comparison("pgflow: start + complete 1 task", 0, 1, 0.85),
+                    Comparison("pgflow: start + complete 1 task, the same work", 0, 2, 0.85),
+                ],
             ),
             Group(
                 "cycle",
@@ -408,7 +420,8 @@ class Pairs:
                 self.server,
                 "bench",
                 BENCH / member.script,
-                seconds=self.opts.seconds,
+                seconds=None if self.opts.transactions else self.opts.seconds,
+                transactions=self.opts.transactions,
                 latencies=member.latencies,
             )
             member.best_tps = max(member.best_tps, result.tps)

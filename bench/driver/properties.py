@@ -188,7 +188,7 @@ def dead_history(opts: Options, server: Server) -> dict[str, object]:
     each kind (released leases, expired unacknowledged invocations, completed tasks) and
     against none; rounds alternate the two databases."""
     history, queued, seconds, rounds = (
-        (100_000, 20_000, 2.0, 1) if opts.quick else (1_000_000, 200_000, 8.0, 3)
+        (20_000, 5_000, 1.0, 1) if opts.quick else (1_000_000, 200_000, 8.0, 3)
     )
     dbs = {"empty": ("dead_empty", 0), "full": ("dead_full", history)}
     for db, n in dbs.values():

@@ -28,6 +28,7 @@ BUNDLE = ROOT / "sql/pgfence.sql"
 PGMQ_LAYER = ROOT / "sql/pgfence-pgmq.sql"
 PGFLOW_LAYER = ROOT / "sql/pgfence-pgflow.sql"
 CLIENTS, JOBS = 4, 2
+QUICK_TRANSACTIONS = 20  # --quick: per client and pgbench run
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Options:
     quick: bool
     rounds: int
     seconds: float  # per pgbench run of a pair
+    transactions: int | None  # per client and run of a pair instead (--quick): proves, not measures
     profile: bool  # pg_stat_statements: each operation's top statements
     own_lease: bool
     only: frozenset[str] | None
