@@ -359,23 +359,29 @@ class Cli:
     def installed(self) -> Installed:
         """Read-only. A database without schema pgfence has no pgfence; every release from
         0.1.0 on has pgfence.version(). The one place that judges what a database holds:
-        version, install, upgrade (and doctor) all read it from here."""
-        registry = self.read(f"select ({strip(self.files.query('sqitch_registry.sql'))}) "
-                             "as registry", ["registry"])[0]["registry"]
-        sqitch_registry = None if registry is None else str(registry)
-        found = self.read("select to_regnamespace('pgfence') is not null as schema, "
+        version, install, upgrade (and doctor) all read it from here. Two reads at most, as
+        each costs a Supabase CLI call: what the catalogs hold, then, only where
+        pgfence.version() exists (a query naming it fails to parse elsewhere), the version and
+        the schema's fingerprint."""
+        found = self.read(f"select ({strip(self.files.query('sqitch_registry.sql'))}) "
+                          "as registry, to_regnamespace('pgfence') is not null as schema, "
                           "to_regprocedure('pgfence.version()') is not null as versioned",
-                          ["schema", "versioned"])[0]
+                          ["registry", "schema", "versioned"])[0]
+        sqitch_registry = None if found["registry"] is None else str(found["registry"])
         if not found["versioned"]:
             return Installed(bool(found["schema"]), None, sqitch=sqitch_registry)
-        version = self.read("select pgfence.version() as version", ["version"])[0]["version"]
-        v = None if version is None else str(version)
+        row = self.read(f"select pgfence.version() as version, "
+                        f"({strip(self.files.query('fingerprint.sql'))}) as fingerprint",
+                        ["version", "fingerprint"])[0]
+        v = None if row["version"] is None else str(row["version"])
         released = self.files.fingerprints().get(v) if v is not None else None
-        fingerprint = None
-        if released is not None:
-            fingerprint = str(self.read(f"select ({strip(self.files.query('fingerprint.sql'))}) "
-                                        "as fingerprint", ["fingerprint"])[0]["fingerprint"])
+        fingerprint = None if released is None else str(row["fingerprint"])
         return Installed(True, v, fingerprint, released, sqitch_registry)
+
+    def installed_version(self) -> str | None:
+        """pgfence.version() after an install or upgrade committed: one read."""
+        v = self.read("select pgfence.version() as version", ["version"])[0]["version"]
+        return None if v is None else str(v)
 
     def sqitch_command(self, has: Installed, release: str) -> str:
         return (f"from a checkout of pgfence {release} (git checkout v{release}): "
@@ -476,7 +482,7 @@ class Cli:
                  "one transaction)")
         self.confirm(given)
         self.run_scripts([script, self.expect_version(newest)], "install")
-        return {"target": self.transport.target, "installed": self.installed().version,
+        return {"target": self.transport.target, "installed": self.installed_version(),
                 "previous": None, "changed": True}
 
     def upgrade(self, to: str, given: str | None) -> dict[str, Any]:
@@ -512,7 +518,7 @@ class Cli:
                  "one transaction)")
         self.confirm(given)
         self.run_scripts([*(u.text() for u in chain), self.expect_version(to)], "upgrade")
-        return {"target": target, "installed": self.installed().version, "previous": v,
+        return {"target": target, "installed": self.installed_version(), "previous": v,
                 "upgrade_files": [u.name for u in chain], "changed": True}
 
     @staticmethod
