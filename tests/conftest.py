@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from tests.support import (
     install_pgmq_layer,
     install_test_helpers,
     once_per_run,
+    sqitch,
     xdist_worker,
 )
 
@@ -90,6 +91,8 @@ VERSIONS: dict[str, tuple[str, str]] = {
     "test_control_plane.py": (ONCE, "an example's processes; acquire/fence are per version "
                                     "in test_ownership"),
     "test_demo.py": (ONCE, "the demo's narration; its SQL is the tested functions"),
+    "test_doctor.py": (ONCE, "the doctor command over its transports; health()'s checks are "
+                             "per version in test_health"),
     "test_deno_client.py": (ONCE, "deno fmt/lint/check and the Deno client's own tests; "
                                   "the wire protocol is the same on every version"),
     "test_deno_faults.py": (ONCE, "the Deno client's retries under faults, as for Python's"),
@@ -157,6 +160,7 @@ GROUPS: dict[str, tuple[str, str]] = {
                                     "every database of the cluster shares"),
     "test_health.py": ("roles", "its \"roles confined\" check reads every login role of the "
                                 "cluster, which its own case and the Supabase tests create"),
+    "test_doctor.py": ("roles", "prints test_health's checks, \"roles confined\" among them"),
     "test_idle_bound.py": ("idle", "its cases wait for the idle bound together: one batch"),
     "cron_ran": ("cron", "pg_cron runs jobs on the minute: the module's jobs share one wait"),
     "password_role": ("hba", "rewrites pg_hba.conf and reloads the server"),
@@ -298,6 +302,37 @@ def flow_template(pytestconfig: pytest.Config, cluster: Cluster) -> Iterator[str
     with shared_template(pytestconfig, cluster, "flow", with_pgmq=True,
                          with_pgflow=True) as name:
         yield name
+
+
+@pytest.fixture(scope="session")
+def sqitch_template(pytestconfig: pytest.Config, cluster: Cluster
+                    ) -> Iterator[Callable[[str], str]]:
+    """A template that `sqitch deploy --to TO` made ('' for the plan's head), once per run and
+    per TO, for the tests whose subject comes after that deploy: a clone carries Sqitch's
+    registry with it (the sqitch schema is in the database). A deploy costs seconds; a clone
+    a tenth of one."""
+    made: set[str] = set()
+
+    def build(to: str) -> str:
+        name = f"pgfence_template_{uuid.uuid4().hex[:12]}"
+        cluster.create_database(name)
+        try:
+            sqitch("deploy", *(["--to", to] if to else []), f"db:pg:{name}")
+        except BaseException:
+            cluster.drop_database(name)
+            raise
+        return name
+
+    def template(to: str) -> str:
+        key = to.removeprefix("@") or "head"
+        name = once_per_run(pytestconfig, f"template-sqitch-{key}", lambda _: build(to))
+        made.add(name)
+        return name
+
+    yield template
+    if not xdist_worker(pytestconfig):
+        for name in made:
+            cluster.drop_database(name)
 
 
 @pytest.fixture(scope="session")

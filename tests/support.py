@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import os
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,6 +56,15 @@ LONG = 600
 def install_bundle(cluster: Cluster, database: str) -> None:
     """pgfence from the one-file install, as `psql -f` installs it."""
     cluster.psql(database, "--single-transaction", "-f", BUNDLE)
+
+
+SQITCH_ENV = {"SQITCH_FULLNAME": "pgfence tests", "SQITCH_EMAIL": "tests@pgfence.invalid"}
+
+
+def sqitch(*args: str) -> subprocess.CompletedProcess[str]:
+    """Sqitch on the repository's plan, which must succeed."""
+    return subprocess.run(["sqitch", *args], cwd=ROOT, check=True, capture_output=True,
+                          text=True, env={**os.environ, **SQITCH_ENV})
 
 
 def install_pgmq(cluster: Cluster, database: str, how: str = "extension") -> None:

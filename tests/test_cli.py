@@ -646,10 +646,15 @@ def test_how_the_supabase_cli_finds_the_linked_project(case: str, tmp_path: Path
     assert supabase_target(t.cwd, t.env, ["--remote"])["project_ref"] == t.ref
     local = supabase_target(t.cwd, t.env, [])
     assert (local["kind"], local["port"]) == ("local", t.local_port)
-    # And both names, when both are there, are not ambiguous to it: SUPABASE_PROJECT_ID wins.
+
+
+def test_what_the_supabase_cli_makes_of_two_names_and_of_a_branch(tmp_path: Path) -> None:
+    """Both names, when both are there, are not ambiguous to it: SUPABASE_PROJECT_ID wins. A
+    name that is not 20 lowercase letters is a branch, which only its API resolves. (pgfence
+    refuses both: test_a_target_that_cannot_be_resolved_is_refused.)"""
+    layout(tmp_path, "search")
     both = supabase_target(tmp_path / "a", {"SUPABASE_PROJECT_ID": REF_B}, ["--remote"])
     assert both["project_ref"] == REF_B
-    # A name that is not 20 lowercase letters is a branch, which only its API resolves.
     branch = supabase_target(tmp_path / "a", {}, ["--remote=my-branch"])
     assert "branch" in branch["message"]
 

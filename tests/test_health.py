@@ -1,25 +1,16 @@
-"""pgfence.health() and `pgfence doctor`: every check passes on a healthy installation and each
-one fails, alone, naming what is wrong, when that one thing is broken; doctor prints them over
-both transports (a direct connection, the real Supabase CLI), read-only, exits 1 when a check
-fails, and says the same in --json. The healthy database is each check's negative control.
+"""pgfence.health(): every check passes on a healthy installation and each one fails, alone,
+naming what is wrong, when that one thing is broken. The healthy database is each check's
+negative control. `pgfence doctor`, which prints these checks, is tests/test_doctor.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from testkit.harness import Database
-from tests.support import ROOT
-
-SUPABASE = ROOT / ".tools/node_modules/.bin/supabase"
 
 # pg_cron's table as much as health reads of it (the real one: tests/test_prune.py's cluster).
 CRON = """
@@ -108,49 +99,3 @@ def test_the_monitor_may_run_it_and_reads_no_capability(db: Database) -> None:
     rows = db.sql("select * from pgfence.health()")
     db.sql("reset role")
     assert rows and all(lease_id not in str(r) for r in rows)
-
-
-def doctor(db: Database, how: str, *args: str) -> subprocess.CompletedProcess[str]:
-    dbname = db.one("select current_database()")
-    url = f"postgresql://postgres@127.0.0.1:{os.environ['PGPORT']}/{dbname}"
-    target = (["--db-url", url] if how == "direct" else
-              ["--supabase", "--supabase-bin", str(SUPABASE), f"--remote={url}"])
-    return subprocess.run([sys.executable, "-m", "pgfence.cli", *target, *args, "doctor"],
-                          capture_output=True, text=True, timeout=120, cwd=Path("/tmp"))
-
-
-@pytest.mark.parametrize("how", ["direct", "supabase"])
-def test_doctor_on_a_healthy_and_a_broken_database(db: Database, how: str) -> None:
-    healthy(db)
-    ok = doctor(db, how)
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "healthy" in ok.stdout and "schema matches its release" in ok.stdout
-    print(ok.stdout)
-    BREAKS["schema matches its release"][0](db)
-    BREAKS["protections guard every write"][0](db)
-    broken = doctor(db, how)
-    print(broken.stdout)
-    assert broken.returncode == 1
-    assert "function pgfence.version() changed" in broken.stdout
-    assert "2 of 8 checks failed" in broken.stdout
-    doc = json.loads(doctor(db, how, "--json").stdout)
-    assert doc["ok"] is False
-    assert [c["check"] for c in doc["checks"] if not c["ok"]] == [
-        "schema matches its release", "protections guard every write"]
-
-
-def test_doctor_only_reads(db: Database) -> None:
-    healthy(db)
-    dbname = db.one("select current_database()")
-    db.sql(f"alter database {dbname} set default_transaction_read_only = on")
-    try:
-        out = doctor(db, "direct")
-    finally:
-        db.sql(f"alter database {dbname} reset default_transaction_read_only")
-    assert out.returncode == 0, out.stdout + out.stderr
-
-
-def test_doctor_without_health_is_exit_1(db: Database) -> None:
-    db.sql("drop function pgfence.health()")
-    out = doctor(db, "direct")
-    assert out.returncode == 1 and "has no pgfence.health()" in out.stderr

@@ -3,7 +3,6 @@ down to nothing and up again."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -14,14 +13,7 @@ from pathlib import Path
 import pytest
 
 from testkit.cluster import Cluster
-from tests.support import ROOT, install_bundle
-
-SQITCH_ENV = {"SQITCH_FULLNAME": "pgfence tests", "SQITCH_EMAIL": "tests@pgfence.invalid"}
-
-
-def sqitch(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["sqitch", *args], cwd=ROOT, check=True, capture_output=True,
-                          text=True, env={**os.environ, **SQITCH_ENV})
+from tests.support import ROOT, install_bundle, sqitch
 
 
 def schema_dump(database: str, exclude: tuple[str, ...] = ()) -> str:
@@ -37,13 +29,14 @@ def schema_dump(database: str, exclude: tuple[str, ...] = ()) -> str:
 
 
 @pytest.fixture
-def fresh(cluster: Cluster) -> Iterator[Callable[[str], str]]:
-    """Makes empty databases (named after a tag) and drops them after the test."""
+def fresh(cluster: Cluster) -> Iterator[Callable[..., str]]:
+    """Makes databases (named after a tag), empty or clones of a template, and drops them
+    after the test."""
     made: list[str] = []
 
-    def make(tag: str) -> str:
+    def make(tag: str, template: str | None = None) -> str:
         name = f"i_{tag}_{uuid.uuid4().hex[:8]}"
-        cluster.create_database(name)
+        cluster.create_database(name, template)
         made.append(name)
         return name
 
@@ -85,9 +78,9 @@ def test_negative_control_schema_comparison_sees_a_missing_change(
 
 
 def test_revert_to_nothing_and_deploy_again(cluster: Cluster,
-                                           fresh: Callable[[str], str]) -> None:
-    name = fresh("roundtrip")
-    sqitch("deploy", f"db:pg:{name}")
+                                           fresh: Callable[..., str],
+                                           sqitch_template: Callable[[str], str]) -> None:
+    name = fresh("roundtrip", sqitch_template(""))     # what `sqitch deploy` made: the head
     first = schema_dump(name)
     sqitch("revert", "-y", f"db:pg:{name}")
     left = cluster.psql(name, "-At", "-c",

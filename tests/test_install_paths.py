@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +27,9 @@ from pgfence import cli
 from pgfence.connection import connect
 from pgfence.releases import Files
 from testkit.cluster import Cluster
-from tests.support import ROOT, install_bundle
-from tests.test_install import SQITCH_ENV, schema_dump
-from tests.test_install import sqitch as sqitch_ok
+from tests.support import ROOT, SQITCH_ENV, install_bundle
+from tests.support import sqitch as sqitch_ok
+from tests.test_install import schema_dump
 
 HEAD = Files().newest()
 RELEASE_0_1_0 = ROOT / "sql/releases/pgfence--0.1.0.sql"
@@ -81,12 +81,14 @@ class Db:
 
 
 @pytest.fixture
-def make(cluster: Cluster) -> Iterator[Any]:
+def make(cluster: Cluster, sqitch_template: Callable[[str], str]) -> Iterator[Any]:
+    """make(): an empty database; make(deployed="@v0.1.0"), make(deployed=""): one that
+    `sqitch deploy` brought to that release or to the plan's head (a clone)."""
     made: list[str] = []
 
-    def fresh() -> Db:
+    def fresh(deployed: str | None = None) -> Db:
         name = f"p_{uuid.uuid4().hex[:10]}"
-        cluster.create_database(name)
+        cluster.create_database(name, None if deployed is None else sqitch_template(deployed))
         made.append(name)
         return Db(cluster, name)
 
@@ -112,8 +114,7 @@ def renews(db: Db) -> None:
 # --- item 1: one install path per database -----------------------------------------------------
 
 def test_sqitch_then_the_cli_and_the_upgrade_file_are_refused(make: Any) -> None:
-    db = make()
-    sqitch_ok("deploy", "--to", "@v0.1.0", db.sqitch)
+    db = make(deployed="@v0.1.0")
     before = db.dump()
     code, out = db.cli("upgrade", db.confirm())
     assert code == 1 and "Sqitch deploys pgfence" in out, out
@@ -131,8 +132,7 @@ def test_sqitch_then_the_cli_and_the_upgrade_file_are_refused(make: Any) -> None
 
 
 def test_the_cli_install_is_refused_where_sqitch_reverted_everything(make: Any) -> None:
-    db = make()
-    sqitch_ok("deploy", "--to", "@v0.1.0", db.sqitch)
+    db = make(deployed="@v0.1.0")
     sqitch_ok("revert", "-y", db.sqitch)
     code, out = db.cli("install", db.confirm())
     assert code == 1 and "install it with Sqitch" in out, out
@@ -143,8 +143,7 @@ def test_the_cli_install_is_refused_where_sqitch_reverted_everything(make: Any) 
 
 def test_negative_control_another_projects_registry_is_not_pgfences(make: Any) -> None:
     """The refusal is about project pgfence: a registry of another project changes nothing."""
-    db = make()
-    sqitch_ok("deploy", "--to", "@v0.1.0", db.sqitch)
+    db = make(deployed="@v0.1.0")
     db.psql("-c", "update sqitch.projects set project = 'other' where project = 'pgfence'")
     # (changes reference projects with ON UPDATE CASCADE)
     code, out = db.cli("upgrade", db.confirm())
@@ -156,8 +155,7 @@ def test_a_database_upgraded_outside_sqitch_is_refused_by_sqitch_deploy(make: An
     """The issue's corruption: Sqitch at 0.1.0, upgraded by another path (here the upgrade file
     with the registry out of its sight, as before this release), then `sqitch deploy`: it must
     not run half and revert (dropping interval_ok, 42883 on every renew)."""
-    db = make()
-    sqitch_ok("deploy", "--to", "@v0.1.0", db.sqitch)
+    db = make(deployed="@v0.1.0")
     db.psql("-c", "alter table sqitch.projects rename to hidden")
     db.psql("--single-transaction", "-f", UPGRADE)
     db.psql("-c", "alter table sqitch.hidden rename to projects")
@@ -331,8 +329,7 @@ def live_state(db: Db) -> Live:
 
 
 def test_revert_refuses_while_it_would_strand_live_state_then_keeps_it(make: Any) -> None:
-    db = make()
-    sqitch_ok("deploy", db.sqitch)
+    db = make(deployed="")
     live = live_state(db)
     out = sqitch("revert", "-y", "--to", "@v0.1.0", db.sqitch)
     said = out.stdout + out.stderr
@@ -379,8 +376,7 @@ def test_revert_refuses_while_it_would_strand_live_state_then_keeps_it(make: Any
 def test_negative_control_the_old_revert_strands_a_claimed_task(make: Any) -> None:
     """Without the refusal (a claimed task hidden from it), the revert goes through and the
     task claimed under the head can no longer be completed: 22023, the issue's finding."""
-    db = make()
-    sqitch_ok("deploy", db.sqitch)
+    db = make(deployed="")
     live = live_state(db)
     db.psql("-c", "delete from pgfence.stale_results where report > 1")
     # The refusals count claimed tasks; one step out of their sight is the old behaviour.

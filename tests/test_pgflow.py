@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -540,13 +541,15 @@ def test_the_layer_refuses_without_what_it_needs(cluster: Cluster, missing: str)
         cluster.drop_database(name)
 
 
-def test_sqitch_and_the_bundle_install_the_same_layer(cluster: Cluster) -> None:
+def test_sqitch_and_the_bundle_install_the_same_layer(
+        cluster: Cluster, sqitch_template: Callable[[str], str]) -> None:
     by_sqitch, by_bundle = (f"t_{uuid.uuid4().hex[:12]}" for _ in range(2))
     try:
-        for name in (by_sqitch, by_bundle):
-            cluster.create_database(name)
+        # by_sqitch: what `sqitch deploy` of the core made (a clone), then pgmq and pgflow
+        for name, template in ((by_sqitch, sqitch_template("")), (by_bundle, None)):
+            cluster.create_database(name, template)
             install_pgflow(cluster, name)
-        for top in (ROOT, ROOT / "layers/pgmq", ROOT / "layers/pgflow"):
+        for top in (ROOT / "layers/pgmq", ROOT / "layers/pgflow"):
             subprocess.run(["sqitch", "deploy", f"db:pg:{by_sqitch}"], cwd=top, check=True,
                            capture_output=True)
         install_bundle(cluster, by_bundle)

@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,12 +25,13 @@ from pgfence.connection import connect
 from testkit.cluster import Cluster
 from tests.support import (
     ROOT,
+    SQITCH_ENV,
     install_bundle,
     install_pgflow,
     install_pgflow_layer,
     install_pgmq_layer,
+    sqitch,
 )
-from tests.test_install import SQITCH_ENV, sqitch
 from tests.test_install import schema_dump as dump
 
 RELEASES = ROOT / "sql/releases"
@@ -71,9 +72,9 @@ class Databases:
         self.cluster = cluster
         self.made: list[str] = []
 
-    def fresh(self, tag: str) -> str:
+    def fresh(self, tag: str, template: str | None = None) -> str:
         name = f"u_{tag}_{uuid.uuid4().hex[:8]}"
-        self.cluster.create_database(name)
+        self.cluster.create_database(name, template)
         self.made.append(name)
         return name
 
@@ -331,11 +332,11 @@ def test_pgtap_suite_passes_on_an_upgraded_database(dbs: Databases, start: str) 
 
 
 @pytest.mark.parametrize("start", OLDER)
-def test_sqitch_up_down_up_across_a_release(dbs: Databases, start: str) -> None:
-    name = dbs.fresh("updown")
+def test_sqitch_up_down_up_across_a_release(dbs: Databases, start: str,
+                                            sqitch_template: Callable[[str], str]) -> None:
+    name = dbs.fresh("updown", sqitch_template(f"@v{start}"))   # `sqitch deploy --to` start
     release_dump = dbs.fresh("release")
     dbs.install_release(release_dump, start)
-    sqitch("deploy", "--to", f"@v{start}", f"db:pg:{name}")
     live = make_live_state(dbs, name)
     sqitch("deploy", f"db:pg:{name}")
     head = schema_dump(name)

@@ -1,0 +1,64 @@
+"""`pgfence doctor` prints pgfence.health()'s checks over both transports (a direct connection,
+the real Supabase CLI), only reads, exits 1 when a check fails, and says the same in --json.
+The checks themselves are tests/test_health.py's, on every server version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testkit.harness import Database
+from tests.support import SUPABASE
+from tests.test_health import BREAKS, healthy
+
+
+def doctor(db: Database, how: str, *args: str) -> subprocess.CompletedProcess[str]:
+    dbname = db.one("select current_database()")
+    url = f"postgresql://postgres@127.0.0.1:{os.environ['PGPORT']}/{dbname}"
+    target = (["--db-url", url] if how == "direct" else
+              ["--supabase", "--supabase-bin", str(SUPABASE), f"--remote={url}"])
+    return subprocess.run([sys.executable, "-m", "pgfence.cli", *target, *args, "doctor"],
+                          capture_output=True, text=True, timeout=120, cwd=Path("/tmp"))
+
+
+@pytest.mark.parametrize("how", ["direct", "supabase"])
+def test_doctor_on_a_healthy_and_a_broken_database(db: Database, how: str) -> None:
+    healthy(db)
+    ok = doctor(db, how)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "healthy" in ok.stdout and "schema matches its release" in ok.stdout
+    print(ok.stdout)
+    BREAKS["schema matches its release"][0](db)
+    BREAKS["protections guard every write"][0](db)
+    broken = doctor(db, how)
+    print(broken.stdout)
+    assert broken.returncode == 1
+    assert "function pgfence.version() changed" in broken.stdout
+    assert "2 of 8 checks failed" in broken.stdout
+    doc = json.loads(doctor(db, how, "--json").stdout)
+    assert doc["ok"] is False
+    assert [c["check"] for c in doc["checks"] if not c["ok"]] == [
+        "schema matches its release", "protections guard every write"]
+
+
+def test_doctor_only_reads(db: Database) -> None:
+    healthy(db)
+    dbname = db.one("select current_database()")
+    db.sql(f"alter database {dbname} set default_transaction_read_only = on")
+    try:
+        out = doctor(db, "direct")
+    finally:
+        db.sql(f"alter database {dbname} reset default_transaction_read_only")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_doctor_without_health_is_exit_1(db: Database) -> None:
+    db.sql("drop function pgfence.health()")
+    out = doctor(db, "direct")
+    assert out.returncode == 1 and "has no pgfence.health()" in out.stderr
