@@ -52,6 +52,8 @@ ONCE, PER_VERSION = "once", "per version"
 VERSIONS: dict[str, tuple[str, str]] = {
     # what tests pgfence's SQL on the server: per version
     "test_complete_many.py": (PER_VERSION, "row locks and deadlock detection of the server"),
+    "test_drift_and_revert.py": (PER_VERSION, "the fingerprint reads the server's catalogs; "
+                                              "the revert scripts move live state here"),
     "test_failover.py": (PER_VERSION, "streaming replication, promotion, sequences after it"),
     "test_frozen_owner.py": (PER_VERSION, "idle_in_transaction_session_timeout ends a session"),
     "test_hmac.py": (PER_VERSION, "pgcrypto's hmac and digest on this server"),
@@ -111,6 +113,10 @@ VERSIONS: dict[str, tuple[str, str]] = {
                                  "the SQL they apply is per version in test_install"),
     "test_meetings.py": (ONCE, "testkit.permutations' choice of interleavings; no server"),
     "test_init.py": (ONCE, "pgfence init writes files; no server"),
+    "test_install_paths.py": (ONCE, "which install path may follow which: the CLI's refusals, "
+                                    "Sqitch's registry, the plan; each path's SQL runs on every "
+                                    "version in test_install, test_upgrade and pgTAP's Sqitch "
+                                    "install"),
     "test_cli_output.py": (ONCE, "how the CLI prints what the database returns"),
     "test_packaging.py": (ONCE, "scripts/build and the Deno package metadata; no server"),
     "test_version.py": (ONCE, "the files that name the release; no server"),
