@@ -38,6 +38,9 @@ Params = Sequence[Any] | dict[str, Any] | None
 # limit a fence derives from it (hold_current). A 30 s default lost a lease to four Supabase
 # CLI commands on a busy machine (tests/test_cli_install.py, issue 23).
 LONG_TTL = "1 hour"
+# The longest pause between two polls of another session's state (wait_until, Step.settle):
+# they start at a millisecond or two and double.
+POLL_AT_MOST = 0.05
 
 
 @dataclass(frozen=True)
@@ -90,9 +93,14 @@ class Database:
         timeout bounds a hung test only (no verdict rests on it), so it is long: a replica
         that replays behind a loaded machine's other work is still right."""
         deadline = time.monotonic() + timeout
+        pause = 0.001
         while not self.one(query, params):
             if time.monotonic() > deadline:
                 raise AssertionError(f"still false after {timeout}s: {query!r}")
+            # The pace of the polls, never a verdict: without it a wait of seconds (a pg_cron
+            # tick, an idle bound) kept a core of the server and one of the client busy.
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_AT_MOST)
 
     def blocking_pids(self, session: Session) -> list[int]:
         """The backends that a running step of ``session`` waits for (none if not waiting)."""
@@ -219,6 +227,7 @@ class Step:
         # Most steps finish at once: no need to ask the server about those.
         if self._done.wait(0.001):
             return False
+        pause = 0.002
         while time.monotonic() < deadline:
             if self._done.is_set():
                 return False
@@ -226,7 +235,8 @@ class Step:
             if pids:
                 self.blocked_by = pids
                 return True
-            self._done.wait(0.002)
+            self._done.wait(pause)        # the poll's pace (see wait_until), not a verdict
+            pause = min(pause * 2, POLL_AT_MOST)
         raise AssertionError(
             f"step of {self.session.name} neither finished nor blocked in {timeout}s")
 
