@@ -72,6 +72,8 @@ VERSIONS: dict[str, tuple[str, str]] = {
     "test_supabase_rpc.py": (PER_VERSION, "set local role and request settings in SQL"),
     "test_updates.py": (PER_VERSION, "update windows under interleavings"),
     "test_upgrade.py": (PER_VERSION, "every release upgraded to head on this server"),
+    "test_layer_upgrade.py": (PER_VERSION, "each layer release upgraded to head with live "
+                                           "state, and Sqitch's revert, on this server"),
     "test_wedge.py": (PER_VERSION, "lock_timeout, SKIP LOCKED / NOWAIT of the server"),
     "test_work_boundary.py": (PER_VERSION, "claim and completion under interleavings"),
     # what tests something else than the server: once

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import importlib.machinery
+import importlib.util
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -65,6 +68,22 @@ def sqitch(*args: str) -> subprocess.CompletedProcess[str]:
     """Sqitch on the repository's plan, which must succeed."""
     return subprocess.run(["sqitch", *args], cwd=ROOT, check=True, capture_output=True,
                           text=True, env={**os.environ, **SQITCH_ENV})
+
+
+def bundle_query(name: str, subject: str = "pgfence") -> str:
+    """migrations/NAME.sql (fingerprint.sql, sqitch_registry.sql) about pgfence's schema and
+    Sqitch project or a layer's (``subject``: pgfence_pgflow, say), as scripts/bundle puts it
+    into the upgrade files: the script's own rule, loaded from it."""
+    module = sys.modules.get("pgfence_bundle")
+    if module is None:
+        loader = importlib.machinery.SourceFileLoader("pgfence_bundle",
+                                                      str(ROOT / "scripts/bundle"))
+        spec = importlib.util.spec_from_loader(loader.name, loader)
+        assert spec is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[loader.name] = module
+        loader.exec_module(module)
+    return str(module.query(name, subject))
 
 
 def install_pgmq(cluster: Cluster, database: str, how: str = "extension") -> None:

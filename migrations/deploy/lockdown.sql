@@ -33,7 +33,8 @@
 --
 -- Release 0.2.0 makes it one function, pgfence.lockdown(schema), that every layer applies to
 -- its own schema too, and runs it again after its own changes. (Each release reworks this change and
--- says so here: Sqitch refuses two changes with the same script.)
+-- says so here: Sqitch refuses two changes with the same script.) Release 0.2.1 reworks it
+-- unchanged, to run last again after version.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the

@@ -4,7 +4,7 @@
 wheel as package data):
 
     schema/pgfence.sql                      the full install of the newest release; its first
-                                            line names it: ``-- pgfence 0.2.0: one-file install``
+                                            line names it: ``-- pgfence 0.2.1: one-file install``
     schema/releases/pgfence--<X>.sql        the full install of each past release
     schema/upgrades/pgfence--<A>--<B>.sql   the one-file upgrade from release A to release B
     schema/releases/fingerprints            the schema fingerprint of each release

@@ -1,5 +1,10 @@
 -- Deploy pgfence_pgflow:pgflow_start_tasks
 -- requires: pgflow_attempts
+--
+-- Reworked in 0.2.1 (the 0.2.0 script is deploy/pgflow_start_tasks@v0.2.0.sql): the same
+-- rules in statements that keep their plans. Over 0.2.0 the table is there already (`if not
+-- exists`); a fresh install runs this script alone, after pgflow_workers, whose functions
+-- name the table only in PL/pgSQL bodies.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -13,7 +18,7 @@ set local lock_timeout = '5s';
 -- from the lease's resource and owner name (a worker that acquires again, or supervises
 -- across leases, keeps its row) by a keyed hash, never from the lease id, which is the
 -- owner's capability and must not be readable there.
-create function pgfence_pgflow.worker_id(lease_id uuid, key bytea)
+create or replace function pgfence_pgflow.worker_id(lease_id uuid, key bytea)
 returns uuid
 language sql
 stable
@@ -26,7 +31,7 @@ revoke all on function pgfence_pgflow.worker_id(uuid, bytea) from public;
 -- Which lease each worker row last started under: the lease's end (superseded, draining,
 -- released) is the worker's (pgflow's deprecated_at / stopped_at, pgfence_pgflow.sync_workers).
 -- Holds lease ids: nobody but the layer's own functions reads it.
-create table pgfence_pgflow.worker_leases (
+create table if not exists pgfence_pgflow.worker_leases (
   worker_id uuid primary key,
   lease_id  uuid not null
 );
@@ -34,7 +39,7 @@ comment on table pgfence_pgflow.worker_leases is
   'The lease each pgflow.workers row of the layer last started under. Not a public interface.';
 revoke all on table pgfence_pgflow.worker_leases from public;
 
-create function pgfence_pgflow.start_tasks(lease_id uuid, flow_slug text, queue text, vt interval, qty int default 1)
+create or replace function pgfence_pgflow.start_tasks(lease_id uuid, flow_slug text, queue text, vt interval, qty int default 1)
 returns table (attempt_id uuid, run_id uuid, step_slug text, task_index int, input jsonb, msg_id bigint)
 language plpgsql
 security definer

@@ -1,0 +1,8 @@
+-- Revert pgfence_pgflow:pgflow_lockdown
+-- Nothing to undo: revoked privileges were never the layer's to give.
+
+begin;
+
+select 1;
+
+commit;

@@ -1,0 +1,14 @@
+-- Revert pgfence_pgflow:pgflow_start_tasks
+
+begin;
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+drop function pgfence_pgflow.start_tasks(uuid, text, text, interval, int);
+drop function pgfence_pgflow.worker_id(uuid, bytea);
+drop table pgfence_pgflow.worker_leases;
+
+commit;
