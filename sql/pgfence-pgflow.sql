@@ -169,161 +169,6 @@ revoke all on table pgfence_pgflow.attempts, pgfence_pgflow.stale_results, pgfen
 grant select on table pgfence_pgflow.starts, pgfence_pgflow.stale to pgfence_monitor, pgfence_operator;
 
 
--- change: pgflow_finish
--- Deploy pgfence_pgflow:pgflow_finish
--- requires: pgflow_attempts
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- complete_task and fail_task share one rule (I5), the one of pgfence's own complete and fail:
--- the result of the attempt that holds the task is accepted, even after its lease expired or
--- drained, as long as nobody started the task again since (it is still started, with the
--- attempts_count this attempt's start gave it); pgflow's own complete_task or fail_task then
--- applies it. Otherwise it is stale, recorded in pgfence_pgflow.stale_results, and pgflow
--- never sees it.
-create function pgfence_pgflow.finish(attempt_id uuid, kind text, output jsonb, error_message text)
-returns text
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_attempt pgfence_pgflow.attempts;
-  v_holds boolean;
-  v_superseded boolean;
-  v_body jsonb;
-  v_reports bigint;
-  v_was text;
-  v_status text;
-begin
-  perform pgfence.check_not_null('attempt_id', finish.attempt_id);
-  if finish.kind is null or finish.kind not in ('complete', 'fail') then
-    perform pgfence.invalid_argument('kind', 'must be complete or fail', finish.kind);
-  end if;
-  -- Locked, so that two calls of one attempt are decided one after the other.
-  select * into v_attempt from pgfence_pgflow.attempts a where a.attempt_id = finish.attempt_id for update;
-  if not found then
-    perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence_pgflow.start_tasks',
-                                     finish.attempt_id::text);
-  end if;
-  perform pgfence_pgflow.check_allowed(case when finish.kind = 'complete'
-                                            then 'pgflow.complete_task(uuid, text, int, jsonb)'::regprocedure
-                                            else 'pgflow.fail_task(uuid, text, int, text)' end);
-  -- pgflow's own complete_task and fail_task, run by the caller, would archive the message or
-  -- set its visibility: what pgmq needs for that too.
-  perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(v_attempt.flow_slug), 'delete', true);
-  -- The run first: pgflow's complete_task and fail_task lock it after this function has locked
-  -- the task, and a fail_task that fails the run then updates the run's other tasks and
-  -- archives their messages, which another result of the run holds: two results of one run
-  -- would deadlock. Taken first, the run orders them.
-  perform from pgflow.runs r where r.run_id = v_attempt.run_id for update;
-  -- Then the message, then the task: the order in which start_tasks takes them (the read,
-  -- then the takeover). A start that read the message and has not committed is waited for,
-  -- and the task judged on what it committed; a start that comes later skips the message
-  -- (SKIP LOCKED). In the other order, a takeover and a late result would deadlock: each
-  -- would hold the row the other's next statement needs.
-  execute format('select from pgmq.%I m where m.msg_id = $1 for update',
-                 pgfence_pgmq.queue_table(v_attempt.flow_slug))
-    using v_attempt.msg_id;
-  select st.status = 'started' and st.attempts_count = v_attempt.attempts_count,
-         st.attempts_count > v_attempt.attempts_count
-    into v_holds, v_superseded
-    from pgflow.step_tasks st
-   where st.run_id = v_attempt.run_id and st.step_slug = v_attempt.step_slug
-     and st.task_index = v_attempt.task_index
-     for update;
-  -- The core's order of verdicts: an attempt that a newer start superseded is stale, also
-  -- when its own result had been accepted before (a fail that pgflow retried) or the task has
-  -- finished since; a retry of the attempt that still holds the task, or finished it, is a
-  -- duplicate.
-  if v_attempt.outcome is not null and not coalesce(v_superseded, false) then
-    return 'duplicate';
-  end if;
-  if not coalesce(v_holds, false) then
-    v_body := case when finish.kind = 'complete' then finish.output
-                   else pg_catalog.jsonb_build_object('error_message', finish.error_message) end;
-    -- Each different report kept, a retry of one adds nothing, at most 10 per attempt.
-    if not exists (select from pgfence_pgflow.stale_results s
-                    where s.attempt_id = finish.attempt_id and s.kind = finish.kind
-                      and s.body is not distinct from v_body) then
-      select count(*) into v_reports from pgfence_pgflow.stale_results s where s.attempt_id = finish.attempt_id;
-      if v_reports >= 10 then
-        raise exception 'pgfence: a superseded attempt of pgflow task %/%/% has sent 10 stale results already',
-                        v_attempt.run_id, v_attempt.step_slug, v_attempt.task_index
-          using errcode = '54000',
-                hint = 'the attempt is superseded: stop reporting; its results are in pgfence_pgflow.stale_results';
-      end if;
-      insert into pgfence_pgflow.stale_results (attempt_id, report, kind, body)
-      values (finish.attempt_id, v_reports + 1, finish.kind, v_body);
-    end if;
-    return 'stale';
-  end if;
-  -- This result is authorized by its attempt, whose lease may have expired since: pgflow's
-  -- writes (step_tasks, the queue table, both perhaps protected) are shown the lease's
-  -- resource for this call alone, and the transaction's markers are put back after it.
-  select pgfence.mark_fenced(l.resource, k.hmac_key) into v_was
-    from pgfence.leases l, pgfence.signing_key k
-   where l.lease_id = v_attempt.lease_id;
-  if finish.kind = 'complete' then
-    select t.status into v_status
-      from pgflow.complete_task(v_attempt.run_id, v_attempt.step_slug, v_attempt.task_index, finish.output) t;
-  else
-    select t.status into v_status
-      from pgflow.fail_task(v_attempt.run_id, v_attempt.step_slug, v_attempt.task_index, finish.error_message) t;
-  end if;
-  perform set_config('pgfence.fenced', v_was, true);
-  update pgfence_pgflow.attempts a
-     set outcome = finish.kind, finished_at = clock_timestamp()
-   where a.attempt_id = finish.attempt_id;
-  -- The pgmq layer's record of the read: pgflow archives the message of a task that completed
-  -- or failed for good (a task queued for a retry keeps it, to be read again).
-  if v_status in ('completed', 'failed') then
-    update pgfence_pgmq.attempts p
-       set outcome = 'archive', finished_at = clock_timestamp()
-     where p.attempt_id = v_attempt.pgmq_attempt_id and p.outcome is null;
-  end if;
-  return 'accepted';
-end
-$$;
-comment on function pgfence_pgflow.finish(uuid, text, jsonb, text) is
-  'complete_task (kind complete) and fail_task (kind fail). Raises 22023.';
-
--- The two names of the contract: inlined into the caller's query (LANGUAGE sql, no SET, not
--- SECURITY DEFINER, every name qualified), so a call costs one function's SET, not two.
-create function pgfence_pgflow.complete_task(attempt_id uuid, output jsonb)
-returns text
-language sql
-as $$
-  select pgfence_pgflow.finish(complete_task.attempt_id, 'complete', complete_task.output, null);
-$$;
-comment on function pgfence_pgflow.complete_task(uuid, jsonb) is
-  'Completes the task of an attempt with pgflow''s complete_task: accepted while nobody started the task again '
-  'since, also after the lease expired; duplicate for a retry of an accepted attempt; stale (recorded in '
-  'pgfence_pgflow.stale_results, never applied) otherwise, also after the task finished. Raises 42501 (the caller''s role '
-  'may not do this with pgflow itself), 22023 for an unknown attempt.';
-
-create function pgfence_pgflow.fail_task(attempt_id uuid, error_message text)
-returns text
-language sql
-as $$
-  select pgfence_pgflow.finish(fail_task.attempt_id, 'fail', null, fail_task.error_message);
-$$;
-comment on function pgfence_pgflow.fail_task(uuid, text) is
-  'Fails the task of an attempt with pgflow''s fail_task (which retries it or fails it for good), by the rule of '
-  'complete_task.';
-
-revoke all on function pgfence_pgflow.finish(uuid, text, jsonb, text), pgfence_pgflow.complete_task(uuid, jsonb),
-                       pgfence_pgflow.fail_task(uuid, text)
-  from public;
-grant execute on function pgfence_pgflow.finish(uuid, text, jsonb, text), pgfence_pgflow.complete_task(uuid, jsonb),
-                         pgfence_pgflow.fail_task(uuid, text)
-   to pgfence_worker;
-
-
 -- change: pgflow_in_flight
 -- Deploy pgfence_pgflow:pgflow_in_flight
 -- requires: pgflow_attempts
@@ -740,29 +585,34 @@ do $$ begin perform pgfence.lockdown('pgfence_pgflow'); end $$;
 -- Deploy pgfence_pgflow:pgflow_start_tasks
 -- requires: pgflow_attempts
 --
--- Reworked in 0.2.1 (the 0.2.0 script is deploy/pgflow_start_tasks@v0.2.0.sql): the same
--- rules in statements that keep their plans. Over 0.2.0 the table is there already (`if not
--- exists`); a fresh install runs this script alone, after pgflow_workers, whose functions
--- name the table only in PL/pgSQL bodies.
+-- Reworked in 0.2.1 (0.2.0's script is deploy/pgflow_start_tasks@v0.2.0.sql): the same rules
+-- in statements that keep their plans (docs/performance.md). Over 0.2.0 the table is there
+-- already (`if not exists`); a fresh install runs this script alone, after pgflow_workers,
+-- whose functions name the table only in PL/pgSQL bodies.
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
 -- transactions fails the deploy instead of queueing every later locker behind it (squawk).
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
+-- (Over 0.2.0, "relation worker_leases already exists, skipping" says nothing useful.)
+set local client_min_messages = warning;
 
 -- pgflow's worker row: pgflow records who started a task (step_tasks.last_worker_id) and
 -- expects a pgflow.workers row for it. One row per worker, not per lease: its id is derived
 -- from the lease's resource and owner name (a worker that acquires again, or supervises
 -- across leases, keeps its row) by a keyed hash, never from the lease id, which is the
--- owner's capability and must not be readable there.
+-- owner's capability and must not be readable there. plpgsql, so that its query keeps a plan
+-- (a LANGUAGE sql function that reads a table is parsed and planned again on every call).
 create or replace function pgfence_pgflow.worker_id(lease_id uuid, key bytea)
 returns uuid
-language sql
+language plpgsql
 stable
 as $$
-  select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner), worker_id.key), 32)::pg_catalog.uuid
-    from pgfence.leases l where l.lease_id operator(pg_catalog.=) worker_id.lease_id;
+begin
+  return (select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner), worker_id.key), 32)::pg_catalog.uuid
+            from pgfence.leases l where l.lease_id operator(pg_catalog.=) worker_id.lease_id);
+end
 $$;
 revoke all on function pgfence_pgflow.worker_id(uuid, bytea) from public;
 
@@ -787,13 +637,17 @@ declare
   v_reads record;
   v_msgs bigint[];
   v_tasks pgflow.step_task_record[];
-  v_key bytea;
+  v_task pgflow.step_task_record;
   v_worker uuid;
   v_flow_input boolean := exists (select from pg_catalog.pg_attribute a
                                    where a.attrelid = 'pgflow.step_task_record'::regclass
                                      and a.attname = 'flow_input' and not a.attisdropped);
 begin
-  perform pgfence.check_not_null('lease_id', start_tasks.lease_id);
+  -- The NULL checks are the core's, called only where they fail: a call per start costs a
+  -- statement of its own.
+  if start_tasks.lease_id is null then
+    perform pgfence.check_not_null('lease_id', start_tasks.lease_id);
+  end if;
   perform pgfence_pgflow.check_allowed('pgflow.start_tasks(text, bigint[], uuid)');
   if not exists (select from pgflow.flows f where f.flow_slug = start_tasks.flow_slug) then
     perform pgfence.invalid_argument('flow_slug', 'no such pgflow flow', start_tasks.flow_slug);
@@ -813,11 +667,10 @@ begin
     return;
   end if;
   v_msgs := v_reads.msgs;
-  select k.hmac_key into v_key from pgfence.signing_key k;
   -- The worker row pgflow's start_tasks refers to, and its heartbeat, at most every 5 seconds:
   -- an upsert locks the row to the end of the transaction, and would queue every start of
   -- the lease behind the one before. A worker that starts under a new lease is alive again.
-  v_worker := pgfence_pgflow.worker_id(start_tasks.lease_id, v_key);
+  v_worker := pgfence_pgflow.worker_id(start_tasks.lease_id, (select k.hmac_key from pgfence.signing_key k));
   if not exists (select from pgflow.workers w
                    join pgfence_pgflow.worker_leases wl on wl.worker_id = w.worker_id
                   where w.worker_id = v_worker and wl.lease_id = start_tasks.lease_id
@@ -859,7 +712,7 @@ begin
    where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
      and st.attempts_count >= coalesce(s.opt_max_attempts, f.opt_max_attempts)
      and exists (select from pgflow.runs r where r.run_id = st.run_id for update skip locked);
-  select array_agg(t) into v_tasks
+  select array_agg(t order by t.msg_id) into v_tasks
     from pgflow.start_tasks(start_tasks.flow_slug, v_msgs, v_worker) t;
   -- pgflow's own rule, on every supported pgflow: a started task's message stays hidden for its
   -- step's timeout (else the flow's) + 2 s, whatever vt the read used, so that no live task is
@@ -869,34 +722,40 @@ begin
      from unnest(v_tasks) t
      join pgflow.steps s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
      join pgflow.flows f on f.flow_slug = t.flow_slug;
-  -- A statement of its own, so that it sees the attempts_count pgflow's start just set.
-  return query
-  with started as (
+  -- Each started task's attempt, recorded and returned, in msg_id order: a statement per task
+  -- (one statement over unnest() of the arrays was planned anew on every call), each of its
+  -- own, so that it sees the attempts_count pgflow's start just set.
+  foreach v_task in array coalesce(v_tasks, '{}') loop
     insert into pgfence_pgflow.attempts as a
            (attempt_id, pgmq_attempt_id, flow_slug, run_id, step_slug, task_index, msg_id, attempts_count, lease_id)
-    select gen_random_uuid(), r.attempt_id, t.flow_slug, t.run_id, t.step_slug, t.task_index, t.msg_id,
-           st.attempts_count, start_tasks.lease_id
-      from unnest(v_tasks) t
-      join pgflow.step_tasks st
-        on st.run_id = t.run_id and st.step_slug = t.step_slug and st.task_index = t.task_index
-      join unnest(v_reads.msgs, v_reads.attempts) r(msg_id, attempt_id) on r.msg_id = t.msg_id
-    returning a.attempt_id, a.run_id, a.step_slug, a.task_index, a.msg_id)
-  -- input has pgflow 0.8's shape on every pgflow: a map task's item; any other task's run
-  -- input under "run" beside its dependencies' outputs. pgflow since its flow_input
-  -- migration (20251225163110; 0.14.1 has it) gives a task its dependencies' outputs only (a
-  -- root step's flow_input aside, which its own workers read), so the run's input is put back
-  -- under "run" there.
-  select s.attempt_id, s.run_id, s.step_slug, s.task_index,
+    select gen_random_uuid(), v_reads.attempts[array_position(v_msgs, v_task.msg_id)], v_task.flow_slug,
+           v_task.run_id, v_task.step_slug, v_task.task_index, v_task.msg_id, st.attempts_count, start_tasks.lease_id
+      from pgflow.step_tasks st
+     where st.run_id = v_task.run_id and st.step_slug = v_task.step_slug and st.task_index = v_task.task_index
+       and v_task.msg_id = any (v_msgs)
+    returning a.attempt_id into attempt_id;
+    continue when not found;
+    -- input has pgflow 0.8's shape on every pgflow: a map task's item; any other task's run
+    -- input under "run" beside its dependencies' outputs. pgflow since its flow_input
+    -- migration (20251225163110; 0.14.1 has it) gives a task its dependencies' outputs only (a
+    -- root step's flow_input aside, which its own workers read), so the run's input is put back
+    -- under "run" there. (Only there a statement: on 0.8 the input is pgflow's as it is.)
+    input := v_task.input;
+    if v_flow_input then
+      input :=
          case when v_flow_input and (select st2.step_type from pgflow.steps st2
-                                      where st2.flow_slug = t.flow_slug and st2.step_slug = t.step_slug)
+                                      where st2.flow_slug = v_task.flow_slug and st2.step_slug = v_task.step_slug)
                                     is distinct from 'map'
-              then pg_catalog.jsonb_build_object('run', (select r2.input from pgflow.runs r2 where r2.run_id = t.run_id))
-                   operator(pg_catalog.||) t.input
-              else t.input end,
-         s.msg_id
-    from started s
-    join unnest(v_tasks) t on t.run_id = s.run_id and t.step_slug = s.step_slug and t.task_index = s.task_index
-   order by s.msg_id;
+              then pg_catalog.jsonb_build_object('run', (select r2.input from pgflow.runs r2 where r2.run_id = v_task.run_id))
+                   operator(pg_catalog.||) v_task.input
+              else v_task.input end;
+    end if;
+    run_id := v_task.run_id;
+    step_slug := v_task.step_slug;
+    task_index := v_task.task_index;
+    msg_id := v_task.msg_id;
+    return next;
+  end loop;
 end
 $$;
 comment on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) is
@@ -908,6 +767,168 @@ comment on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) 
 
 revoke all on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) from public;
 grant execute on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) to pgfence_worker;
+
+
+-- change: pgflow_finish
+-- Deploy pgfence_pgflow:pgflow_finish
+-- requires: pgflow_attempts
+--
+-- Reworked in 0.2.1 (0.2.0's script is deploy/pgflow_finish@v0.2.0.sql): the same rules in
+-- fewer statements (docs/performance.md).
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- complete_task and fail_task share one rule (I5), the one of pgfence's own complete and fail:
+-- the result of the attempt that holds the task is accepted, even after its lease expired or
+-- drained, as long as nobody started the task again since (it is still started, with the
+-- attempts_count this attempt's start gave it); pgflow's own complete_task or fail_task then
+-- applies it. Otherwise it is stale, recorded in pgfence_pgflow.stale_results, and pgflow
+-- never sees it.
+create or replace function pgfence_pgflow.finish(attempt_id uuid, kind text, output jsonb, error_message text)
+returns text
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_attempt pgfence_pgflow.attempts;
+  v_holds boolean;
+  v_superseded boolean;
+  v_body jsonb;
+  v_reports bigint;
+  v_was text;
+  v_status text;
+  v_queue_table text;
+begin
+  if finish.attempt_id is null then
+    perform pgfence.check_not_null('attempt_id', finish.attempt_id);
+  end if;
+  if finish.kind is null or finish.kind not in ('complete', 'fail') then
+    perform pgfence.invalid_argument('kind', 'must be complete or fail', finish.kind);
+  end if;
+  -- Locked, so that two calls of one attempt are decided one after the other.
+  select * into v_attempt from pgfence_pgflow.attempts a where a.attempt_id = finish.attempt_id for update;
+  if not found then
+    perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence_pgflow.start_tasks',
+                                     finish.attempt_id::text);
+  end if;
+  perform pgfence_pgflow.check_allowed(case when finish.kind = 'complete'
+                                            then 'pgflow.complete_task(uuid, text, int, jsonb)'::regprocedure
+                                            else 'pgflow.fail_task(uuid, text, int, text)' end);
+  -- pgflow's own complete_task and fail_task, run by the caller, would archive the message or
+  -- set its visibility: what pgmq needs for that too.
+  v_queue_table := pgfence_pgmq.queue_table(v_attempt.flow_slug);
+  perform pgfence_pgmq.check_allowed(v_queue_table, 'delete', true);
+  -- The run first: pgflow's complete_task and fail_task lock it after this function has locked
+  -- the task, and a fail_task that fails the run then updates the run's other tasks and
+  -- archives their messages, which another result of the run holds: two results of one run
+  -- would deadlock. Taken first, the run orders them.
+  perform from pgflow.runs r where r.run_id = v_attempt.run_id for update;
+  -- Then the message, then the task: the order in which start_tasks takes them (the read,
+  -- then the takeover). A start that read the message and has not committed is waited for,
+  -- and the task judged on what it committed; a start that comes later skips the message
+  -- (SKIP LOCKED). In the other order, a takeover and a late result would deadlock: each
+  -- would hold the row the other's next statement needs.
+  execute format('select from pgmq.%I m where m.msg_id = $1 for update', v_queue_table)
+    using v_attempt.msg_id;
+  select st.status = 'started' and st.attempts_count = v_attempt.attempts_count,
+         st.attempts_count > v_attempt.attempts_count
+    into v_holds, v_superseded
+    from pgflow.step_tasks st
+   where st.run_id = v_attempt.run_id and st.step_slug = v_attempt.step_slug
+     and st.task_index = v_attempt.task_index
+     for update;
+  -- The core's order of verdicts: an attempt that a newer start superseded is stale, also
+  -- when its own result had been accepted before (a fail that pgflow retried) or the task has
+  -- finished since; a retry of the attempt that still holds the task, or finished it, is a
+  -- duplicate.
+  if v_attempt.outcome is not null and not coalesce(v_superseded, false) then
+    return 'duplicate';
+  end if;
+  if not coalesce(v_holds, false) then
+    v_body := case when finish.kind = 'complete' then finish.output
+                   else pg_catalog.jsonb_build_object('error_message', finish.error_message) end;
+    -- Each different report kept, a retry of one adds nothing, at most 10 per attempt.
+    if not exists (select from pgfence_pgflow.stale_results s
+                    where s.attempt_id = finish.attempt_id and s.kind = finish.kind
+                      and s.body is not distinct from v_body) then
+      select count(*) into v_reports from pgfence_pgflow.stale_results s where s.attempt_id = finish.attempt_id;
+      if v_reports >= 10 then
+        raise exception 'pgfence: a superseded attempt of pgflow task %/%/% has sent 10 stale results already',
+                        v_attempt.run_id, v_attempt.step_slug, v_attempt.task_index
+          using errcode = '54000',
+                hint = 'the attempt is superseded: stop reporting; its results are in pgfence_pgflow.stale_results';
+      end if;
+      insert into pgfence_pgflow.stale_results (attempt_id, report, kind, body)
+      values (finish.attempt_id, v_reports + 1, finish.kind, v_body);
+    end if;
+    return 'stale';
+  end if;
+  -- This result is authorized by its attempt, whose lease may have expired since: pgflow's
+  -- writes (step_tasks, the queue table, both perhaps protected) are shown the lease's
+  -- resource for this call alone, and the transaction's markers are put back after it.
+  select pgfence.mark_fenced(l.resource, k.hmac_key) into v_was
+    from pgfence.leases l, pgfence.signing_key k
+   where l.lease_id = v_attempt.lease_id;
+  if finish.kind = 'complete' then
+    select t.status into v_status
+      from pgflow.complete_task(v_attempt.run_id, v_attempt.step_slug, v_attempt.task_index, finish.output) t;
+  else
+    select t.status into v_status
+      from pgflow.fail_task(v_attempt.run_id, v_attempt.step_slug, v_attempt.task_index, finish.error_message) t;
+  end if;
+  -- (An assignment, evaluated as an expression: a PERFORM would be a statement of its own.)
+  v_was := set_config('pgfence.fenced', v_was, true);
+  update pgfence_pgflow.attempts a
+     set outcome = finish.kind, finished_at = clock_timestamp()
+   where a.attempt_id = finish.attempt_id;
+  -- The pgmq layer's record of the read: pgflow archives the message of a task that completed
+  -- or failed for good (a task queued for a retry keeps it, to be read again).
+  if v_status in ('completed', 'failed') then
+    update pgfence_pgmq.attempts p
+       set outcome = 'archive', finished_at = clock_timestamp()
+     where p.attempt_id = v_attempt.pgmq_attempt_id and p.outcome is null;
+  end if;
+  return 'accepted';
+end
+$$;
+comment on function pgfence_pgflow.finish(uuid, text, jsonb, text) is
+  'complete_task (kind complete) and fail_task (kind fail). Raises 22023.';
+
+-- The two names of the contract: inlined into the caller's query (LANGUAGE sql, no SET, not
+-- SECURITY DEFINER, every name qualified), so a call costs one function's SET, not two.
+create or replace function pgfence_pgflow.complete_task(attempt_id uuid, output jsonb)
+returns text
+language sql
+as $$
+  select pgfence_pgflow.finish(complete_task.attempt_id, 'complete', complete_task.output, null);
+$$;
+comment on function pgfence_pgflow.complete_task(uuid, jsonb) is
+  'Completes the task of an attempt with pgflow''s complete_task: accepted while nobody started the task again '
+  'since, also after the lease expired; duplicate for a retry of an accepted attempt; stale (recorded in '
+  'pgfence_pgflow.stale_results, never applied) otherwise, also after the task finished. Raises 42501 (the caller''s role '
+  'may not do this with pgflow itself), 22023 for an unknown attempt.';
+
+create or replace function pgfence_pgflow.fail_task(attempt_id uuid, error_message text)
+returns text
+language sql
+as $$
+  select pgfence_pgflow.finish(fail_task.attempt_id, 'fail', null, fail_task.error_message);
+$$;
+comment on function pgfence_pgflow.fail_task(uuid, text) is
+  'Fails the task of an attempt with pgflow''s fail_task (which retries it or fails it for good), by the rule of '
+  'complete_task.';
+
+revoke all on function pgfence_pgflow.finish(uuid, text, jsonb, text), pgfence_pgflow.complete_task(uuid, jsonb),
+                       pgfence_pgflow.fail_task(uuid, text)
+  from public;
+grant execute on function pgfence_pgflow.finish(uuid, text, jsonb, text), pgfence_pgflow.complete_task(uuid, jsonb),
+                         pgfence_pgflow.fail_task(uuid, text)
+   to pgfence_worker;
 
 
 -- change: pgflow_lockdown

@@ -100,9 +100,16 @@ UPGRADES = sorted((ROOT / "sql/upgrades").glob("*.sql"))
 @pytest.mark.parametrize("upgrade", UPGRADES, ids=lambda p: p.name)
 def test_pgspot_finds_nothing_in_an_upgrade_over_its_release(upgrade: Path) -> None:
     # Read after the release it upgrades (-a): its `create or replace` then replaces pgfence's
-    # own functions in pgfence's own schema, which is safe, and not someone else's.
-    release = upgrade.name.removeprefix("pgfence--").split("--")[0]
-    out = pgspot(ROOT / f"sql/releases/pgfence--{release}.sql", upgrade, append=True)
+    # own functions in pgfence's own schema, which is safe, and not someone else's. A layer's
+    # upgrade (pgfence-LAYER--A--B.sql) is read after pgfence B and the layers of release A
+    # it is installed onto (the pgflow layer after the pgmq layer).
+    name, old, new = upgrade.name.removesuffix(".sql").split("--")
+    before = [ROOT / f"sql/releases/pgfence--{old}.sql"]
+    if name != "pgfence":
+        layers = ["pgfence-pgmq"] + (["pgfence-pgflow"] if name == "pgfence-pgflow" else [])
+        before = [ROOT / f"sql/releases/pgfence--{new}.sql",
+                  *(ROOT / f"sql/releases/{layer}--{old}.sql" for layer in layers)]
+    out = pgspot(*before, upgrade, append=True)
     report = out.stdout + out.stderr
     assert out.returncode == 0 and "TOTAL: Errors: 0 Warnings: 0 Unknown: 0" in report, report
 
