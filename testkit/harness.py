@@ -176,6 +176,13 @@ class Session:
         """Runs a step in a thread, for a step that may block on another session's lock."""
         return Step(self, query, params)
 
+    def hold_open(self) -> None:
+        """Lifts the idle limit of this session's open transaction, as any session may: a
+        pgfence call that locks rows others need limits how long its transaction may then stay
+        idle (5 s, or what the lease had left; tests/test_idle_bound.py), and a test that holds
+        the transaction open while it works elsewhere must not race that limit (issue 23)."""
+        self.run("set local idle_in_transaction_session_timeout = 0")
+
     # -- pgfence calls -------------------------------------------------------------------
     def acquire(self, resource: str, owner: str | None = None, ttl: str = LONG_TTL,
                 invocation_id: uuid.UUID | None = None) -> Lease | None:
