@@ -297,7 +297,10 @@ def test_a_hard_killed_workers_task_comes_back(flow: Database) -> None:
     la = acquired(a.acquire("fn"))
     a.begin()
     start(a, la)
-    flow.sql("select pg_terminate_backend(%s)", (a.pid,))
+    pid = a.pid
+    flow.sql("select pg_terminate_backend(%s)", (pid,))
+    # It returns before the backend is gone; B's start skips the message still locked by it.
+    flow.wait_until("select not exists (select from pg_stat_activity where pid = %s)", (pid,))
     assert task(flow, "first") == ("queued", 0, None), "the start never committed"
     # A worker that dies after its start committed: the task comes back with its message.
     b = flow.session("b")
