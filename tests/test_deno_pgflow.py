@@ -319,7 +319,7 @@ def test_pgflow_worker_tests_pass_directly_and_through_pgbouncer(
            "PGFENCE_DENO_DIRECT_URL": f"postgres://{USER}@{LOOPBACK}:{flow_cluster.port}/{name}",
            "PGFENCE_DENO_BOUNCER_URL": f"postgres://{USER}@{LOOPBACK}:{flow_bouncer.port}/{name}"}
     out = subprocess.run([str(DENO), "test", *PERMISSIONS, "pgflow_test.ts"], cwd=CLIENT,
-                         env=env, capture_output=True, text=True, timeout=300)
+                         env=env, capture_output=True, text=True, timeout=HUNG)
     said = out.stdout + out.stderr
     assert out.returncode == 0, said
     summary = re.search(r"^ok \| (\d+) passed \| 0 failed(?: \| (\d+) ignored)?", said, re.M)
