@@ -42,9 +42,15 @@ FENCED_READ = ("pgfence_pgmq.read(start_tasks.lease_id, start_tasks.queue, start
                "start_tasks.qty) r")
 
 
-def two_steps(db: Database, resources: tuple[str, ...] = ("fn",)) -> uuid.UUID:
-    """Flow `two` (first -> second), its workers' resources, and one run of it started."""
-    db.sql("select pgflow.create_flow('two', max_attempts => 3)")
+def two_steps(db: Database, resources: tuple[str, ...] = ("fn",),
+              timeout: int | None = None) -> uuid.UUID:
+    """Flow `two` (first -> second), its workers' resources, and one run of it started. A
+    started task's message stays hidden for the steps' ``timeout`` + 2 s (pgflow's default
+    timeout: 60 s)."""
+    if timeout is None:
+        db.sql("select pgflow.create_flow('two', max_attempts => 3)")
+    else:
+        db.sql("select pgflow.create_flow('two', max_attempts => 3, timeout => %s)", (timeout,))
     db.sql("select pgflow.add_step('two', 'first')")
     db.sql("select pgflow.add_step('two', 'second', array['first'])")
     for r in resources:
