@@ -111,7 +111,9 @@ def script(steps: list[Step], work: Path) -> str:
         out = work / f"out.{n}"
         if step.background:
             lines += [f"{step.command.rstrip()[:-1]} > {out} 2>&1 &", f"echo $! > {work}/pid",
-                      f"for _ in $(seq 600); do [ -s {out} ] && break; sleep 0.1; done",
+                      # Until it printed, for as long as a hung test takes (a loaded
+                      # machine starts it late; 60 s was a race with that start).
+                      f"for _ in $(seq {HUNG * 10}); do [ -s {out} ] && break; sleep 0.1; done",
                       f"echo 0 > {work}/rc.{n}", f"date +%s.%N > {work}/t.{n}"]
         else:
             lines += ["{", step.command, f"}} > {out} 2>&1", f"rc=$?; echo $rc > {work}/rc.{n}",
