@@ -49,6 +49,9 @@ TEMP = Path("/tmp")
 PREFIX = "pgf."
 LOOPBACK = "127.0.0.1"
 USER = "postgres"
+# How long a server or PgBouncer may take to start, or to die when killed, before it is called
+# broken: a bound for a failure only, long enough for any loaded machine.
+STARTED_WITHIN = 300
 
 
 class ClusterError(RuntimeError):
@@ -115,7 +118,7 @@ class Cluster:
             with (dir / "data/postgresql.conf").open("a") as f:
                 f.write("".join(f"{line}\n" for line in conf))
             cluster = cls(dir, pgbin, port)
-            cluster._pg_ctl("-w", "-t", "60", "start")
+            cluster._pg_ctl("-w", "-t", str(STARTED_WITHIN), "start")
         except BaseException:
             remove(dir)
             raise
@@ -179,7 +182,7 @@ class Cluster:
 
     def restart(self) -> None:
         """A crash and restart of the server: every backend dies, recovery replays the WAL."""
-        self._pg_ctl("-m", "immediate", "-w", "-t", "60", "restart")
+        self._pg_ctl("-m", "immediate", "-w", "-t", str(STARTED_WITHIN), "restart")
 
     def pgbouncer(self) -> PgBouncer:
         return PgBouncer.start(self)
@@ -247,10 +250,12 @@ pidfile = {home}/pgbouncer.pid
     def _run(self) -> None:
         """Starts the daemon; returns once it accepts connections."""
         as_postgres("pgbouncer", "-d", "-q", self.home / "pgbouncer.ini")
-        deadline = time.monotonic() + 10
+        # Bounds for a failure only: a start that a loaded machine delays is not one (10 s,
+        # 2 s a try, raced a restart in the middle of a client fault test).
+        deadline = time.monotonic() + STARTED_WITHIN
         while True:
             try:
-                connect(self.dsn("postgres"), "pgfence-cluster", timeout=2).close()
+                connect(self.dsn("postgres"), "pgfence-cluster", timeout=30).close()
                 return
             except psycopg.OperationalError:
                 if time.monotonic() > deadline:
@@ -270,7 +275,7 @@ pidfile = {home}/pgbouncer.pid
         pidfile = self.home / "pgbouncer.pid"
         pid = int(pidfile.read_text().split()[0])
         os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + STARTED_WITHIN
         while _running(pid):
             if time.monotonic() > deadline:
                 raise ClusterError(f"PgBouncer {pid} did not die")

@@ -41,6 +41,9 @@ LONG_TTL = "1 hour"
 # The longest pause between two polls of another session's state (wait_until, Step.settle):
 # they start at a millisecond or two and double.
 POLL_AT_MOST = 0.05
+# How long a wait for another process's effect may last before a test calls it hung: a bound
+# for a failure only, never a verdict, so it is long (a loaded machine is slow, not wrong).
+HANG = 600.0
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ class Database:
     def one(self, query: Query, params: Params = None) -> Any:
         return _one(self.sql(query, params))
 
-    def wait_until(self, query: Query, params: Params = None, timeout: float = 600.0) -> None:
+    def wait_until(self, query: Query, params: Params = None, timeout: float = HANG) -> None:
         """Polls until ``query`` returns true: for waiting on another process's effect. The
         timeout bounds a hung test only (no verdict rests on it), so it is long: a replica
         that replays behind a loaded machine's other work is still right."""
@@ -172,6 +175,13 @@ class Session:
     def start(self, query: Query, params: Params = None) -> Step:
         """Runs a step in a thread, for a step that may block on another session's lock."""
         return Step(self, query, params)
+
+    def hold_open(self) -> None:
+        """Lifts the idle limit of this session's open transaction, as any session may: a
+        pgfence call that locks rows others need limits how long its transaction may then stay
+        idle (5 s, or what the lease had left; tests/test_idle_bound.py), and a test that holds
+        the transaction open while it works elsewhere must not race that limit (issue 23)."""
+        self.run("set local idle_in_transaction_session_timeout = 0")
 
     # -- pgfence calls -------------------------------------------------------------------
     def acquire(self, resource: str, owner: str | None = None, ttl: str = LONG_TTL,

@@ -46,9 +46,10 @@ SUPABASE = ROOT / ".tools/node_modules/@supabase/cli-linux-x64/bin/supabase"
 REALTIME_STAND_IN = ROOT / "tests/sql/realtime_stand_in.sql"
 
 
-# How long a subprocess (the CLI, the Supabase CLI, Deno, pip) may take before a test calls it
-# hung: a bound for a failure only. A Supabase CLI call took 25 s on a loaded 2-core machine,
-# and one pgfence command makes several; a bound of 60-120 s failed good code there (issue 23).
+# How long a subprocess (the CLI, the Supabase CLI, Deno, pip, a build, a benchmark, a nested
+# pytest) may take before a test calls it hung: a bound for a failure only, never a budget for
+# the work. A Supabase CLI call took 25 s on a loaded 2-core machine, and one pgfence command
+# makes several; a bound of 60-120 s failed good code there (issue 23).
 HUNG = 1800
 
 # A client's ttl or visibility, in seconds, that runs out only when a test moves time: no

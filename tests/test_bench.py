@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import subprocess
 
-from tests.support import ROOT
+from tests.support import HUNG, ROOT
 
 
 def test_bench_quick_runs_every_pair() -> None:
     out = subprocess.run([str(ROOT / "scripts/bench"), "--quick"],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=HUNG)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     for section in ("renew", "claim", "complete", "takeover latency", "completed history"):
         assert section in out.stdout, section

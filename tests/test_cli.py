@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from pgfence import sql
 from pgfence.connection import connect
 from testkit.cluster import Cluster, free_port
-from testkit.harness import Database
+from testkit.harness import HANG, Database
 from tests.support import HUNG, ROOT, SUPABASE
 
 FAKE = ROOT / "tests/bin/fake-supabase"
@@ -420,16 +420,19 @@ def password_role(cluster: Cluster) -> Iterator[str]:
         hba.write_text(f"host all {role} 127.0.0.1/32 scram-sha-256\n{original}")
         conn.execute("select pg_reload_conf()")
     try:
-        for _ in range(200):               # the postmaster reloads pg_hba.conf in its own time
+        # The postmaster reloads pg_hba.conf in its own time, later on a loaded machine: the
+        # bound is a hung test's (200 tries, 10 s and more, was a race with that reload).
+        deadline = time.monotonic() + HANG
+        while True:
             try:
                 psycopg.connect(f"host=127.0.0.1 port={cluster.port} dbname=postgres "
-                                f"user={role} passfile=/dev/null", connect_timeout=5).close()
+                                f"user={role} passfile=/dev/null", connect_timeout=60).close()
             except psycopg.OperationalError as e:
                 if "password" in str(e):
                     break
+            if time.monotonic() > deadline:
+                raise AssertionError("the server never asked for the password")
             time.sleep(0.05)
-        else:
-            raise AssertionError("the server never asked for the password")
         yield role
     finally:
         hba.write_text(original)

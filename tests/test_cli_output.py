@@ -21,6 +21,7 @@ import pytest
 
 from pgfence import cli
 from testkit.harness import Database
+from tests.support import HUNG
 
 # An escape that clears the screen, an OSC that retitles the terminal, a bidi override, a
 # carriage return that overwrites the line, a tag character.
@@ -48,7 +49,7 @@ def run(db: Database, *args: str) -> tuple[int, str, str]:
     dbname = db.one("select current_database()")
     url = f"postgresql://postgres@127.0.0.1:{os.environ['PGPORT']}/{dbname}"
     p = subprocess.run([sys.executable, "-m", "pgfence.cli", "--db-url", url, *args],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=HUNG)
     return p.returncode, p.stdout, p.stderr
 
 

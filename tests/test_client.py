@@ -20,7 +20,7 @@ import pytest
 from pgfence._core import Link, Op, Steps
 from pgfence.client import Context, Leader, LeaseLost, Owner, Worker, drive
 from pgfence.connection import connect
-from testkit.harness import Database
+from testkit.harness import HANG, Database
 from tests.support import Clock, acquired
 
 
@@ -249,7 +249,7 @@ def lease_after_the_deadline(db: Database) -> str:
     for _ in range(2):
         since = db.one("select clock_timestamp()")
         db.wait_until("select status <> 'current' or renewed_at > %s "
-                      "from pgfence.lease_status where generation = 1", (since,), timeout=10)
+                      "from pgfence.lease_status where generation = 1", (since,))
     return str(db.one("select status from pgfence.lease_status where generation = 1"))
 
 
@@ -261,7 +261,7 @@ def test_hung_handler_past_its_deadline_gives_the_lease_up(
         # Renewal stopped and the lease was drained while the handler still hangs.
         assert lease_after_the_deadline(db) == "draining"
         assert hung.owner._renewer is not None
-        hung.owner._renewer.join(timeout=10)
+        hung.owner._renewer.join(timeout=HANG)
         assert not hung.owner._renewer.is_alive()
         assert not hung.owner.valid and hung.owner.lost and "deadline" in hung.owner.lost
         # The handler was told: its context's cancellation signal is set, its time is up.

@@ -18,11 +18,15 @@ import pytest
 import pgfence.aio
 import pgfence.client
 from testkit.harness import Database
-from tests.support import KINDS, AnyContext, Client, Clock, client
+from tests.support import KINDS, LONG, AnyContext, Client, Clock, client
 
 SLOW = 15.0                 # how long the slow handler takes, in seconds of the test's time
 VISIBILITY = 10.0           # shorter than that
-TIMEOUT = 20.0              # the handler's deadline: sized for it
+# The handler's deadline: sized for it, with LONG to spare. The task it extends is held in
+# the database that long from the extend, less SLOW when time passes: what is left must
+# outlast the other worker's real work meanwhile, on any machine (it was 5 s, of which that
+# work took 1.4 s at 2 % of a CPU).
+TIMEOUT = SLOW + LONG
 
 
 class Unchecked:

@@ -6,7 +6,10 @@ handshake of the Edge-Function-shaped example, and the update window. The negati
 runs the same pause against pgflow's own, unfenced protocol and sees the stale completion land.
 
 Time passing is simulated (pgfence_test.expire, expire_message); a process's progress is read
-from what it prints, never waited out with a sleep.
+from what it prints, never waited out with a sleep. So nothing runs out by itself while a
+test holds a worker paused and starts its successor (a Deno process, slow on a loaded
+machine): the flow's steps' timeout, which hides a started task's message, is LONG, and so is
+the worker process's handler deadline (testdata/pgflow_worker_process.ts).
 
 Each test runs on pgflow 0.8.1 (npm) and 0.14.1 (../shared/vendor, on a pg_cron cluster of its
 own: flow_cluster, flow_bouncer; tests/conftest.py, PGFLOW_VERSIONS, says where it skips).
@@ -31,7 +34,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from testkit.cluster import LOOPBACK, USER, Cluster, PgBouncer
 from testkit.harness import Database
-from tests.support import DENO, HUNG, ROOT
+from tests.support import DENO, HUNG, LONG, ROOT
 from tests.test_pgflow import run_status, task, two_steps
 
 CLIENT = ROOT / "clients/deno"
@@ -120,7 +123,7 @@ def past_lease_and_visibility(db: Database, owner: str) -> None:
 def test_a_paused_worker_resumes_starts_nothing_and_only_the_successor_lands(
         target: Target, deno_env: dict[str, str], processes: list[FlowProcess]) -> None:
     db = target.db
-    run_id = two_steps(db)
+    run_id = two_steps(db, timeout=LONG)
     a = spawn(target, deno_env, processes, "a")
     assert "acquired" in a.said()
     stale = a.said()["started"]
@@ -155,7 +158,7 @@ def test_a_paused_worker_resumes_starts_nothing_and_only_the_successor_lands(
 def test_negative_control_pgflows_own_protocol_lets_the_paused_worker_land(
         target: Target, deno_env: dict[str, str], processes: list[FlowProcess]) -> None:
     db = target.db
-    two_steps(db)
+    two_steps(db, timeout=LONG)
     a = spawn(target, deno_env, processes, "a", unfenced=True)
     assert "acquired" in a.said()
     a.said()
@@ -177,7 +180,7 @@ def test_negative_control_pgflows_own_protocol_lets_the_paused_worker_land(
 def test_a_late_result_nobody_overtook_is_kept(
         target: Target, deno_env: dict[str, str], processes: list[FlowProcess]) -> None:
     db = target.db
-    run_id = two_steps(db)
+    run_id = two_steps(db, timeout=LONG)
     a = spawn(target, deno_env, processes, "a")
     assert "acquired" in a.said()
     a.said()
@@ -201,7 +204,7 @@ def test_a_late_result_nobody_overtook_is_kept(
 def test_a_hard_killed_workers_task_comes_back(
         target: Target, deno_env: dict[str, str], processes: list[FlowProcess]) -> None:
     db = target.db
-    run_id = two_steps(db)
+    run_id = two_steps(db, timeout=LONG)
     a = spawn(target, deno_env, processes, "a")
     assert "acquired" in a.said()
     a.said()
@@ -220,7 +223,7 @@ def test_a_hard_killed_workers_task_comes_back(
 def test_the_update_window_drains_the_worker_and_restores_exactly(
         target: Target, deno_env: dict[str, str], processes: list[FlowProcess]) -> None:
     db = target.db
-    run_id = two_steps(db)
+    run_id = two_steps(db, timeout=LONG)
     db.sql("select pgfence.protect(t, array['fn'], 'enforce') "
            "from unnest(array['pgflow.step_tasks', 'pgmq.q_two']::regclass[]) t")
     a = spawn(target, deno_env, processes, "a")
@@ -319,7 +322,7 @@ def test_pgflow_worker_tests_pass_directly_and_through_pgbouncer(
            "PGFENCE_DENO_DIRECT_URL": f"postgres://{USER}@{LOOPBACK}:{flow_cluster.port}/{name}",
            "PGFENCE_DENO_BOUNCER_URL": f"postgres://{USER}@{LOOPBACK}:{flow_bouncer.port}/{name}"}
     out = subprocess.run([str(DENO), "test", *PERMISSIONS, "pgflow_test.ts"], cwd=CLIENT,
-                         env=env, capture_output=True, text=True, timeout=300)
+                         env=env, capture_output=True, text=True, timeout=HUNG)
     said = out.stdout + out.stderr
     assert out.returncode == 0, said
     summary = re.search(r"^ok \| (\d+) passed \| 0 failed(?: \| (\d+) ignored)?", said, re.M)

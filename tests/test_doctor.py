@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testkit.harness import Database
-from tests.support import SUPABASE
+from tests.support import HUNG, SUPABASE
 from tests.test_health import BREAKS, healthy
 
 
@@ -24,7 +24,7 @@ def doctor(db: Database, how: str, *args: str) -> subprocess.CompletedProcess[st
     target = (["--db-url", url] if how == "direct" else
               ["--supabase", "--supabase-bin", str(SUPABASE), f"--remote={url}"])
     return subprocess.run([sys.executable, "-m", "pgfence.cli", *target, *args, "doctor"],
-                          capture_output=True, text=True, timeout=120, cwd=Path("/tmp"))
+                          capture_output=True, text=True, timeout=HUNG, cwd=Path("/tmp"))
 
 
 @pytest.mark.parametrize("how", ["direct", "supabase"])

@@ -23,7 +23,7 @@ from pgfence import cli
 from pgfence.connection import connect
 from pgfence.releases import Files
 from tests import test_install_paths as paths
-from tests.support import ROOT, install_bundle
+from tests.support import HUNG, ROOT, install_bundle
 from tests.support import sqitch as sqitch_ok
 from tests.test_install_paths import HEAD, RELEASE_0_1_0, Db, sqitch
 
@@ -34,7 +34,7 @@ make = paths.make  # the databases of that module's tests, a fixture (pytest fin
 
 def version(db: Db) -> tuple[int, dict[str, Any]]:
     p = subprocess.run([sys.executable, "-m", "pgfence.cli", "--json", "--db-url", db.url,
-                        "version"], capture_output=True, text=True, timeout=120)
+                        "version"], capture_output=True, text=True, timeout=HUNG)
     return p.returncode, json.loads(p.stdout)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from testkit.cluster import Cluster, as_postgres, free_port, stop_server
+from testkit.cluster import STARTED_WITHIN, Cluster, as_postgres, free_port, stop_server
 from testkit.harness import Database, Lease, sqlstate
 
 ACQUIRE = "pgfence.acquire(text, text, interval, uuid)"
@@ -58,7 +58,7 @@ class Replica:
             # cluster_name is the walreceiver's application_name in pg_stat_replication.
             conf.write(f"port = {self.port}\ncluster_name = '{self.name}'\n")
         as_postgres(self.cluster.tool("pg_ctl"), "-D", self.data, "-l", self.data / "startup.log",
-                    "-w", "-t", "60", "start")
+                    "-w", "-t", str(STARTED_WITHIN), "start")
         self._db = Database(self.dsn())
 
     def dsn(self) -> str:
@@ -83,7 +83,8 @@ class Replica:
                                 "where application_name = %s)", (self.name,))
 
     def promote(self) -> None:
-        assert self.db.one("select pg_promote(wait => true)") is True
+        assert self.db.one("select pg_promote(wait => true, wait_seconds => %s)",
+                           (STARTED_WITHIN,)) is True
         assert self.db.one("select pg_is_in_recovery()") is False
 
     def remove(self) -> None:

@@ -16,28 +16,47 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from testkit.harness import Database
+from testkit.harness import Database, Session
 from tests.support import acquired
 
 HOLD = "pgfence.hold_current(uuid)"
 TOKEN = "pgfence.fence_token(text,bytea)"
-TTL = "1 second"
+# The lease's ttl, and so the fenced transaction's bound (what the lease had left). It must
+# last from the acquire to the commit after the fence; a machine too slow for that (the fence
+# refused, or the session ended before its commit) gets the scenario again with twice the ttl.
+TTL_S = 1.0
+PAST_S = 1.5  # how far past that bound the later transaction idles
+
+
+def fenced_once(db: Database, ttl: float) -> tuple[Session, int] | None:
+    """A session whose fenced transaction, under a lease of ``ttl`` seconds, committed, and its
+    server backend; None if the lease ran out first."""
+    s = db.session(f"s-{ttl:g}")
+    lease = acquired(s.acquire("r", ttl=f"{ttl:.6f} seconds"))
+    try:
+        s.begin()
+        backend = int(s.one("select pg_backend_pid()"))
+        s.fence(lease)
+        s.commit()
+        return s, backend
+    except psycopg.Error:
+        s.close()
+        db.expire(lease)
+        return None
 
 
 def unfenced_after_fenced(db: Database) -> str | None:
     """A fenced transaction, then an unfenced one on the same server connection that idles
     well past the first one's bound; the second one's SQLSTATE, or None if it committed."""
     db.sql("select pgfence.register('r')")
-    s = db.session("s")
-    lease = acquired(s.acquire("r", ttl=TTL))
-    s.begin()
-    backend = s.one("select pg_backend_pid()")
-    s.fence(lease)
-    s.commit()
+    ttl = TTL_S
+    while (fenced := fenced_once(db, ttl)) is None:
+        ttl *= 2
+    s, backend = fenced
     s.begin()
     assert s.one("select pg_backend_pid()") == backend, "not the same server connection"
-    db.wait_until("select clock_timestamp() > %s + interval '2.5 seconds'",
-                  (db.one("select now()"),))
+    db.wait_until("select clock_timestamp() > %s + make_interval(secs => %s)",
+                  (db.one("select now()"), ttl + PAST_S))
     try:
         s.run("select 1")
         s.commit()

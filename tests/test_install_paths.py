@@ -25,7 +25,7 @@ import pytest
 from pgfence.connection import connect
 from pgfence.releases import Files
 from testkit.cluster import Cluster
-from tests.support import ROOT, SQITCH_ENV, install_bundle
+from tests.support import HUNG, ROOT, SQITCH_ENV, install_bundle
 from tests.support import sqitch as sqitch_ok
 from tests.test_install import schema_dump
 
@@ -68,7 +68,7 @@ class Db:
 
     def cli(self, *args: str) -> tuple[int, str]:
         p = subprocess.run([sys.executable, "-m", "pgfence.cli", "--db-url", self.url, *args],
-                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+                           capture_output=True, text=True, timeout=HUNG, stdin=subprocess.DEVNULL)
         return p.returncode, p.stdout + p.stderr
 
     def confirm(self) -> str:

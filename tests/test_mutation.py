@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from testkit.cluster import Cluster
-from tests.support import ROOT
+from tests.support import HUNG, ROOT
 
 MUTATE = ROOT / "scripts/mutate"
 LIST = tomllib.loads((ROOT / "tests/mutation/mutants.toml").read_text())
@@ -24,7 +24,7 @@ LIST = tomllib.loads((ROOT / "tests/mutation/mutants.toml").read_text())
 def mutate(cluster: Cluster, *args: str | Path) -> subprocess.CompletedProcess[str]:
     # With this interpreter, whose environment has pgfence (scripts/mutate would look for .venv).
     return subprocess.run([sys.executable, str(MUTATE), *map(str, args)], env=cluster.env(),
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=HUNG)
 
 
 def test_every_mutant_applies_to_the_scripts_as_they_are(cluster: Cluster) -> None:

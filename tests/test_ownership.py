@@ -75,7 +75,10 @@ def takeover_racing_a_renewal(db: Database) -> tuple[Lease | None, str]:
                "+ make_interval(secs => %s) where lease_id = %s", (margin, la.lease_id))
         a.begin()
         if sqlstate(lambda: a.renew(la, ttl="30 seconds")) is None:
-            break                  # written before the expiry, committed after it
+            # Written before the expiry, committed after it: open across a margin that may
+            # outlast renew's idle limit (5 s), which would end the transaction first.
+            a.hold_open()
+            break
         a.rollback()
         margin *= 4
     db.wait_until("select clock_timestamp() > expires_at from pgfence.leases "
@@ -204,6 +207,8 @@ def renewal_waiting_across_expiry(db: Database) -> tuple[str | None, bool]:
         # FOR UPDATE on the lease row; changes nothing. Refused if the expiry came first.
         step = None
         if sqlstate(lambda: drain_draining(other, lease)) is None:
+            # Open until the lease expired: a margin that may outlast drain's idle limit (5 s).
+            other.hold_open()
             step = owner.start("select * from pgfence.renew(%s, '30 seconds')",
                                (lease.lease_id,))
             blocked = step.settle()

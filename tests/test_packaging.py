@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from pgfence import __version__
-from tests.support import DENO, ROOT
+from tests.support import DENO, HUNG, ROOT
 
 CLIENT = ROOT / "clients/deno"
 
 
 def test_scripts_build_prints_the_wheel_it_built(tmp_path: Path) -> None:
     out = subprocess.run([ROOT / "scripts/build", tmp_path / "dist"], capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=HUNG)
     assert out.returncode == 0, out.stderr
     wheel = Path(out.stdout.strip())
     assert wheel == tmp_path / "dist" / f"pgfence-{__version__}-py3-none-any.whl"
@@ -66,7 +66,7 @@ def workspace(tmp_path: Path, deno_json: dict[str, object] | None = None) -> Pat
 
 def run_app(top: Path, deno_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(DENO), "run", "--no-remote", "--cached-only", "app/main.ts"],
-                          cwd=top, capture_output=True, text=True, timeout=300,
+                          cwd=top, capture_output=True, text=True, timeout=HUNG,
                           env={**deno_env, "HOME": str(top)})
 
 

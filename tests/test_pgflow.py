@@ -42,9 +42,15 @@ FENCED_READ = ("pgfence_pgmq.read(start_tasks.lease_id, start_tasks.queue, start
                "start_tasks.qty) r")
 
 
-def two_steps(db: Database, resources: tuple[str, ...] = ("fn",)) -> uuid.UUID:
-    """Flow `two` (first -> second), its workers' resources, and one run of it started."""
-    db.sql("select pgflow.create_flow('two', max_attempts => 3)")
+def two_steps(db: Database, resources: tuple[str, ...] = ("fn",),
+              timeout: int | None = None) -> uuid.UUID:
+    """Flow `two` (first -> second), its workers' resources, and one run of it started. A
+    started task's message stays hidden for the steps' ``timeout`` + 2 s (pgflow's default
+    timeout: 60 s)."""
+    if timeout is None:
+        db.sql("select pgflow.create_flow('two', max_attempts => 3)")
+    else:
+        db.sql("select pgflow.create_flow('two', max_attempts => 3, timeout => %s)", (timeout,))
     db.sql("select pgflow.add_step('two', 'first')")
     db.sql("select pgflow.add_step('two', 'second', array['first'])")
     for r in resources:
@@ -297,7 +303,10 @@ def test_a_hard_killed_workers_task_comes_back(flow: Database) -> None:
     la = acquired(a.acquire("fn"))
     a.begin()
     start(a, la)
-    flow.sql("select pg_terminate_backend(%s)", (a.pid,))
+    pid = a.pid
+    flow.sql("select pg_terminate_backend(%s)", (pid,))
+    # It returns before the backend is gone; B's start skips the message still locked by it.
+    flow.wait_until("select not exists (select from pg_stat_activity where pid = %s)", (pid,))
     assert task(flow, "first") == ("queued", 0, None), "the start never committed"
     # A worker that dies after its start committed: the task comes back with its message.
     b = flow.session("b")

@@ -228,7 +228,10 @@ def test_a_reader_killed_mid_read_loses_nothing(mq: Database) -> None:
     la = acquired(a.acquire("r1"))
     a.begin()
     assert len(read(a, la, 2)) == 2
-    mq.sql("select pg_terminate_backend(%s)", (a.pid,))
+    pid = a.pid
+    mq.sql("select pg_terminate_backend(%s)", (pid,))
+    # It returns before the backend is gone; B's read skips rows still locked by it.
+    mq.wait_until("select not exists (select from pg_stat_activity where pid = %s)", (pid,))
     assert message(mq, 1) == (0, True) and message(mq, 2) == (0, True), "the read never committed"
     # A reader that dies after its read committed: the messages come back when vt runs out.
     b = mq.session("b")

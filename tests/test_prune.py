@@ -162,9 +162,11 @@ def cron_ran(cron_cluster: tuple[Cluster, str]) -> Iterator[tuple[Database, dict
         broken = db.one("select cron.schedule('broken', '* * * * *', "
                         "'select pgfence.prune(''1 minute'')')")
         jobs = {"recipe": job, "broken": broken}
+        # Ends at the next minute's runs; bounded for a hung pg_cron only (the wait_until
+        # default), not 150 s, which a late tick on a loaded machine could outlast.
         db.wait_until("select count(distinct jobid) = 2 from cron.job_run_details "
                       "where jobid in (%s, %s) and status in ('succeeded', 'failed')",
-                      (job, broken), timeout=150)
+                      (job, broken))
         db.sql("select cron.unschedule(%s)", (broken,))
         firsts = {what: db.sql("select status, return_message from cron.job_run_details "
                                "where jobid = %s order by runid limit 1", (jobid,))[0]

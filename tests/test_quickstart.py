@@ -34,7 +34,7 @@ import pytest
 
 from pgfence import init
 from testkit.cluster import LOOPBACK, Cluster
-from tests.support import DENO, PGFLOW_MIGRATIONS, REALTIME_STAND_IN, ROOT, SUPABASE
+from tests.support import DENO, HUNG, PGFLOW_MIGRATIONS, REALTIME_STAND_IN, ROOT, SUPABASE
 from tests.test_supabase_install import OWNER, SUPABASE_ROLES
 from tests.test_wheel import source_tree
 
@@ -111,7 +111,9 @@ def script(steps: list[Step], work: Path) -> str:
         out = work / f"out.{n}"
         if step.background:
             lines += [f"{step.command.rstrip()[:-1]} > {out} 2>&1 &", f"echo $! > {work}/pid",
-                      f"for _ in $(seq 600); do [ -s {out} ] && break; sleep 0.1; done",
+                      # Until it printed, for as long as a hung test takes (a loaded
+                      # machine starts it late; 60 s was a race with that start).
+                      f"for _ in $(seq {HUNG * 10}); do [ -s {out} ] && break; sleep 0.1; done",
                       f"echo 0 > {work}/rc.{n}", f"date +%s.%N > {work}/t.{n}"]
         else:
             lines += ["{", step.command, f"}} > {out} 2>&1", f"rc=$?; echo $rc > {work}/rc.{n}",
@@ -142,7 +144,7 @@ def follow(steps: list[Step], work: Path, database_url: str, port: int,
         text = text.replace("\n{\npgfence init", f"\n{before}\n{{\npgfence init", 1)
     (work / "quickstart.sh").write_text(text)
     proc = subprocess.run(["bash", str(work / "quickstart.sh")], env=env, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=HUNG)
     try:
         codes, outputs = [], []
         for n in range(len(steps)):
@@ -275,7 +277,7 @@ def test_a_worker_role_that_is_not_the_owner_needs_the_grants_migration(
         assert "Listening on" in worker.stdout.readline()
         answer = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", f"localhost:{port}", "-d",
                                  f'{{"invocation_id": "{invocation}"}}'],
-                                capture_output=True, text=True, timeout=60).stdout
+                                capture_output=True, text=True, timeout=HUNG).stdout
     finally:
         worker.kill()
         worker.wait()
@@ -316,7 +318,7 @@ def test_both_layers_after_pgflows_own_migrations_applied_in_order(cluster: Clus
                            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
                                 "DENO_DIR": str(tmp_path / "deno-dir"), "NO_COLOR": "1",
                                 "DENO_NO_UPDATE_CHECK": "1"},
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=HUNG)
     assert check.returncode == 0, check.stdout + check.stderr
     name = f"qs_{uuid.uuid4().hex[:10]}"
     cluster.psql("postgres", "-c", SUPABASE_ROLES, "-c", f"create database {name}")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
+from tests.support import HUNG, ROOT
 
 TESTS = ROOT / "tests"
 
@@ -39,7 +39,7 @@ def collected(tmp_path: Path, once: str) -> set[str]:
                           "--collect-only", "-q", f"--once={once}",
                           "--rootdir", str(tmp_path), "-c", "/dev/null",
                           "-p", "tests.conftest", str(tmp_path / "tests")],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+                         capture_output=True, text=True, cwd=ROOT, timeout=HUNG)
     return {line.split("::")[0].rsplit("/", 1)[-1] for line in out.stdout.splitlines()
             if "::" in line}
 

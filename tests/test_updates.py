@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from pgfence.connection import connect
-from testkit.harness import Database, sqlstate
+from testkit.harness import HANG, Database, sqlstate
 from tests.support import acquired
 
 PREPARE = "pgfence.prepare_update(text[], uuid)"
@@ -264,7 +264,7 @@ def operators_and_workers(db: Database, rounds: int = 25) -> tuple[list[str], di
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=120)
+        t.join(timeout=HANG)
         assert not t.is_alive()
     return errors, before, enabled_states(db)
 

@@ -26,9 +26,7 @@ def wedged(db: Database) -> Session:
     w = db.session("w")
     w.begin()
     w.acquire("r")
-    # acquire limits how long its transaction may idle (tests/test_idle_bound.py); this holder
-    # lifts the limit, as a session may, to hold the row for as long as a test needs.
-    w.run("set local idle_in_transaction_session_timeout = 0")
+    w.hold_open()    # to hold the row for as long as a test needs
     return w
 
 

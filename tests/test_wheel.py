@@ -18,7 +18,7 @@ import pytest
 
 from pgfence.releases import Files
 from testkit.cluster import Cluster
-from tests.support import ROOT, once_per_run
+from tests.support import HUNG, ROOT, once_per_run
 
 PIP = Path(sys.executable).parent / "pip"
 
@@ -41,7 +41,7 @@ def source_tree(dest: Path) -> Path:
 
 def build_wheel(source: Path, out: Path) -> Path:
     subprocess.run([str(PIP), "wheel", "-q", "--no-deps", "-w", str(out), str(source)],
-                   check=True, capture_output=True, text=True, timeout=120)
+                   check=True, capture_output=True, text=True, timeout=HUNG)
     (wheel,) = out.glob("pgfence-*.whl")
     return wheel
 
@@ -120,9 +120,9 @@ def test_negative_control_without_the_deno_package_data_the_wheel_has_no_client(
 def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_database: str,
                                                          cluster: Cluster, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=60)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=HUNG)
     subprocess.run([str(venv / "bin/pip"), "install", "-q", str(wheel)], check=True,
-                   capture_output=True, text=True, timeout=120)
+                   capture_output=True, text=True, timeout=HUNG)
     # Run outside the repository, with nothing of it on the path: only the installed wheel.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     # The client imports with nothing but the wheel: it needs no part of the test kit.
@@ -140,14 +140,14 @@ def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_data
     url = f"postgresql://postgres@127.0.0.1:{port}/{fresh_database}"
     out = subprocess.run([str(venv / "bin/pgfence"), "--db-url", url, "install", "--confirm",
                           f"127.0.0.1:{port}/{fresh_database}"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=HUNG)
     assert out.returncode == 0, out.stdout + out.stderr
     newest = Files().newest()
     assert f"pgfence {newest} is installed" in out.stdout
     with psycopg.connect(cluster.dsn(fresh_database)) as conn:
         assert conn.execute("select pgfence.version()").fetchone() == (newest,)
     version = subprocess.run([str(venv / "bin/pgfence"), "--db-url", url, "version"],
-                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HUNG)
     assert version.returncode == 0 and "up to date" in version.stdout, version.stderr
 
     # pgfence init from the wheel alone: the Deno client it writes is the repository's.
@@ -155,7 +155,7 @@ def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_data
     project.mkdir()
     init = subprocess.run([str(venv / "bin/pgfence"), "init", "--plain", "--layers",
                            "pgmq,pgflow"], cwd=project, env=env, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=HUNG)
     assert init.returncode == 0, init.stdout + init.stderr
     assert "wrote      pgfence/deno/pgflow.ts" in init.stdout
     mod = (project / "pgfence/deno/mod.ts").read_text()

@@ -114,7 +114,9 @@ async function withTarget(url: string, fn: (t: Target) => Promise<void>): Promis
       name: (base) => `${base}-${suffix}`,
       rows: async (q) => (await q).map((r) => ({ ...r })),
       waitUntil: async (check, what) => {
-        const deadline = performance.now() + 10_000;
+        // A bound for a hung test only (as testkit's wait_until): what it waits for is another
+        // task's progress (a renewer's, a supervisor's), later on a loaded machine.
+        const deadline = performance.now() + 600_000;
         while (!(await check())) {
           if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
           await new Promise((resolve) => setTimeout(resolve, 10));

@@ -58,7 +58,8 @@ class Injector:
     # -- targets -----------------------------------------------------------------------------
     def owner(self, resource: str, wait: float = 3.0) -> WorkerProcess | None:
         """The process of ours that holds the resource's current lease; after a takeover or a
-        restart there may be none for a moment, so it waits up to ``wait`` seconds."""
+        restart there may be none for a moment, so it waits up to ``wait`` seconds (times the
+        settings' patience)."""
         found: list[WorkerProcess] = []
 
         def look() -> bool:
@@ -70,7 +71,7 @@ class Injector:
             found[:] = [p] if p else []
             return bool(found)
 
-        wait_for(look, wait, every=0.05)
+        wait_for(look, wait * self.s.patience, every=0.05)
         return found[0] if found else None
 
     def owner_or_any(self, ev: Event) -> WorkerProcess | None:
@@ -120,7 +121,7 @@ class Injector:
             # Just after its lease expired by the database's clock, before a standby's next
             # poll takes over: does fence judge expiry by the clock of now? Sleeps until then
             # and asks again (a renewal sent before the pause may have landed meanwhile).
-            deadline = time.monotonic() + self.s.ttl + 2
+            deadline = time.monotonic() + (self.s.ttl + 2) * self.s.patience
             while time.monotonic() < deadline:
                 left = self.db.one(
                     "select extract(epoch from expires_at + make_interval(secs => %s) "
@@ -134,7 +135,7 @@ class Injector:
             wait_for(lambda: bool(self.db.one(
                 "select exists (select from campaign.authority where resource = %s "
                 "and generation > %s)", (ev.resource, generation))),
-                self.s.ttl + self.s.poll + 0.5)
+                (self.s.ttl + self.s.poll + 0.5) * self.s.patience)
         else:
             # Until its task was claimed again: its complete() then comes from a stale attempt.
             held = self.db.sql("select task_id, attempt from pgfence.tasks where lease_id = %s "
@@ -144,25 +145,26 @@ class Injector:
                 task_id, attempt = held[0]
                 wait_for(lambda: bool(self.db.one(
                     "select attempt > %s from pgfence.tasks where task_id = %s",
-                    (attempt, task_id))), self.s.visibility + self.s.ttl + 2)
+                    (attempt, task_id))), (self.s.visibility + self.s.ttl + 2) * self.s.patience)
         p.signal(signal.SIGCONT)
         return f"{p.name} for {time.monotonic() - begun:.1f}s"
 
     def paused_owner(self, resource: str, point: str) -> WorkerProcess | None:
         """Arms the current owner; an owner that loses the lease before it reaches the point is
-        disarmed and the next one armed, for up to 10 seconds."""
-        deadline = time.monotonic() + 10
+        disarmed and the next one armed, for up to 10 seconds (times the patience)."""
+        patience = self.s.patience
+        deadline = time.monotonic() + 10 * patience
         while time.monotonic() < deadline:
             p = self.owner(resource)
             if p is None:
                 continue
             p.forget_answers()              # a late answer to an earlier arm
             p.tell(f"pause {point}")
-            answer = p.answer(timeout=3.0)
+            answer = p.answer(timeout=3.0 * patience)
             if answer is None:
                 p.tell("disarm")
-                answer = p.answer(timeout=5.0)
-            if answer == f"paused {point}" and wait_for(p.stopped, 5.0):
+                answer = p.answer(timeout=5.0 * patience)
+            if answer == f"paused {point}" and wait_for(p.stopped, 5.0 * patience):
                 return p
         return None
 
@@ -179,7 +181,7 @@ class Injector:
         relays = owning if pattern != "pgfence.acquire" else self.fleet.relays()
         for r in relays:
             r.arm(pattern.encode())
-        wait_for(lambda: any(r.dropped.is_set() for r in relays), 4.0)
+        wait_for(lambda: any(r.dropped.is_set() for r in relays), 4.0 * self.s.patience)
         for r in relays:
             r.disarm()
         hit = [r.name for r in relays if r.dropped.is_set()]

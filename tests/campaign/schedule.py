@@ -27,6 +27,10 @@ class Settings:
     max_attempts: int = 100          # faults cost attempts; a task must not fail for good
     random_faults: int = 6           # beside the ones every schedule has
     progress_bound: float = 15.0     # every task finishes this long after the last fault
+    # The injector's waits for the moment a fault is about (an owner to arm, a successor, a
+    # re-claim) are bounded by their durations above times this; a run whose faults missed
+    # their moments on a slow machine is given more (tests/campaign/test_campaign.py).
+    patience: float = 1.0
 
 
 # Every schedule has these, so that each negative control meets the fault that exposes it.

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pgfence.connection import connect
@@ -61,7 +61,15 @@ class Campaign:
         cluster.create_database("campaign_template")
         install_bundle(cluster, "campaign_template")
 
-    def run(self, variant: Variant, seed: str) -> Outcome:
+    def run(self, variant: Variant, seed: str, patience: float = 1.0) -> Outcome:
+        """One schedule; the injector's waits bounded by ``patience`` times the settings'."""
+        saved, self.s = self.s, replace(self.s, patience=patience)
+        try:
+            return self._timed(variant, seed)
+        finally:
+            self.s = saved
+
+    def _timed(self, variant: Variant, seed: str) -> Outcome:
         began = time.monotonic()
         name = f"campaign_{next(self._numbers)}_{variant.name.replace('-', '_')}"
         self.cluster.create_database(name, "campaign_template")
@@ -88,7 +96,8 @@ class Campaign:
                 log.flush()
                 self.say(line)
 
-            note(f"{name}: variant {variant.name}, seed {seed!r}, {len(schedule)} events")
+            note(f"{name}: variant {variant.name}, seed {seed!r}, {len(schedule)} events, "
+                 f"patience {s.patience:g}")
             # The advisory control's "lease" is a lock taken through PgBouncer: every route
             # of it goes there.
             bouncer = self.bouncer.port
@@ -136,9 +145,10 @@ class Campaign:
         return outcome
 
     def _warm_up(self, db: Db) -> None:
-        """Starts the schedule once every resource has an owner (or after 15 s)."""
+        """Starts the schedule once every resource has an owner (or after 15 s, times the
+        patience)."""
         wait_for(lambda: db.one("select count(distinct resource) from campaign.authority")
-                 == len(self.s.resources), 15.0, every=0.1)
+                 == len(self.s.resources), 15.0 * self.s.patience, every=0.1)
 
     def _enqueue(self, db: Db) -> None:
         db.sql("select pgfence.enqueue(%s, '{}', %s)", (self.s.queue, self.s.max_attempts))

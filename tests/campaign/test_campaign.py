@@ -7,18 +7,36 @@ not on the session's. See docs/campaign.md; scripts/campaign runs longer campaig
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import pytest
 
 from testkit.cluster import Cluster
 
-from .schedule import Settings
-from .supervisor import Campaign
+from .schedule import ALWAYS, Settings
+from .supervisor import Campaign, Outcome
 from .variants import CONTROLS, VARIANTS
 
 SEED = "ci:1"
+# A fault is applied at its moment (an owner armed to pause, a successor or a re-claim waited
+# for), within bounds that a slow machine can outrun: the fault is then missed, or the pause
+# ends before its moment came, and the run shows nothing. Such a run is not a verdict: the
+# schedule runs again with the injector's waits this many times as long (Settings.patience).
+# A violation in any run is one, and is never run again.
+PATIENCE = (1.0, 4.0, 16.0)
+
+
+def patiently(campaign: Campaign, name: str, done: Callable[[Outcome], bool]) -> Outcome:
+    """The schedule against variant ``name``; again with more patience until ``done``."""
+    for patience in PATIENCE:
+        outcome = campaign.run(VARIANTS[name], SEED, patience)
+        if done(outcome):
+            break
+        print(f"{name}, patience {patience:g}: faults applied {dict(outcome.applied)}, missed "
+              f"{dict(outcome.missed)}, {len(outcome.violations)} violations: run again")
+    return outcome
+
 
 # The invariant each control breaks, and so must be caught breaking.
 CAUGHT_BY = {"no-lock": "I2", "now": "I2", "no-attempt-check": "I5", "advisory": "I2"}
@@ -38,7 +56,8 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
 
 
 def test_real_package_keeps_every_invariant(campaign: Campaign) -> None:
-    outcome = campaign.run(VARIANTS["real"], SEED)
+    outcome = patiently(campaign, "real",
+                        lambda o: bool(o.violations) or set(ALWAYS) <= set(o.applied))
     assert [str(v) for v in outcome.violations] == [], f"logs in {campaign.logs}"
     assert outcome.figures["tasks"] >= Settings.initial_tasks
     assert outcome.figures["writes"] >= outcome.figures["tasks"]
@@ -57,7 +76,7 @@ CI_CONTROLS = tuple(name for name in CONTROLS if name != "now")
 
 @pytest.mark.parametrize("name", CI_CONTROLS)
 def test_negative_control_is_caught(campaign: Campaign, name: str) -> None:
-    outcome = campaign.run(VARIANTS[name], SEED)
+    outcome = patiently(campaign, name, lambda o: o.by_invariant()[CAUGHT_BY[name]] > 0)
     assert outcome.by_invariant()[CAUGHT_BY[name]] > 0, (
         f"{name}: {VARIANTS[name].summary}: no {CAUGHT_BY[name]} violation found "
         f"(faults applied: {dict(outcome.applied)}, missed: {dict(outcome.missed)}; "

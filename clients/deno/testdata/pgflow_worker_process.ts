@@ -64,7 +64,15 @@ const step = async (_input: unknown, { task }: { task: StepTask }) => {
   await stdin.read();
   return { by: name };
 };
-const options = { owner, flowSlug: "two", handlers: { first: step, second: step } };
+const options = {
+  owner,
+  flowSlug: "two",
+  handlers: { first: step, second: step },
+  // Runs out only when the test moves time, however long it holds the process paused (pgflow's
+  // 60 s did not cover a successor's Deno start on a loaded machine; then the resumed worker
+  // gave its lease up for its deadline before its renewal could be refused).
+  handlerTimeout: 600,
+};
 const worker = Deno.env.get("UNFENCED") === "1"
   ? new UnfencedFlowWorker(options)
   : new FlowWorker(options);
