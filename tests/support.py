@@ -65,10 +65,11 @@ def install_bundle(cluster: Cluster, database: str) -> None:
 SQITCH_ENV = {"SQITCH_FULLNAME": "pgfence tests", "SQITCH_EMAIL": "tests@pgfence.invalid"}
 
 
-def sqitch(*args: str) -> subprocess.CompletedProcess[str]:
-    """Sqitch on the repository's plan, which must succeed."""
-    return subprocess.run(["sqitch", *args], cwd=ROOT, check=True, capture_output=True,
-                          text=True, env={**os.environ, **SQITCH_ENV})
+def sqitch(*args: str, layer: str = "") -> subprocess.CompletedProcess[str]:
+    """Sqitch on the repository's plan, or on a layer's (layers/LAYER), which must succeed."""
+    return subprocess.run(["sqitch", *args], cwd=ROOT / "layers" / layer if layer else ROOT,
+                          check=True, capture_output=True, text=True,
+                          env={**os.environ, **SQITCH_ENV})
 
 
 def bundle_query(name: str, subject: str = "pgfence") -> str:

@@ -10,9 +10,7 @@ refusals of a layer upgrade file, each leaving the database as it was.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,8 +22,6 @@ import pytest
 from pgfence.connection import connect
 from testkit.cluster import Cluster
 from tests.support import (
-    ROOT,
-    SQITCH_ENV,
     bundle_query,
     install_bundle,
     install_pgflow,
@@ -125,11 +121,6 @@ def queue_and_flow(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     conn.execute("select pgflow.add_step('two', 'second', array['first'])")
 
 
-def layer_sqitch(layer: str, *args: str) -> None:
-    subprocess.run(["sqitch", *args], cwd=ROOT / "layers" / layer, check=True,
-                   capture_output=True, text=True, env={**os.environ, **SQITCH_ENV})
-
-
 # --- live state in the layers: made on the old release, finished after the upgrade -------------
 
 @dataclass
@@ -198,8 +189,8 @@ def test_layer_upgrade_keeps_live_state_of_the_core_and_the_layers(dbs: Database
         sqitch("deploy", "--log-only", "--to", f"@v{start}", f"db:pg:{name}")
         sqitch("deploy", f"db:pg:{name}")
         for layer in LAYERS:
-            layer_sqitch(layer, "deploy", "--log-only", "--to", f"@v{start}", f"db:pg:{name}")
-            layer_sqitch(layer, "deploy", f"db:pg:{name}")
+            sqitch("deploy", "--log-only", "--to", f"@v{start}", f"db:pg:{name}", layer=layer)
+            sqitch("deploy", f"db:pg:{name}", layer=layer)
     assert dbs.version(name) == HEAD
     assert schema_dump(name) == schema_dump(head_with_layers(dbs))
     check_layer_state(dbs, name, live.current, layer_live)
@@ -214,24 +205,24 @@ def test_sqitch_reverts_the_layers_to_their_release_and_deploys_again(dbs: Datab
     install_pgflow(dbs.cluster, name)
     sqitch("deploy", "--to", f"@v{start}", f"db:pg:{name}")
     for layer in LAYERS:
-        layer_sqitch(layer, "deploy", "--to", f"@v{start}", f"db:pg:{name}")
+        sqitch("deploy", "--to", f"@v{start}", f"db:pg:{name}", layer=layer)
     with connect(dbs.dsn(name), "release") as conn:
         queue_and_flow(conn)
     live = make_live_state(dbs, name)
     layer_live = make_layer_state(dbs, name, live.current)
     sqitch("deploy", f"db:pg:{name}")
     for layer in LAYERS:
-        layer_sqitch(layer, "deploy", f"db:pg:{name}")
+        sqitch("deploy", f"db:pg:{name}", layer=layer)
     head = schema_dump(name)
     for layer in reversed(LAYERS):
-        layer_sqitch(layer, "revert", "-y", "--to", f"@v{start}", f"db:pg:{name}")
+        sqitch("revert", "-y", "--to", f"@v{start}", f"db:pg:{name}", layer=layer)
     sqitch("revert", "-y", "--to", f"@v{start}", f"db:pg:{name}")
     assert schema_dump(name) == schema_dump(release)
     for layer in LAYERS:
         assert layer_fingerprint(dbs, name, layer) == layer_fingerprint(dbs, release, layer)
     sqitch("deploy", f"db:pg:{name}")
     for layer in LAYERS:
-        layer_sqitch(layer, "deploy", f"db:pg:{name}")
+        sqitch("deploy", f"db:pg:{name}", layer=layer)
     assert schema_dump(name) == head
     check_layer_state(dbs, name, live.current, layer_live)
 
@@ -305,7 +296,7 @@ def test_layer_upgrade_refuses_a_layer_that_sqitch_deploys(dbs: Databases, layer
     install_pgflow(dbs.cluster, name)
     sqitch("deploy", f"db:pg:{name}")
     for each in LAYERS:
-        layer_sqitch(each, "deploy", "--to", f"@v{start}", f"db:pg:{name}")
+        sqitch("deploy", "--to", f"@v{start}", f"db:pg:{name}", layer=each)
     err = refusal(dbs, name, layer_chain(layer, start)[0])
     assert f"Sqitch deploys the {layer} layer in this database" in err, err
     assert f"cd layers/{layer} && sqitch deploy db:pg:{name}" in err, err

@@ -289,8 +289,7 @@ def test_upgrade_to_the_release_with_live_state_then_its_layers(dbs: Databases, 
         sqitch("deploy", "--log-only", "--to", f"@v{start}", f"db:pg:{name}")
         sqitch("deploy", "--to", f"@v{release}", f"db:pg:{name}")
         for layer in ("pgmq", "pgflow"):
-            subprocess.run(["sqitch", "deploy", "--to", f"@v{release}", f"db:pg:{name}"],
-                           cwd=ROOT / "layers" / layer, check=True, capture_output=True)
+            sqitch("deploy", "--to", f"@v{release}", f"db:pg:{name}", layer=layer)
     dbs.install_release(fresh, release)
     for layer in ("pgmq", "pgflow"):
         install_layer_release(dbs, fresh, layer, release)
