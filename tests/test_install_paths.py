@@ -25,7 +25,7 @@ import pytest
 from pgfence.connection import connect
 from pgfence.releases import Files
 from testkit.cluster import Cluster
-from tests.support import HUNG, ROOT, SQITCH_ENV, install_bundle
+from tests.support import HUNG, ROOT, SQITCH_ENV, bundle_module, install_bundle
 from tests.support import sqitch as sqitch_ok
 from tests.test_install import schema_dump
 
@@ -164,9 +164,12 @@ def test_a_database_upgraded_outside_sqitch_is_refused_by_sqitch_deploy(make: An
     assert "sqitch deploy --log-only" in out.stdout + out.stderr
     assert db.dump() == before
     renews(db)
-    # The recipe it names: record what the database holds, then verify.
-    sqitch_ok("deploy", "--log-only", db.sqitch)
+    # The recipe it names: record what the database holds, then verify; then Sqitch deploys
+    # the rest.
+    sqitch_ok("deploy", "--log-only", "--to", "@v0.2.0", db.sqitch)
     sqitch_ok("verify", db.sqitch)
+    sqitch_ok("deploy", db.sqitch)
+    assert db.one("select pgfence.version()") == HEAD
     assert "Nothing to deploy" in sqitch_ok("deploy", db.sqitch).stdout
     renews(db)
 
@@ -228,18 +231,15 @@ def test_negative_control_a_verify_that_pins_a_release_fails_adoption(make: Any,
 def test_the_first_change_after_every_tag_refuses_a_database_another_path_moved() -> None:
     """The rule of the plan that keeps `sqitch deploy` off a database upgraded by another path:
     the first change after each release checks that the database holds that release."""
-    tags: list[tuple[str, str]] = []          # (release, the first change after its tag)
-    pending: str | None = None
-    for line in (ROOT / "sqitch.plan").read_text().splitlines():
-        word = line.split()[0] if line.strip() and not line.startswith(("%", "#")) else ""
-        if word.startswith("@v"):
-            pending = word[2:]
-        elif word and pending is not None:
-            tags.append((pending, word))
-            pending = None
+    bundle = bundle_module()
+    entries = bundle.read_plan()
+    # (release, the script Sqitch runs for the first change after its tag)
+    tags = [(tag.removeprefix("v"), bundle.script(entries, entries[e.index + 1]))
+            for e in entries for tag in e.tags if e.index + 1 < len(entries)]
     assert tags, "no change after a tag"
-    for release, change in tags:
-        script = (ROOT / f"migrations/deploy/{change}.sql").read_text()
+    for release, path in tags:
+        script = path.read_text()
+        change = path.relative_to(ROOT / "migrations/deploy").with_suffix("")
         assert f"if v_found is distinct from '{release}' then" in script, (
             f"migrations/deploy/{change}.sql, the first change after @v{release}, must refuse a "
             f"database whose pgfence.version() is not {release} (as checks.sql does)")

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from pgfence.connection import connect
-from testkit.cluster import Cluster
+from testkit.cluster import Cluster, ClusterError
 from tests.support import (
     bundle_query,
     install_bundle,
@@ -34,6 +34,7 @@ from tests.test_upgrade import (
     RELEASES,
     UPGRADES,
     Databases,
+    chain,
     check_live_state,
     make_live_state,
     one,
@@ -60,6 +61,24 @@ def layer_chain(layer: str, start: str) -> list[Path]:
         files.append(steps[at])
         at = steps[at].name.removesuffix(".sql").split("--")[2]
     return files
+
+
+def target(step: Path) -> str:
+    """The pgfence release an upgrade file (pgfence's or a layer's) leads to."""
+    return step.name.removesuffix(".sql").split("--")[2]
+
+
+def upgrade_by_files(dbs: Databases, database: str, start: str,
+                     replaced: dict[Path, Path] | None = None) -> None:
+    """pgfence's upgrade files from release `start` to the head, each followed by the layers'
+    files that come with its release: a layer's upgrade runs on the pgfence release it comes
+    with (`replaced`: another file in place of one of them)."""
+    replaced = replaced or {}
+    for step in chain(start):
+        dbs.psql(database, "--single-transaction", "-f", replaced.get(step, step))
+        for layer in LAYERS:
+            for with_it in UPGRADES.glob(f"pgfence-{layer}--*--{target(step)}.sql"):
+                dbs.psql(database, "--single-transaction", "-f", replaced.get(with_it, with_it))
 
 
 def layer_fingerprint(dbs: Databases, database: str, layer: str) -> str:
@@ -128,6 +147,8 @@ class LayerLive:
     message: uuid.UUID      # a pgmq message read under the live lease, not archived yet
     task: uuid.UUID         # a pgflow task started under the live lease, not completed yet
     run: uuid.UUID          # its run, which has a second task (step `second`) still to come
+    stale_read: uuid.UUID   # a read of a second message that was read again since (before the
+    fresh_read: uuid.UUID   # upgrade: neither has a read_order), and that later read
 
 
 def make_layer_state(dbs: Databases, database: str, lease: uuid.UUID) -> LayerLive:
@@ -138,13 +159,21 @@ def make_layer_state(dbs: Databases, database: str, lease: uuid.UUID) -> LayerLi
         run = one(conn, "select run_id from pgflow.start_flow('two', '{\"n\": 1}')")
         task = one(conn, "select attempt_id from pgfence_pgflow.start_tasks(%s, 'two', 'two', "
                          "'1 hour', 1)", lease)
-    return LayerLive(message, task, run)  # type: ignore[arg-type]
+        conn.execute("select pgmq.send('jobs', '{\"n\": 2}')")
+        stale = one(conn, "select attempt_id from pgfence_pgmq.read(%s, 'jobs', '1 hour')", lease)
+        conn.execute("update pgmq.q_jobs set vt = clock_timestamp() "
+                     "where msg_id = (select max(msg_id) from pgmq.q_jobs)")
+        fresh = one(conn, "select attempt_id from pgfence_pgmq.read(%s, 'jobs', '1 hour')", lease)
+    return LayerLive(message, task, run, stale, fresh)  # type: ignore[arg-type]
 
 
 def check_layer_state(dbs: Databases, database: str, lease: uuid.UUID, live: LayerLive) -> None:
     with connect(dbs.dsn(database), "after-layers") as conn:
         # Started before the upgrade, finished after it: the late results are kept.
         assert one(conn, "select pgfence_pgmq.archive(%s)", live.message) == "accepted"
+        # Reads recorded before the upgrade (no read order): judged by the read count.
+        assert one(conn, "select pgfence_pgmq.archive(%s)", live.stale_read) == "stale"
+        assert one(conn, "select pgfence_pgmq.archive(%s)", live.fresh_read) == "accepted"
         assert one(conn, "select pgfence_pgflow.complete_task(%s, '{\"a\": 1}')",
                    live.task) == "accepted"
         assert one(conn, "select pgfence_pgflow.complete_task(%s, '{\"a\": 1}')",
@@ -180,10 +209,7 @@ def test_layer_upgrade_keeps_live_state_of_the_core_and_the_layers(dbs: Database
     live = make_live_state(dbs, name)
     layer_live = make_layer_state(dbs, name, live.current)
     if path == "file":
-        dbs.upgrade_by_file(name, start)
-        for layer in LAYERS:
-            for step in layer_chain(layer, start):
-                dbs.psql(name, "--single-transaction", "-f", step)
+        upgrade_by_files(dbs, name, start)
     else:
         # One-file installs moved onto Sqitch (--log-only), then deployed to the head.
         sqitch("deploy", "--log-only", "--to", f"@v{start}", f"db:pg:{name}")
@@ -239,10 +265,12 @@ def test_negative_control_a_layer_upgrade_missing_a_change_is_caught(
     broken.write_text("".join(s for i, s in enumerate(sections) if i != victim))
     name = dbs.fresh("lbroken")
     install_release_with_layers(dbs, name, start)
-    dbs.upgrade_by_file(name, start)
-    dbs.psql(name, "--single-transaction", "-f", broken)
-    for later in layer_chain(layer, start)[1:]:
-        dbs.psql(name, "--single-transaction", "-f", later)
+    try:
+        upgrade_by_files(dbs, name, start, {step: broken})
+    except ClusterError as e:
+        # Caught by the next layer upgrade's check of the release it starts from.
+        assert f"the pgfence_{layer} schema differs from the {layer} layer of release" in str(e)
+        return
     assert schema_dump(name) != schema_dump(head_with_layers(dbs))
 
 
@@ -272,7 +300,7 @@ def test_layer_upgrade_refuses_a_layer_changed_by_hand(dbs: Databases, layer: st
                                                        start: str) -> None:
     name = dbs.fresh("lhand")
     install_release_with_layers(dbs, name, start)
-    dbs.upgrade_by_file(name, start)
+    dbs.upgrade_by_file(name, start, target(layer_chain(layer, start)[0]))
     dbs.psql(name, "-c", f"create function pgfence_{layer}.extra() returns int "
                          "language sql as 'select 1'")
     err = refusal(dbs, name, layer_chain(layer, start)[0])
@@ -317,8 +345,10 @@ def test_negative_control_pgfences_own_registry_does_not_stop_a_layer_upgrade(
         dbs.psql(name, "--single-transaction", "-f", RELEASES / f"pgfence-{each}--{start}.sql")
     with connect(dbs.dsn(name), "release") as conn:
         queue_and_flow(conn)
-    sqitch("deploy", f"db:pg:{name}")
     for step in layer_chain(layer, start):
+        # pgfence by Sqitch to the release this step comes with, then the step.
+        to = target(step)
+        sqitch("deploy", *([] if to == HEAD else ["--to", f"@v{to}"]), f"db:pg:{name}")
         dbs.psql(name, "--single-transaction", "-f", step)
     assert layer_fingerprint(dbs, name, layer) == layer_fingerprint(dbs, head_with_layers(dbs),
                                                                     layer)

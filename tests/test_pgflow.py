@@ -6,7 +6,7 @@ the mechanism it rests on (or uses pgflow's own, unfenced protocol) and sees the
 
 The flow is pgflow's own: `two`, steps `first` then `second` (second depends on first), made
 with pgflow.create_flow / add_step and run with pgflow.start_flow. Time passing is simulated
-(pgfence_test.expire for a lease, expire_message for a message's visibility); blocking is
+(pgfence_test.expire for a lease, stall_task for a started task's time); blocking is
 observed with pg_blocking_pids(), never waited out.
 """
 
@@ -93,9 +93,10 @@ def msg_of(db: Database, step: str) -> int:
 
 
 def paused_past_everything(db: Database, a: Lease, step: str) -> None:
-    """A is paused past its lease and past its task's visibility (pgflow's timeout + 2 s)."""
+    """A is paused past its lease and past its task's step's timeout + 2 s (its start moved
+    back, its message visible again)."""
     db.expire(a)
-    db.sql("select pgfence_test.expire_message('two', %s)", (msg_of(db, step),))
+    db.sql("select pgfence_test.stall_task('two', %s)", (msg_of(db, step),))
 
 
 def run_status(db: Database, run_id: uuid.UUID) -> tuple[str, Any]:
@@ -202,7 +203,7 @@ def test_negative_control_pgflows_unfenced_protocol_lets_the_stale_completion_la
     [(step,)] = a.run("select step_slug from pgflow.start_tasks('two', array[%s::bigint], %s)",
                       (msg, worker))
     assert step == "first"
-    flow.sql("select pgfence_test.expire_message('two', %s)", (msg,))
+    flow.sql("select pgfence_test.stall_task('two', %s)", (msg,))
     [(fresh, _, _)] = start(b, acquired(b.acquire("fn")))
     a.run("select pgflow.complete_task(run_id, step_slug, task_index, '{\"by\": \"a\"}') "
           "from pgflow.step_tasks where step_slug = 'first'")
@@ -254,9 +255,8 @@ def test_negative_control_a_late_result_judged_by_its_lease(flow: Database) -> N
 
 
 def test_negative_control_a_late_result_without_its_marker_is_refused(flow: Database) -> None:
-    flow.replace_in_function(FINISH,
-                             "select pgfence.mark_fenced(l.resource, k.hmac_key) into v_was",
-                             "select '' into v_was")
+    flow.replace_in_function(FINISH, "v_was := pgfence.mark_lease(v_attempt.lease_id);",
+                             "v_was := '';")
     two_steps(flow)
     protect(flow, "enforce")
     a = flow.session("a")
@@ -500,23 +500,32 @@ def test_only_pgfence_worker_may_call_the_layer(flow: Database) -> None:
         ("pgfence_pgflow.as_maintenance(text,interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.check_allowed(regprocedure)", False, False, False, []),
         ("pgfence_pgflow.complete_task(uuid,jsonb)", False, True, False, []),
+        ("pgfence_pgflow.cron_commands()", False, False, False, SEARCH_PATH),
+        ("pgfence_pgflow.enabled_changed(text[])", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.ensure_workers()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.fail_task(uuid,text)", False, True, False, []),
         ("pgfence_pgflow.finish(uuid,text,jsonb,text)", False, True, True,
          ["search_path=pg_catalog, pg_temp"]),
         ("pgfence_pgflow.follow_resource()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.health()", False, False, True, SEARCH_PATH),
-        ("pgfence_pgflow.in_flight(text[])", False, False, True,
-         ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.in_flight()", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.job_problem(regprocedure,text)", False, False, False, SEARCH_PATH),
         ("pgfence_pgflow.leases()", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.open_starts()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.prune(interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.prune_workers(interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.requeue_stalled_tasks()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.setup_cron()", False, False, False, SEARCH_PATH),
+        ("pgfence_pgflow.stalled(timestamp with time zone,integer,boolean,boolean)", False, False,
+         False, []),
+        ("pgfence_pgflow.start_lease_live(uuid,text,integer,integer)", False, False, False, []),
         ("pgfence_pgflow.start_tasks(uuid,text,text,interval,integer)", False, True, True,
          ["search_path=pg_catalog, pg_temp"]),
         ("pgfence_pgflow.sync_workers()", False, False, True, SEARCH_PATH),
-        ("pgfence_pgflow.worker_id(uuid,bytea)", False, False, False, []),
+        ("pgfence_pgflow.undo_cron()", False, False, False, SEARCH_PATH),
+        ("pgfence_pgflow.window_finish(uuid)", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.window_prepare(uuid,text[])", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.window_status(uuid,text[])", False, False, True, SEARCH_PATH),
     ]
 
 

@@ -5,8 +5,9 @@ takeover counts against max_attempts; two results of one run never deadlock; the
 over only a task whose message came back. Each with its negative control, the same scenario
 against a broken variant of the rule (as tests/mutation/mutants.toml breaks it).
 
-Time passing is simulated: a message's visibility is moved back (`shift_message`, or
-pgfence_test.expire_message past it), a lease expired with pgfence_test.expire; blocking is
+Time passing is simulated: a message's visibility and its started task's start are moved back
+(`shift_message`, or pgfence_test.stall_task past them), a lease expired with
+pgfence_test.expire; blocking is
 driven and observed with pg_blocking_pids(), never waited out.
 """
 
@@ -22,7 +23,14 @@ VISIBILITY = ("perform pgmq.set_vt(start_tasks.queue, t.msg_id, "
               "coalesce(s.opt_timeout, f.opt_timeout) + 2)")
 READ_VT_ONLY = ("perform pgmq.set_vt(start_tasks.queue, t.msg_id, "
                 "extract(epoch from start_tasks.vt)::int)")
-BOUNDED = "     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts);"
+BOUNDED = ("     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts)\n"
+           "     and pgfence_pgflow.stalled(")
+# The takeover's rule that a task has stalled (pgfence_pgflow.stalled: its step's timeout + 2 s,
+# or its lease ended and its timeout passed), in the takeover and in the final failure.
+STALLED = ("     and pgfence_pgflow.stalled(st.started_at, coalesce(s.opt_timeout, f.opt_timeout), "
+           "true,\n                                pgfence_pgflow.start_lease_live(st.run_id, "
+           "st.step_slug, st.task_index,\n"
+           "                                                                st.attempts_count))")
 RUN_LOCK = "perform from pgflow.runs r where r.run_id = v_attempt.run_id for update;"
 
 
@@ -35,8 +43,12 @@ def start(s: Session, lease: Lease, vt: str = "2 seconds", qty: int = 5,
 
 
 def shift_message(db: Database, flow: str, seconds: int) -> None:
-    """``seconds`` pass for every message of the flow's queue."""
+    """``seconds`` pass for every message of the flow's queue and every task of the flow that
+    is started (its start moved back as much)."""
     db.sql(f"update pgmq.q_{flow} set vt = vt - make_interval(secs => %s)", (seconds,))
+    db.sql("update pgflow.step_tasks set started_at = started_at - make_interval(secs => %s), "
+           "queued_at = queued_at - make_interval(secs => %s) "
+           "where flow_slug = %s and status = 'started'", (seconds, seconds, flow))
 
 
 def tasks(db: Database, run_id: uuid.UUID) -> list[tuple[str, str, int]]:
@@ -84,13 +96,42 @@ def test_a_live_task_is_not_taken_over_a_stalled_one_is(any_flow: Database) -> N
 
 def test_negative_control_with_the_reads_vt_only_a_live_task_is_taken_over(
         flow: Database) -> None:
+    # Both rules that keep a live task its attempt's: the visibility the start gives its
+    # message, and the takeover's test that it has stalled (each alone keeps it here).
     flow.replace_in_function(START, VISIBILITY, READ_VT_ONLY)
+    flow.replace_in_function(START, STALLED, "")
     run_id, la, lb, a, b = two_functions(flow)
     [(attempt, _)] = start(a, la)
     shift_message(flow, "two", 3)
     assert [s for _, s in start(b, lb)] == ["first"], "fn2 took the live task over"
     assert complete(a, attempt, '{"by": "a"}') == "stale", "and the live handler's result is lost"
     assert tasks(flow, run_id)[0] == ("first", "started", 2)
+
+
+def early(db: Database) -> tuple[uuid.UUID, Session, Session, Lease, Lease]:
+    """fn1's start of `first`; its message made visible at once, as by hand, an old binary's
+    read or pgflow's own recovery job: (the attempt, a, b, la, lb)."""
+    _, la, lb, a, b = two_functions(db)
+    [(attempt, _)] = start(a, la)
+    db.sql("update pgmq.q_two set vt = clock_timestamp()")
+    return attempt, a, b, la, lb
+
+
+def test_a_live_task_whose_message_came_back_early_is_not_taken_over(any_flow: Database) -> None:
+    db = any_flow
+    attempt, a, b, _, lb = early(db)
+    assert start(b, lb) == [], "fn2 read the message, but the task has not stalled"
+    assert db.one("select m.vt >= st.started_at + interval '12 seconds' from pgmq.q_two m "
+                  "join pgflow.step_tasks st on st.message_id = m.msg_id") is True, \
+        "hidden again until its start's deadline (the step's 10 s + 2 s)"
+    assert complete(a, attempt, '{"by": "a"}') == "accepted"
+
+
+def test_negative_control_a_takeover_of_any_task_whose_message_came_back(flow: Database) -> None:
+    flow.replace_in_function(START, STALLED + ";", "     and true;")
+    attempt, a, b, _, lb = early(flow)
+    assert [s for _, s in start(b, lb)] == ["first"], "fn2 took the live task over"
+    assert complete(a, attempt, '{"by": "a"}') == "stale"
 
 
 # -- 2. takeovers count against max_attempts --------------------------------------------------
@@ -130,7 +171,7 @@ def test_takeovers_count_against_max_attempts_to_the_final_failure(any_flow: Dat
 
 
 def test_negative_control_unbounded_takeovers_start_a_third_attempt(flow: Database) -> None:
-    flow.replace_in_function(START, BOUNDED, ";")
+    flow.replace_in_function(START, BOUNDED, "     and pgfence_pgflow.stalled(")
     run_id, _, started = stall_three_times(flow)
     assert [s for _, s in started] == ["first"]
     assert tasks(flow, run_id) == [("first", "started", 3)], "past max_attempts"
@@ -213,8 +254,11 @@ def test_a_workers_second_start_leaves_its_first_task_alone(any_flow: Database) 
 
 def test_negative_control_a_takeover_of_every_started_task_loses_a_valid_result(
         flow: Database) -> None:
+    # The takeover of only the tasks whose message this read got back, and of only those that
+    # have stalled.
     flow.replace_in_function(START, "and st.message_id = any (v_msgs) and st.status = 'started'\n"
                              "     and st.attempts_count <", "and st.status = 'started'\n"
                              "     and st.attempts_count <")
+    flow.replace_in_function(START, STALLED, "")
     _, verdict, status = second_start_for_another_run(flow)
     assert (status, verdict) == ("queued", "stale")

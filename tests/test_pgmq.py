@@ -25,6 +25,8 @@ READ = "pgfence_pgmq.read(uuid,text,interval,integer)"
 FINISH = "pgfence_pgmq.finish(uuid[],text)"
 HOLD = "pgfence.hold_current(uuid)"
 PROTECT = "pgfence.protect(regclass,text[],text,boolean)"
+# The layer's own record of a later read of the same message, as finish asks it.
+LATER_READ = "coalesce(b.read_order, 0) > coalesce(l.read_order, 0)"
 
 
 def queue(db: Database, messages: int = 3, resources: tuple[str, ...] = ("r1",)) -> None:
@@ -73,9 +75,8 @@ def test_a_stale_owner_reads_nothing(any_mq: Database) -> None:
 
 
 def test_negative_control_a_read_without_the_lease_check(mq: Database) -> None:
-    mq.replace_in_function(READ, "v_lease := pgfence.hold_current(read.lease_id);",
-                           "select l.* into v_lease from pgfence.leases l "
-                           "where l.lease_id = read.lease_id;")
+    mq.replace_in_function(READ, "perform pgfence.hold_fenced(read.lease_id);",
+                           "perform pgfence.mark_lease(read.lease_id);")
     queue(mq)
     a, la, _, _ = taken_over(mq)
     assert len(read(a, la)) == 1, "without the check the stale owner reads"
@@ -105,8 +106,11 @@ def test_the_stale_result_of_a_message_read_again_is_recorded(any_mq: Database, 
 
 
 def test_negative_control_without_the_read_count_the_stale_archive_lands(mq: Database) -> None:
+    # Both of the rule's witnesses of a later read: the message's read count, and the layer's
+    # own record of reads (a later read of the same message).
     mq.replace_in_function(FINISH, "'m.msg_id = $1 and m.read_ct = $2 and m.enqueued_at = $3';",
                            "'m.msg_id = $1 and $2 = $2 and m.enqueued_at = $3';")
+    mq.replace_in_function(FINISH, LATER_READ, "false")
     queue(mq, 1)
     a, b = mq.session("a"), mq.session("b")
     la = acquired(a.acquire("r1"))
@@ -157,7 +161,8 @@ def test_negative_control_a_late_result_judged_by_its_lease(mq: Database) -> Non
 
 
 def test_negative_control_a_late_result_without_its_marker_is_refused(mq: Database) -> None:
-    mq.replace_in_function(FINISH, "v_mark := pgfence_pgmq.mark(v_table, v_lease);",
+    mq.replace_in_function(FINISH, "v_mark := pgfence.mark_lease(v_lease, "
+                           "pg_catalog.to_regclass(format('pgmq.%I', v_table)));",
                            "v_mark := null;")
     queue(mq, 1)
     mq.sql("select pgfence.protect('pgmq.q_jobs', array['r1'], 'enforce', consumers_only => true)")
@@ -202,9 +207,9 @@ def test_two_resources_on_one_queue_read_in_parallel(mq: Database) -> None:
 
 def test_negative_control_readers_that_wait_for_each_other(mq: Database) -> None:
     # One lock per queue, as a reader that serialized its readers would take.
-    mq.replace_in_function(READ, "  v_lease := pgfence.hold_current(read.lease_id);",
+    mq.replace_in_function(READ, "  perform pgfence.hold_fenced(read.lease_id);",
                            "  perform pg_advisory_xact_lock(hashtext(read.queue));\n"
-                           "  v_lease := pgfence.hold_current(read.lease_id);")
+                           "  perform pgfence.hold_fenced(read.lease_id);")
     queue(mq, 4, resources=("r1", "r2"))
     a, b = mq.session("a"), mq.session("b")
     la, lb = acquired(a.acquire("r1")), acquired(b.acquire("r2"))
@@ -286,17 +291,19 @@ def test_negative_control_a_read_that_does_not_hold_its_lock(mq: Database) -> No
 
 # -- batches ------------------------------------------------------------------------------------
 
-ORDERED_LOCK = """    from (select a.attempt_id, a.outcome, a.queue, a.lease_id,
-                 a.msg_id, a.read_ct, a.enqueued_at
-            from pgfence_pgmq.attempts a
-           where a.attempt_id = any (finish.attempt_ids)
-           order by a.attempt_id
-             for update) l;"""
+ORDERED_LOCK = """            from (select a.attempt_id, a.outcome, a.queue, a.lease_id,
+                         a.msg_id, a.read_ct, a.enqueued_at, a.read_order
+                    from pgfence_pgmq.attempts a
+                   where a.attempt_id = any (finish.attempt_ids)
+                   order by a.attempt_id
+                     for update) l) l;"""
 # The attempts locked one by one in the order the caller gave them.
-CALLERS_ORDER = """    from unnest(finish.attempt_ids) with ordinality u(attempt_id, n),
-         lateral (select a.attempt_id, a.outcome, a.queue, a.lease_id,
-                         a.msg_id, a.read_ct, a.enqueued_at
-                    from pgfence_pgmq.attempts a where a.attempt_id = u.attempt_id for update) l;"""
+CALLERS_ORDER = ("            from unnest(finish.attempt_ids) with ordinality u(attempt_id, n),\n"
+                 "                 lateral (select a.attempt_id, a.outcome, a.queue, a.lease_id,\n"
+                 "                                 a.msg_id, a.read_ct, a.enqueued_at, "
+                 "a.read_order\n"
+                 "                            from pgfence_pgmq.attempts a "
+                 "where a.attempt_id = u.attempt_id for update) l) l;")
 
 
 def opposite_order_archives(db: Database) -> tuple[list[tuple[Any, ...]] | str,
@@ -502,3 +509,48 @@ def test_negative_control_a_fingerprint_that_counts_the_layer(mq: Database, db: 
         "p.pronamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace",
         "p.pronamespace::pg_catalog.regnamespace::pg_catalog.text like 'pgfence%'")
     assert mq.one(query) != db.one(query)
+
+
+# -- a producer cannot revive a stale attempt (issue 40) ----------------------------------------
+
+def revived(db: Database) -> tuple[Session, uuid.UUID, int]:
+    """A read `stale` of message 1, read again since by B, who deleted it; then a producer with
+    pgmq's usual grants puts the message back as the stale read saw it (msg_id, read_ct,
+    enqueued_at): the message's row alone says the stale read still holds it."""
+    queue(db, 1)
+    a, b = db.session("a"), db.session("b")
+    la = acquired(a.acquire("r1"))
+    [(stale, msg, _)] = read(a, la)
+    db.expire(la)
+    db.sql("select pgfence_test.expire_message('jobs', %s)", (msg,))
+    [(fresh, _, _)] = read(b, acquired(b.acquire("r1")))
+    assert finish(b, "delete", fresh) == "accepted"
+    db.sql("insert into pgmq.q_jobs (msg_id, read_ct, enqueued_at, vt, message) "
+           "overriding system value "
+           "select msg_id, read_ct, enqueued_at, clock_timestamp(), '{\"again\": true}' "
+           "from pgfence_pgmq.attempts where attempt_id = %s", (stale,))
+    return a, stale, msg
+
+
+@pytest.mark.parametrize("how", ["archive", "delete"])
+def test_a_producer_cannot_revive_a_stale_attempt(any_mq: Database, how: str) -> None:
+    a, stale, msg = revived(any_mq)
+    assert finish(a, how, stale) == "stale", "a later read of the message exists"
+    assert message(any_mq, msg) == (1, True), "the producer's message is left alone"
+    assert a.one("select pgfence_pgmq.set_vt(%s, '1 hour')", (stale,)) is None
+
+
+def test_negative_control_judged_by_the_message_alone_a_stale_attempt_is_revived(
+        mq: Database) -> None:
+    mq.replace_in_function(FINISH, LATER_READ, "false")
+    a, stale, msg = revived(mq)
+    assert finish(a, "delete", stale) == "accepted"
+    assert message(mq, msg) is None, "the stale attempt deleted the producer's message"
+
+
+def test_negative_control_set_vt_judged_by_the_message_alone_keeps_a_revived_message(
+        mq: Database) -> None:
+    mq.replace_in_function("pgfence_pgmq.set_vt(uuid,interval)",
+                           "coalesce(b.read_order, 0) > coalesce(v_attempt.read_order, 0)", "false")
+    a, stale, _ = revived(mq)
+    assert a.one("select pgfence_pgmq.set_vt(%s, '1 hour')", (stale,)) is not None

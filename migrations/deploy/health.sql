@@ -3,6 +3,11 @@
 -- requires: prune
 -- requires: roles
 -- requires: layers
+--
+-- Reworked in 0.3.0: the requeue job checked for real (it exists, is active, runs in this
+-- database as a role that may run it, and calls it: pgfence.cron_job_problem, which the
+-- layers' checks share, as lockdown_problems); a start pending too long is named. The
+-- manifest it compares with is recorded by the release's last change (lockdown).
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -13,7 +18,7 @@ set local lock_timeout = '5s';
 
 -- The schema's objects one by one, as migrations/fingerprint.sql sees them (the same items,
 -- each with a digest of what the fingerprint hashes), so that a difference can be named.
-create function pgfence.schema_objects()
+create or replace function pgfence.schema_objects()
 returns table (object text, digest text)
 language sql
 stable
@@ -52,19 +57,108 @@ $$;
 comment on function pgfence.schema_objects() is
   'The pgfence schema object by object (functions, relations, columns, constraints, indexes), each with a digest of its definition.';
 
--- What this release installed, recorded by this change: health() names every object that
--- differs. (Kept next to last in the plan, before lockdown, and reworked with it each
--- release, so that it records everything the release installs.)
-create table pgfence.manifest (
+-- What the release installed (pgfence.schema_objects()), which health() compares with:
+-- recorded by the release's last change (lockdown), which every install and upgrade ends with.
+-- Created here on a fresh install, kept as it is on an upgrade.
+create table if not exists pgfence.manifest (
   object text primary key,
   digest text not null
 );
 comment on table pgfence.manifest is
   'The schema objects as this release installed them (pgfence.schema_objects()), which pgfence.health() compares with.';
+revoke all on pgfence.manifest from public;
+
+-- What lockdown would revoke in schema_name, named: every privilege on the schema or an
+-- object in it (function, relation, column, type) held by a role other than its owner and the
+-- three pgfence roles. The check "roles and grants" of the core and each layer's "locked down".
+create or replace function pgfence.lockdown_problems(schema_name name)
+returns text
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  with allowed as (select oid from pg_roles where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor')),
+       n as (select oid from pg_namespace where nspname = lockdown_problems.schema_name),
+       held as (
+    select a.grantee, a.privilege_type, p.oid::regprocedure::text as what, p.proowner as owner
+      from pg_proc p, aclexplode(p.proacl) a where p.pronamespace = (select oid from n)
+    union all
+    select a.grantee, a.privilege_type, c.oid::regclass::text, c.relowner
+      from pg_class c, aclexplode(c.relacl) a where c.relnamespace = (select oid from n)
+    union all
+    select a.grantee, a.privilege_type, format('%s.%I', c.oid::regclass, t.attname), c.relowner
+      from pg_class c join pg_attribute t on t.attrelid = c.oid and t.attacl is not null, aclexplode(t.attacl) a
+     where c.relnamespace = (select oid from n)
+    union all
+    select a.grantee, a.privilege_type, format('type %s', y.oid::regtype), y.typowner
+      from pg_type y, aclexplode(y.typacl) a
+     where y.typnamespace = (select oid from n) and y.typtype in ('d', 'e', 'r', 'm')
+    union all
+    select a.grantee, a.privilege_type, format('schema %I', s.nspname), s.nspowner
+      from pg_namespace s, aclexplode(s.nspacl) a where s.oid = (select oid from n))
+  select string_agg(format('%s may %s %s', case h.grantee when 0 then 'PUBLIC' else h.grantee::regrole::text end,
+                           h.privilege_type, h.what), '; ' order by h.what, h.grantee, h.privilege_type)
+    from held h
+   where h.grantee <> h.owner and h.grantee not in (select oid from allowed);
+$$;
+comment on function pgfence.lockdown_problems(name) is
+  'The privileges in schema_name that lockdown would revoke, named; NULL when there are none.';
+
+-- Whether a pg_cron job runs fn for real, and if not, why: NULL when an active job, in this
+-- database, as a role that may execute fn (and use its schema), has exactly `select fn()` (an
+-- integer argument at most) as its command; otherwise what is wrong with each job whose
+-- command names fn, or that none does. A command that merely mentions the name (a comment, a
+-- string, another function around it) is no call of it.
+create or replace function pgfence.cron_job_problem(fn regprocedure)
+returns text
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_jobs regclass := to_regclass('cron.job');
+  v_name text;
+  v_schema oid;
+  v_good boolean;
+  v_bad text;
+begin
+  select format('%I.%I', n.nspname, p.proname), n.oid into v_name, v_schema
+    from pg_proc p join pg_namespace n on n.oid = p.pronamespace where p.oid = cron_job_problem.fn;
+  if v_jobs is null then
+    return format('pg_cron is not installed: schedule %s', v_name);
+  end if;
+  execute format($q$
+    select coalesce(bool_or(x.problem is null), false),
+           string_agg(format('job %%s (%%s): %%s', x.jobid, coalesce(x.jobname, 'no name'), x.problem), '; '
+                      order by x.jobid) filter (where x.problem is not null)
+      from (select j.jobid, to_jsonb(j)->>'jobname' as jobname,
+                   case when j.command !~* ('^\s*select\s+' || regexp_replace($1, '([.$])', '\\\1', 'g')
+                                            || '\s*\(\s*([0-9]+)?\s*\)\s*;?\s*$')
+                          then format('its command %%L is not a call of %%s', j.command, $1)
+                        when not j.active then 'paused (active is false)'
+                        when j.database is distinct from current_database()
+                          then format('it runs in database %%s, not %%s', j.database, current_database())
+                        when not exists (select from pg_roles r where r.rolname = j.username)
+                          then format('it runs as %%s, which does not exist', j.username)
+                        when not (has_schema_privilege(j.username, $2, 'usage')
+                                  and has_function_privilege(j.username, $3, 'execute'))
+                          then format('it runs as %%s, which may not execute %%s', j.username, $1)
+                   end as problem
+              from %s j
+             where strpos(lower(j.command), lower($1)) > 0) x$q$, v_jobs)
+    into v_good, v_bad using v_name, v_schema, cron_job_problem.fn;
+  if v_good then
+    return null;
+  end if;
+  return coalesce(v_bad, format('no pg_cron job calls %s', v_name));
+end
+$$;
+comment on function pgfence.cron_job_problem(regprocedure) is
+  'NULL when an active pg_cron job in this database runs select fn() as a role that may; otherwise why not.';
 
 -- The checks of health(), below (a reserved word, "check", is its column's name by contract,
 -- but is kept out of PL/pgSQL).
-create function pgfence.health_checks()
+create or replace function pgfence.health_checks()
 returns table (name text, ok boolean, detail text)
 language plpgsql
 stable
@@ -72,7 +166,6 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_bad text;
-  v_jobs regclass := to_regclass('cron.job');
   v_layer regproc;
 begin
   -- Schema as installed: nothing changed, added or removed by hand since.
@@ -97,26 +190,7 @@ begin
       from unnest(array['pgfence_worker', 'pgfence_operator', 'pgfence_monitor']) r
      where not exists (select from pg_roles where rolname = r)
     union all
-    select format('%s may %s %s', case a.grantee when 0 then 'PUBLIC' else a.grantee::regrole::text end,
-                  a.privilege_type, p.oid::regprocedure)
-      from pg_proc p, aclexplode(p.proacl) a
-     where p.pronamespace = 'pgfence'::regnamespace and a.grantee <> p.proowner
-       and a.grantee not in (select oid from pg_roles
-                              where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'))
-    union all
-    select format('%s may %s %s', case a.grantee when 0 then 'PUBLIC' else a.grantee::regrole::text end,
-                  a.privilege_type, c.oid::regclass)
-      from pg_class c, aclexplode(c.relacl) a
-     where c.relnamespace = 'pgfence'::regnamespace and a.grantee <> c.relowner
-       and a.grantee not in (select oid from pg_roles
-                              where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'))
-    union all
-    select format('%s may %s schema pgfence', case a.grantee when 0 then 'PUBLIC' else a.grantee::regrole::text end,
-                  a.privilege_type)
-      from pg_namespace n, aclexplode(n.nspacl) a
-     where n.oid = 'pgfence'::regnamespace and a.grantee <> n.nspowner
-       and a.grantee not in (select oid from pg_roles
-                              where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'))) y;
+    select pgfence.lockdown_problems('pgfence')) y;
   ok := v_bad is null;
   detail := coalesce(v_bad, 'pgfence_worker, pgfence_operator, pgfence_monitor; nothing for PUBLIC');
   return next;
@@ -145,18 +219,11 @@ begin
   return next;
 
   -- requeue_expired on a schedule (pg_cron): without it a queue whose workers all died keeps
-  -- its claimed tasks for ever.
+  -- its claimed tasks for ever. A job that runs it for real (pgfence.cron_job_problem).
   name := 'requeue job scheduled';
-  if v_jobs is null then
-    ok := false;
-    detail := 'pg_cron is not installed: schedule pgfence.requeue_expired() (docs/supabase.md)';
-  else
-    execute format('select count(*) > 0 from %s where active and command ~ %L', v_jobs,
-                   'pgfence\.requeue_expired')
-      into ok;
-    detail := case when ok then 'a pg_cron job runs pgfence.requeue_expired()'
-                   else 'no active pg_cron job runs pgfence.requeue_expired() (docs/supabase.md)' end;
-  end if;
+  v_bad := pgfence.cron_job_problem('pgfence.requeue_expired(int)');
+  ok := v_bad is null;
+  detail := coalesce(v_bad || ' (docs/supabase.md)', 'a pg_cron job runs pgfence.requeue_expired()');
   return next;
 
   -- Overdue: a resource left without a live owner, or a task its worker no longer holds
@@ -175,6 +242,19 @@ begin
      group by t.queue) y;
   ok := v_bad is null;
   detail := coalesce(v_bad, 'none');
+  return next;
+
+  -- A start pending (requested, not acknowledged, not expired) past the time a start takes (a
+  -- minute, request_start's default): nothing else starts the resource meanwhile.
+  name := 'no start pending too long';
+  select string_agg(format('resource %s: a start requested at %s is pending until %s', i.resource,
+                           i.requested_at, i.expires_at), '; ' order by i.resource, i.requested_at) into v_bad
+    from pgfence.invocations i
+   where i.acknowledged_at is null and i.expires_at > clock_timestamp()
+     and i.requested_at < clock_timestamp() - interval '1 minute';
+  ok := v_bad is null;
+  detail := coalesce(v_bad || ': cancel it if nothing will start (pgfence.cancel_invocations)',
+                     'none pending for over a minute');
   return next;
 
   name := 'no update window left open';
@@ -216,7 +296,7 @@ comment on function pgfence.health_checks() is
 
 -- The health of an installation, one row per check; ok false names what is wrong, never a
 -- capability. Read-only; the monitor may run it (pgfence doctor does).
-create function pgfence.health()
+create or replace function pgfence.health()
 returns table ("check" text, ok boolean, detail text)
 language sql
 stable
@@ -227,15 +307,13 @@ as $$
 $$;
 comment on function pgfence.health() is
   'One row per check of this installation: schema as released, roles and grants, roles confined to this database, '
-  'protections, the requeue job, nothing overdue, no window left open, history within retention. Read-only.';
+  'protections, the requeue job, nothing overdue, no start pending too long, no window left open, history within '
+  'retention, and each layer''s checks. Read-only.';
 
 revoke all on function pgfence.schema_objects() from public;
+revoke all on function pgfence.lockdown_problems(name), pgfence.cron_job_problem(regprocedure) from public;
 revoke all on function pgfence.health_checks() from public;
 revoke all on function pgfence.health() from public;
-revoke all on pgfence.manifest from public;
 grant execute on function pgfence.health() to pgfence_monitor, pgfence_operator;
-
--- The record, last: every object this release installed before this change.
-insert into pgfence.manifest select * from pgfence.schema_objects();
 
 commit;

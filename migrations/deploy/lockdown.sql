@@ -34,7 +34,8 @@
 -- Release 0.2.0 makes it one function, pgfence.lockdown(schema), that every layer applies to
 -- its own schema too, and runs it again after its own changes. (Each release reworks this change and
 -- says so here: Sqitch refuses two changes with the same script.) Release 0.2.1 reworks it
--- unchanged, to run last again after version.
+-- unchanged, to run last again after version. Release 0.3.0 reworks it to run last again, and
+-- to record health's manifest of the whole schema (it had each change record its own rows).
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -105,12 +106,10 @@ comment on function pgfence.lockdown(name) is
   'owners'' and the three pgfence roles''. Run last by every install and upgrade of the core and of each layer.';
 revoke all on function pgfence.lockdown(name) from public;
 
--- health's record of what the release installed (pgfence.manifest, written by the health
--- change just before this one) takes in this change's function too: lockdown is the last change.
-insert into pgfence.manifest
-select o.object, o.digest from pgfence.schema_objects() o
- where o.object = 'function pgfence.lockdown(schema_name name)'
-on conflict (object) do update set digest = excluded.digest;
+-- health's record of what the release installed (pgfence.manifest), made anew by the last
+-- change of every install and upgrade: the whole schema as it now is.
+delete from pgfence.manifest;
+insert into pgfence.manifest select * from pgfence.schema_objects();
 
 do $$ begin perform pgfence.lockdown('pgfence'); end $$;
 

@@ -2,6 +2,10 @@
 -- requires: limit_idle
 -- requires: resources
 -- requires: checks
+-- requires: layer_hooks
+--
+-- Reworked in 0.3.0: a new resource's enabled is passed on to the layers (their
+-- enabled_changed hook), as every change of enabled is.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -16,6 +20,8 @@ language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+  v_new int;
 begin
   perform pgfence.check_name('resource', register.resource);
   perform pgfence.check_not_null('enabled', register.enabled);
@@ -23,8 +29,12 @@ begin
   insert into pgfence.resources (resource, enabled)
   values (register.resource, register.enabled)
   on conflict on constraint resources_pkey do nothing;
+  get diagnostics v_new = row_count;
   -- A new row, uncommitted, makes every other register of the name wait for it.
   perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+  if v_new > 0 then
+    perform pgfence.enabled_changed(array[register.resource]);
+  end if;
 end
 $$;
 comment on function pgfence.register(text, boolean) is

@@ -13,19 +13,19 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
--- The first change after release 0.2.0: Sqitch runs it only on a database its registry says
--- holds 0.2.0. One that says another release was installed or upgraded by another path (the
+-- The first change after release 0.2.1: Sqitch runs it only on a database its registry says
+-- holds 0.2.1. One that says another release was installed or upgraded by another path (the
 -- one file, its upgrade files, the CLI) is refused before anything changes; the fix is to
 -- record what the database holds. (In sql/pgfence.sql version() does not exist yet at this
--- point; in the upgrade from 0.2.0 it says 0.2.0.)
+-- point; in the upgrade from 0.2.1 it says 0.2.1.)
 do $guard$
 declare
   v_found text;
 begin
   if pg_catalog.to_regprocedure('pgfence.version()') is not null then
     execute 'select pgfence.version()' into v_found;
-    if v_found is distinct from '0.2.0' then
-      raise exception 'pgfence: this database holds pgfence %, not 0.2.0 as the Sqitch registry '
+    if v_found is distinct from '0.2.1' then
+      raise exception 'pgfence: this database holds pgfence %, not 0.2.1 as the Sqitch registry '
                       'says: it was installed or upgraded without Sqitch; nothing was deployed',
                       v_found
         using errcode = '55000',
@@ -42,17 +42,10 @@ returns text
 language sql
 immutable
 set search_path = pg_catalog, pg_temp
-as $$ select '0.2.1'::pg_catalog.text $$;
+as $$ select '0.3.0'::pg_catalog.text $$;
 comment on function pgfence.version() is 'The pgfence release installed in this database, e.g. 0.1.0.';
 
 revoke all on function pgfence.version() from public;
 grant execute on function pgfence.version() to pgfence_worker, pgfence_operator, pgfence_monitor;
-
--- health() compares the schema with the manifest of what the release installed: its row for
--- this function follows the new body.
-insert into pgfence.manifest
-select o.object, o.digest from pgfence.schema_objects() o
- where o.object = 'function pgfence.version()'
-on conflict (object) do update set digest = excluded.digest;
 
 commit;

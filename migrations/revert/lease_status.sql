@@ -1,4 +1,4 @@
--- Revert pgfence:lease_status: back to its definition of release 0.1.0
+-- Revert pgfence:lease_status: back to its definition of release 0.2.1
 -- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
 
 begin;
@@ -12,7 +12,7 @@ create or replace view pgfence.lease_status as
 select l.resource,
        l.generation,
        l.owner,
-       case when l.state = 'active' and l.expires_at > clock_timestamp() then 'current'
+       case when pgfence.is_current(l.state, l.expires_at) then 'current'
             when l.state = 'active' then 'stale'
             else l.state end as status,
        l.acquired_at,

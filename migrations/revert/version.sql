@@ -1,4 +1,4 @@
--- Revert pgfence:version: back to its definition of release 0.2.0
+-- Revert pgfence:version: back to its definition of release 0.2.1
 --
 -- The release this database holds. Every release reworks this change (scripts/bundle checks
 -- that a release's tag and version() agree), so an upgrade file and the CLI can tell what
@@ -16,17 +16,15 @@ returns text
 language sql
 immutable
 set search_path = pg_catalog, pg_temp
-as $$ select '0.2.0'::pg_catalog.text $$;
+as $$ select '0.2.1'::pg_catalog.text $$;
 comment on function pgfence.version() is 'The pgfence release installed in this database, e.g. 0.1.0.';
 
 revoke all on function pgfence.version() from public;
 grant execute on function pgfence.version() to pgfence_worker, pgfence_operator, pgfence_monitor;
 
--- health() compares the schema with the manifest of what the release installed: its row for
--- this function follows the new body.
-insert into pgfence.manifest
-select o.object, o.digest from pgfence.schema_objects() o
- where o.object = 'function pgfence.version()'
-on conflict (object) do update set digest = excluded.digest;
+-- The last revert of the section (the first change after release 0.2.1): the schema is
+-- 0.2.1's again, and health()'s record of it is made anew.
+delete from pgfence.manifest;
+insert into pgfence.manifest select * from pgfence.schema_objects();
 
 commit;

@@ -1,3 +1,3 @@
 -- Verify pgfence:health
-select 'pgfence.health()'::regprocedure, 'pgfence.schema_objects()'::regprocedure;
-select 1 / (count(*) > 0)::int from pgfence.manifest;
+select 'pgfence.health()'::regprocedure, 'pgfence.schema_objects()'::regprocedure,
+       'pgfence.lockdown_problems(name)'::regprocedure, 'pgfence.cron_job_problem(regprocedure)'::regprocedure;

@@ -312,8 +312,10 @@ class Cli:
             "select resource, saved_enabled, enabled, active_owner, draining_leases, "
             "in_flight_tasks, pending_invocations, verdict, "
             "last_heartbeat::text as last_heartbeat, "
-            # every layer's work by kind, and the unconverted writers seen since the window opened
-            "in_flight::text as in_flight, unfenced_writes::text as unfenced_writes "
+            # every layer's work by kind, the unconverted writers seen since the window opened,
+            # and what a layer sees of the workers (pgflow's, converted or not)
+            "in_flight::text as in_flight, unfenced_writes::text as unfenced_writes, "
+            "workers::text as workers "
             f"from pgfence.update_status({sql.uuid_literal(token)})", UPDATE_STATUS_COLUMNS)
 
     def prepare(self, resources: list[str], request_id: uuid.UUID) -> dict[str, Any]:
@@ -617,7 +619,7 @@ COUNTER_COLUMNS = ["resource", "generation", "lease_state", "lease_age", "takeov
                    "stale_results", "unfenced_writes", "queues", "queue_depth", "oldest_ready_age"]
 UPDATE_STATUS_COLUMNS = ["resource", "saved_enabled", "enabled", "active_owner", "draining_leases",
                          "in_flight_tasks", "pending_invocations", "verdict", "last_heartbeat",
-                         "in_flight", "unfenced_writes"]
+                         "in_flight", "unfenced_writes", "workers"]
 
 
 def strip(query: str) -> str:
