@@ -55,7 +55,7 @@ def create_app(dsn: str, resource: str, name: str, ttl: float, poll: float) -> F
     async def mutate(request: Request, status: int, work: Any) -> JSONResponse:
         """One durable mutation, fenced, on the leader; a standby refuses it."""
         service = leader(request)
-        if not service.leading:
+        if not service.leads:
             return await refuse(service, "not the leader")
         try:
             async with await aconnect(dsn, name) as conn, service.owner.fenced(conn) as tx:

@@ -118,7 +118,7 @@ class Replica:
 
     def leading(self) -> bool:
         # --unsafe-no-fence, the failure on purpose: once elected, it trusts its memory.
-        return self.service.leading or (self.unsafe and self.elected_once)
+        return self.service.leads or (self.unsafe and self.elected_once)
 
     def refuse(self, error: str, **extra: Any) -> Reply:
         return 503, {"error": error, "leader": self.service.current_leader(), **extra}

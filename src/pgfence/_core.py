@@ -911,10 +911,17 @@ class LeaderCore:
         owner, generation, expires_at = rows[0]
         return {"owner": owner, "generation": generation, "expires_at": expires_at.isoformat()}
 
+    @property
+    def leads(self) -> bool:
+        """Whether to act as leader now: elected, and the lease trusted locally (the database's
+        word is ``fence``'s, in every mutating transaction)."""
+        return self.leading and self.owner.valid
+
     def health(self) -> dict[str, Any]:
         """The body of a liveness answer (``/health``): 200 from every replica that is up."""
-        return {"name": self.owner.owner, "role": "leader" if self.leading else "standby",
-                "generation": self.owner.generation if self.leading else None}
+        leads = self.leads
+        return {"name": self.owner.owner, "role": "leader" if leads else "standby",
+                "generation": self.owner.generation if leads else None}
 
     def stop_now(self) -> None:
         """Ends ``run``: a leader steps down (releases: a successor gets in at once)."""
