@@ -95,6 +95,8 @@ VERSIONS: dict[str, tuple[str, str]] = {
     "test_control_plane.py": (ONCE, "an example's processes; acquire/fence are per version "
                                     "in test_ownership"),
     "test_demo.py": (ONCE, "the demo's narration; its SQL is the tested functions"),
+    "test_errors.py": (ONCE, "the clients' error classes against docs/errors.md; a raised "
+                             "SQLSTATE is the same on every version"),
     "test_doctor.py": (ONCE, "the doctor command over its transports; health()'s checks are "
                              "per version in test_health"),
     "test_deno_client.py": (ONCE, "deno fmt/lint/check and the Deno client's own tests; "
