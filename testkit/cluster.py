@@ -94,10 +94,10 @@ class Cluster:
 
     @classmethod
     def start(cls, settings: Sequence[str] = (), owner: int | None = None,
-              pgbin: Path | None = None) -> Cluster:
+              pgbin: Path | None = None, initdb: Sequence[str] = ()) -> Cluster:
         """A new cluster, owned by process ``owner`` (default this one), with ``settings``
         (``name=value``) added to postgresql.conf, of the server in ``pgbin`` (default
-        ``default_pgbin()``)."""
+        ``default_pgbin()``), made by initdb with ``initdb``'s options too."""
         reap_orphans()
         pgbin = pgbin or default_pgbin()
         dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=TEMP))
@@ -110,7 +110,7 @@ class Cluster:
             shutil.chown(dir, USER, USER)
             port = free_port()
             as_postgres(pgbin / "initdb", "-D", dir / "data", "-U", USER, "-A", "trust",
-                        "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+                        "-E", "UTF8", "--locale=C.UTF-8", "--no-sync", *initdb)
             conf = [f"listen_addresses = '{LOOPBACK}'", f"port = {port}",
                     f"unix_socket_directories = '{dir}'", "track_commit_timestamp = on",
                     "max_connections = 200", "log_min_messages = warning"]
