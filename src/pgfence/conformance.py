@@ -23,10 +23,11 @@ The steps: one leader is elected and named by the database; ``/ready`` is 200 th
 leader writes and the standby refuses to; the standby serves reads, which show the leader's
 write and not the refused one; an operator drains the leader's lease (``pgfence.deprecate``)
 and its ``/ready`` turns at once, before its own lease deadline (which the long ``--ttl`` keeps
-far ahead) could tell it: only a readiness that asks the database passes; the standby takes
-over; then the leader is frozen (SIGSTOP), drained, and succeeded, and once it resumes, still
-within its own deadline, its write is refused and not committed, and its ``/ready`` is not 200. Takeovers are the operator's, not a lease running out, so no step waits for a ttl:
-each wait ends as soon as what it waits for has happened, and is bounded for a hung server only.
+far ahead) could tell it: only a readiness that asks the database passes; a leader is elected
+again; then the leader is frozen (SIGSTOP), drained, and succeeded, and once it resumes, still
+within its own deadline, its write is refused and not committed, and its ``/ready`` is not
+200. Takeovers are the operator's, not a lease running out, so no step waits for a ttl: each
+wait ends as soon as what it waits for has happened, and is bounded for a hung server only.
 """
 
 from __future__ import annotations
