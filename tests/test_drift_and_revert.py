@@ -8,12 +8,10 @@ tests/test_install_paths.py's.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,9 +19,8 @@ import pytest
 
 from pgfence import cli
 from pgfence.connection import connect
-from pgfence.releases import Files
 from tests import test_install_paths as paths
-from tests.support import HUNG, ROOT, install_bundle
+from tests.support import HUNG, install_bundle
 from tests.support import sqitch as sqitch_ok
 from tests.test_install_paths import HEAD, RELEASE_0_1_0, Db, sqitch
 
@@ -44,11 +41,12 @@ def test_the_heads_record_is_what_it_installed(make: Any) -> None:
     recorded in sql/releases/fingerprints when it is tagged; the head needs no line.)"""
     db = make()
     install_bundle(db.cluster, db.name)
-    assert db.psql("-At", "-c", "select count(*) from pgfence.schema_drift('pgfence')").strip() == "0"
+    drift = db.psql("-At", "-c", "select count(*) from pgfence.schema_drift('pgfence')")
+    assert drift.strip() == "0"
     found = db.psql("-At", "-c", "select pgfence.schema_fingerprint('pgfence')").strip()
-    recorded = db.psql("-At", "-c", "select md5(string_agg(object || ' ' || digest, E'\\n' order by "
-                       "object)) from pgfence.schema_records where release = pgfence.version() "
-                       "and schema_name = 'pgfence'").strip()
+    recorded = db.psql("-At", "-c", "select md5(string_agg(object || ' ' || digest, E'\\n' "
+                       "order by object)) from pgfence.schema_records "
+                       "where release = pgfence.version() and schema_name = 'pgfence'").strip()
     assert found == recorded and len(found) == 32
 
 

@@ -108,20 +108,25 @@ DRIFTS: dict[str, tuple[str, str, str]] = {
     "a view replaced": (
         # every protection called healthy: the view's own text with one expression replaced
         "do $$ declare v text := pg_get_viewdef('pgfence.protected_tables'); begin "
-        "  if v !~ '\\(problem\\.text IS NULL\\) AS healthy' then raise 'view text not as expected: %', v; end if; "
+        "  if v !~ '\\(problem\\.text IS NULL\\) AS healthy' then "
+        "    raise 'view text not as expected: %', v; end if; "
         "  execute 'create or replace view pgfence.protected_tables as ' || "
-        "    regexp_replace(v, '\\(problem\\.text IS NULL\\) AS healthy', 'true AS healthy'); end $$",
+        "    regexp_replace(v, '\\(problem\\.text IS NULL\\) AS healthy', 'true AS healthy'); "
+        "end $$",
         "schema matches its release", "view pgfence.protected_tables changed"),
     "a trigger added": (
-        "create function public.noop() returns trigger language plpgsql as $$ begin return new; end $$; "
-        "create trigger sneaky before update on pgfence.leases for each row execute function public.noop()",
+        "create function public.noop() returns trigger language plpgsql "
+        "as $$ begin return new; end $$; "
+        "create trigger sneaky before update on pgfence.leases for each row "
+        "execute function public.noop()",
         "schema matches its release", "trigger pgfence.leases.sneaky added"),
     "a policy added": (
         "alter table pgfence.leases enable row level security; "
         "create policy everyone on pgfence.leases using (true)",
         "schema matches its release", "policy pgfence.leases.everyone added"),
     "an owner changed": (
-        "do $$ begin if not exists (select from pg_roles where rolname = 'pgfence_health_owner') then "
+        "do $$ begin if not exists (select from pg_roles "
+        "where rolname = 'pgfence_health_owner') then "
         "create role pgfence_health_owner; end if; end $$; "
         "alter function pgfence.fence(uuid) owner to pgfence_health_owner",
         "schema matches its release", "function pgfence.fence(lease_id uuid) changed"),
@@ -144,7 +149,8 @@ def test_drift_is_named_by_its_check(db: Database, drift: str) -> None:
     db.sql(change)
     bad = failing(db)
     # A new owner also holds the object's grants: its ACL changes with it.
-    assert list(bad) == ([check, "roles and grants"] if drift == "an owner changed" else [check]), bad
+    expected = [check, "roles and grants"] if drift == "an owner changed" else [check]
+    assert list(bad) == expected, bad
     assert named in bad[check], bad[check]
 
 

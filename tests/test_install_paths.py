@@ -10,6 +10,7 @@ tests cover is in docs/upgrading.md ("Which paths a database may take").
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -236,7 +237,7 @@ def test_the_first_change_after_every_tag_refuses_a_database_another_path_moved(
     rules = bundle()
     entries = rules.read_plan()
     found = 0
-    for e, after in zip(entries, entries[1:]):
+    for e, after in itertools.pairwise(entries):
         for tag in e.tags[-1:]:
             release = tag.removeprefix("v")
             text = rules.script(entries, after).read_text()

@@ -517,8 +517,10 @@ def test_negative_control_a_reworked_script_changes_only_the_head(tmp_path: Path
     subprocess.run(["sqitch", "rework", "enqueue", "-n", "rework enqueue"], cwd=copy,
                    check=True, capture_output=True, env=env)
     script = copy / "migrations/deploy/enqueue.sql"
-    guard = f"select pgfence.expect_release('pgfence', '{released()[-1]}');\n" if at_release else ""
-    script.write_text(script.read_text().replace("begin;\n", "begin;\n" + guard, 1) + "\n-- edited\n")
+    guard = (f"select pgfence.expect_release('pgfence', '{released()[-1]}');\n" if at_release
+             else "")
+    script.write_text(script.read_text().replace("begin;\n", "begin;\n" + guard, 1)
+                      + "\n-- edited\n")
     lines = plan.read_text().splitlines(keepends=True)
     if at_release:
         subprocess.run(["sqitch", "add", f"release_{head}", "-n", f"Release {head}"], cwd=copy,
