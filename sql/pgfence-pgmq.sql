@@ -217,6 +217,31 @@ revoke all on function pgfence_pgmq.attempt_uuid(bigint, int), pgfence_pgmq.queu
   from public;
 
 
+-- change: lockdown
+-- Deploy pgfence_pgmq:lockdown
+-- requires: schema
+-- requires: attempts
+-- requires: read
+-- requires: finish
+-- requires: archive
+-- requires: delete
+-- requires: set_vt
+-- requires: in_flight
+-- requires: prune_health
+--
+-- The last change: the core's lockdown, applied to this layer's schema. Whatever default
+-- privileges the database carries (Supabase's hand new functions and tables to anon and
+-- authenticated), nobody but the owner and the three pgfence roles keeps a privilege here.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+do $$ begin perform pgfence.lockdown('pgfence_pgmq'); end $$;
+
+
 -- change: attempts_order
 -- Deploy pgfence_pgmq:attempts_order
 -- requires: attempts
@@ -794,9 +819,10 @@ on conflict (schema_name) do update set in_flight = excluded.in_flight, leases =
 -- Deploy pgfence_pgmq:prune_health
 -- requires: in_flight
 --
--- Reworked in 0.3.0: written once in the core (pgfence.prune_attempts, lockdown_problems); a
--- read without a result that can no longer be accepted (its worker died, or it was taken over)
--- is pruned too, once older than the bound.
+-- Reworked in 0.3.0: pruning written once in the core (pgfence.prune_attempts); a read without
+-- a result that can no longer be accepted (its worker died, or it was taken over) is pruned
+-- too, once older than the bound. The check "locked down" is the core's now ("roles and
+-- grants" covers every layer's schema).
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -830,11 +856,7 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
   select 'pgmq layer: pgmq installed', pg_catalog.to_regclass('pgmq.meta') is not null,
-         'the layer reads pgmq''s queues (pgmq 1.5 or later)'
-  union all
-  select 'pgmq layer: locked down', p is null,
-         coalesce(p, 'nobody but the owner and the pgfence roles holds a privilege in schema pgfence_pgmq')
-    from pgfence.lockdown_problems('pgfence_pgmq') p;
+         'the layer reads pgmq''s queues (pgmq 1.5 or later)';
 $$;
 comment on function pgfence_pgmq.health() is 'pgfence.layers: the pgmq layer''s own checks.';
 
@@ -844,32 +866,15 @@ update pgfence.layers
  where schema_name = 'pgfence_pgmq';
 
 
--- change: lockdown
--- Deploy pgfence_pgmq:lockdown
--- requires: schema
--- requires: attempts
--- requires: read
--- requires: finish
--- requires: archive
--- requires: delete
--- requires: set_vt
--- requires: in_flight
--- requires: prune_health
--- requires: attempts_order
+-- change: release_0.3.0
+-- Deploy pgfence_pgmq:release_0.3.0
 --
--- The last change: the core's lockdown, applied to this layer's schema. Whatever default
--- privileges the database carries (Supabase's hand new functions and tables to anon and
--- authenticated), nobody but the owner and the three pgfence roles keeps a privilege here.
---
--- Each release that changes the layer reworks this change, so that the upgrade ends with it
--- too (0.3.0: after the reworked finish, set_vt, in_flight and prune_health; Sqitch refuses two
--- changes with the same script).
+-- The layer's release, its one change, kept last in its section of the plan (move its line to
+-- the end when adding a change after it): lockdown, the record of the schema, the release.
+-- Needs pgfence 0.3.0 (pgfence.seal).
 
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-do $$ begin perform pgfence.lockdown('pgfence_pgmq'); end $$;
+select pgfence.seal('pgfence_pgmq', '0.3.0');
 

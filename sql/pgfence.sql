@@ -2784,14 +2784,27 @@ revoke all on pgfence.counters from public;
 grant select on pgfence.counters to pgfence_monitor, pgfence_operator;
 
 
--- change: version
--- Deploy pgfence:version
--- requires: schema
+-- change: releases
+-- Deploy pgfence:releases
+-- requires: version
+-- requires: lockdown
 -- requires: health
 --
--- The release this database holds. Every release reworks this change (scripts/bundle checks
--- that a release's tag and version() agree), so an upgrade file and the CLI can tell what
--- they are upgrading from.
+-- One record of each pgfence schema (the core's and each layer's) as its release installed it,
+-- and one change per release that writes it. Before 0.3.0 a release reworked `version` (a
+-- literal) and `lockdown` (to run last), and health kept a manifest that each of those reworks
+-- patched, beside a fingerprint that only the upgrade files read. From 0.3.0 on:
+--
+--   pgfence.schema_objects(schema)   the one rule: every object of a pgfence schema that drift
+--                                    can change, each with a digest of its definition
+--   pgfence.seal(schema, release)    what a release's last change calls: lockdown, then the
+--                                    record of schema_objects and the release's name
+--   pgfence.schema_drift(schema)     what differs from the record (health names it)
+--   pgfence.check_release(...)       what an upgrade file calls before it changes anything
+--
+-- The first change after a release checks that the database holds that release
+-- (pgfence.expect_release), so that Sqitch never deploys over a database that another path
+-- (the one file, the CLI) moved: scripts/bundle checks that it does.
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -2800,36 +2813,781 @@ set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
 -- The first change after release 0.2.1: Sqitch runs it only on a database its registry says
--- holds 0.2.1. One that says another release was installed or upgraded by another path (the
--- one file, its upgrade files, the CLI) is refused before anything changes; the fix is to
--- record what the database holds. (In sql/pgfence.sql version() does not exist yet at this
--- point; in the upgrade from 0.2.1 it says 0.2.1.)
+-- holds 0.2.1. One that holds another release (installed or upgraded by another path) is
+-- refused before anything changes. (pgfence.expect_release does this from 0.3.0 on. In
+-- sql/pgfence.sql, which runs each change once at its latest place, version() comes later.)
 do $guard$
 declare
   v_found text;
 begin
-  if pg_catalog.to_regprocedure('pgfence.version()') is not null then
-    execute 'select pgfence.version()' into v_found;
-    if v_found is distinct from '0.2.1' then
-      raise exception 'pgfence: this database holds pgfence %, not 0.2.1 as the Sqitch registry '
-                      'says: it was installed or upgraded without Sqitch; nothing was deployed',
-                      v_found
-        using errcode = '55000',
-              hint = pg_catalog.format('record what it holds instead of deploying it: '
-                                       'sqitch deploy --log-only --to @v%s, then sqitch verify '
-                                       '(docs/upgrading.md, "Moving onto Sqitch")', v_found);
-    end if;
+  if pg_catalog.to_regprocedure('pgfence.version()') is null then
+    return;
+  end if;
+  execute 'select pgfence.version()' into v_found;
+  if v_found is distinct from '0.2.1' then
+    raise exception 'pgfence: this database holds pgfence %, not 0.2.1 as the Sqitch registry says: '
+                    'it was installed or upgraded without Sqitch; nothing was deployed', v_found
+      using errcode = '55000',
+            hint = pg_catalog.format('record what it holds instead of deploying it: sqitch deploy '
+                                     '--log-only --to @v%s, then sqitch verify (docs/upgrading.md, '
+                                     '"Moving onto Sqitch")', v_found);
   end if;
 end
 $guard$;
 
-create or replace function pgfence.version()
+-- Every release sealed in this database, per schema. The newest row of a schema is what it
+-- holds (pgfence.installed_release); a Sqitch revert of a release's change removes its row, so
+-- the one before it is held again.
+create table pgfence.releases (
+  schema_name name not null check (schema_name = 'pgfence' or schema_name like 'pgfence\_%'),
+  release     text not null check (release ~ '^\d+\.\d+\.\d+$'),
+  seq         bigint generated always as identity,
+  sealed_at   timestamptz not null default clock_timestamp(),
+  primary key (schema_name, release)
+);
+comment on table pgfence.releases is
+  'The releases of pgfence and of its layers sealed in this database (pgfence.seal); the newest of a schema is installed.';
+
+-- What each release installed in each schema: pgfence.schema_objects as pgfence.seal saw it.
+-- Kept per release, so that a revert to an earlier release finds that release's record.
+create table pgfence.schema_records (
+  schema_name name not null,
+  release     text not null,
+  object      text not null,
+  digest      text not null,
+  primary key (schema_name, release, object),
+  foreign key (schema_name, release) references pgfence.releases on delete cascade
+);
+comment on table pgfence.schema_records is
+  'The objects of each pgfence schema as each sealed release installed them (pgfence.schema_objects).';
+
+-- 0.2.1's record (health's manifest) is replaced by the one above; a revert to 0.2.1 writes it
+-- again from the schema it reverted to. (sql/pgfence.sql never made it.)
+do $$
+begin
+  if pg_catalog.to_regclass('pgfence.manifest') is not null then
+    drop table pgfence.manifest;
+  end if;
+end
+$$;
+
+-- An ACL as a record holds it: effective privileges (a NULL ACL is its kind's default), one
+-- grantee=privilege(*grantable) each, sorted, the schema's owner named as such. The object
+-- owner's own privileges are left out: they are implicit, and differ between PostgreSQL
+-- versions (17 gives owners MAINTAIN on tables) though the grants are the same.
+create function pgfence.acl_text(acl aclitem[], kind "char", owner oid, schema_owner oid)
+returns text
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(string_agg(format('%s=%s%s',
+                                    case when a.grantee = 0 then 'PUBLIC'
+                                         when a.grantee = acl_text.schema_owner then 'schema owner'
+                                         else a.grantee::regrole::text end,
+                                    a.privilege_type, case when a.is_grantable then '*' end),
+                             ',' order by 1), '')
+    from aclexplode(coalesce(acl_text.acl, acldefault(acl_text.kind, acl_text.owner))) a
+   where a.grantee <> acl_text.owner;
+$$;
+comment on function pgfence.acl_text(aclitem[], "char", oid, oid) is
+  'An ACL as pgfence.schema_objects digests it: effective privileges, sorted, the schema owner named as such.';
+
+-- Deparsed SQL without the qualifiers of column references (PostgreSQL 16 and later print
+-- `queue` where 15 prints `t.queue`): a schema-qualified function or relation keeps its
+-- schema, because a view's digest also names what it reads.
+create function pgfence.deparsed(sql text)
 returns text
 language sql
 immutable
 set search_path = pg_catalog, pg_temp
-as $$ select '0.3.0'::pg_catalog.text $$;
-comment on function pgfence.version() is 'The pgfence release installed in this database, e.g. 0.1.0.';
+as $$
+  select regexp_replace(deparsed.sql, '\m[a-z_][a-z0-9_$]*\.(?=[a-z_"])', '', 'g');
+$$;
+comment on function pgfence.deparsed(text) is
+  'Deparsed SQL as pgfence.schema_objects digests it: without qualifiers, the same on every PostgreSQL version.';
+
+-- The objects of a pgfence schema (the core's or a layer's) that drift can change, each with a
+-- digest of its definition: functions (signature, result, language, security, volatility,
+-- settings, body), relations, columns, constraints, indexes, view definitions, triggers (those
+-- a function of the schema runs, wherever they are, and the others on its tables), policies,
+-- types, owners, and every ACL (functions, relations, columns, types, the schema: rows
+-- 'acl OBJECT', which health's "roles and grants" reads, the rest its "schema matches its
+-- release"). A digest
+-- holds nothing that differs between two databases holding the same release: an owner is
+-- 'schema owner' or its name, an ACL lists effective privileges (a NULL ACL as the default it
+-- stands for) with the schema's owner as 'schema owner'; deparsed text (views, triggers,
+-- policies) drops the qualifiers of column references, which PostgreSQL 16 and later print
+-- only where a query has several relations, and a view's digest adds the relations and
+-- functions it reads, schema-qualified. So the same release gives the same record on every
+-- PostgreSQL version and after pg_upgrade, and the md5 of the record (schema_fingerprint) is
+-- the release's fingerprint.
+create function pgfence.schema_objects(schema_name name)
+returns table (object text, digest text)
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  with s as (
+    select n.oid, n.nspname, n.nspowner, n.nspacl from pg_namespace n
+     where n.nspname = schema_objects.schema_name),
+  -- A role as a record names it: the schema's owner is whoever installed pgfence there.
+  who as (
+    select r.oid, case when r.oid = s.nspowner then 'schema owner' else r.rolname::text end as name
+      from pg_roles r, s
+    union all
+    select 0, 'PUBLIC'),
+  rel as (
+    select c.* from pg_class c, s where c.relnamespace = s.oid),
+  fn as (
+    select p.* from pg_proc p, s where p.pronamespace = s.oid),
+  -- Who may do what: one row per object, 'acl OBJECT' (a column's only where it has an ACL).
+  acl as (
+    select format('schema %I', s.nspname) as object, pgfence.acl_text(s.nspacl, 'n', s.nspowner, s.nspowner) as acl
+      from s
+    union all
+    select format('function %I.%I(%s)', s.nspname, p.proname, pg_get_function_identity_arguments(p.oid)),
+           pgfence.acl_text(p.proacl, 'f', p.proowner, s.nspowner)
+      from fn p, s
+    union all
+    select format('relation %I.%I', s.nspname, c.relname),
+           pgfence.acl_text(c.relacl, (case c.relkind when 'S' then 's' else 'r' end)::"char", c.relowner, s.nspowner)
+      from rel c, s
+     where c.relkind <> 'i'
+    union all
+    select format('column %I.%I.%I', s.nspname, c.relname, a.attname),
+           pgfence.acl_text(a.attacl, 'c', c.relowner, s.nspowner)
+      from pg_attribute a join rel c on c.oid = a.attrelid cross join s
+     where a.attacl is not null and a.attnum > 0 and not a.attisdropped
+    union all
+    select format('type %I.%I', s.nspname, y.typname), pgfence.acl_text(y.typacl, 'T', y.typowner, s.nspowner)
+      from pg_type y, s
+     where y.typnamespace = s.oid and y.typelem = 0
+       and (y.typtype <> 'c' or (select c.relkind from pg_class c where c.oid = y.typrelid) = 'c'))
+  select 'acl ' || a.object, md5(a.acl) from acl a
+  union all
+  select format('function %I.%I(%s)', s.nspname, p.proname, pg_get_function_identity_arguments(p.oid)),
+         md5(format('%s kind=%s language=%s definer=%s volatility=%s strict=%s leakproof=%s parallel=%s '
+                    'config=%s body=%s owner=%s',
+                    pg_get_function_result(p.oid), p.prokind, l.lanname, p.prosecdef, p.provolatile,
+                    p.proisstrict, p.proleakproof, p.proparallel, p.proconfig, md5(p.prosrc),
+                    (select w.name from who w where w.oid = p.proowner)))
+    from fn p, s, pg_language l
+   where l.oid = p.prolang
+  union all
+  select format('relation %I.%I', s.nspname, c.relname),
+         md5(format('kind=%s owner=%s rls=%s force_rls=%s', c.relkind, (select w.name from who w where w.oid = c.relowner),
+                    c.relrowsecurity, c.relforcerowsecurity))
+    from rel c, s
+   where c.relkind <> 'i'
+  union all
+  select format('view %I.%I', s.nspname, c.relname),
+         md5(format('%s reads %s', pgfence.deparsed(pg_get_viewdef(c.oid)),
+                    (select string_agg(distinct case d.refclassid
+                                         when 'pg_class'::regclass then d.refobjid::regclass::text
+                                         else d.refobjid::regprocedure::text end, ', ')
+                       from pg_rewrite w
+                       join pg_depend d on d.classid = 'pg_rewrite'::regclass and d.objid = w.oid
+                      where w.ev_class = c.oid and d.refobjid <> c.oid
+                        and d.refclassid in ('pg_class'::regclass, 'pg_proc'::regclass))))
+    from rel c, s
+   where c.relkind in ('v', 'm')
+  union all
+  select format('column %I.%I.%I', s.nspname, c.relname, a.attname),
+         md5(format('%s notnull=%s default=%s identity=%s generated=%s',
+                    format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid),
+                    a.attidentity, a.attgenerated))
+    from pg_attribute a
+    join rel c on c.oid = a.attrelid
+    left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
+    cross join s
+   where c.relkind in ('r', 'v', 'm', 'p', 'c', 'f') and a.attnum > 0 and not a.attisdropped
+  union all
+  select format('constraint %I.%I.%I', s.nspname, c.relname, k.conname), md5(pg_get_constraintdef(k.oid))
+    from pg_constraint k
+    join rel c on c.oid = k.conrelid
+    cross join s
+   where k.contype <> 'n'  -- PostgreSQL 18 lists NOT NULL here too (attnotnull has it)
+  union all
+  select format('index %I.%I', s.nspname, ic.relname), md5(pg_get_indexdef(i.indexrelid))
+    from pg_index i
+    join rel c on c.oid = i.indrelid
+    join pg_class ic on ic.oid = i.indexrelid
+    cross join s
+  union all
+  -- A trigger belongs to the pgfence schema of the function it runs (a layer's trigger on a
+  -- core table is the layer's), else to the schema of its table. The guards that protect()
+  -- puts on the tables it protects are not the release's: health checks them on their own.
+  select format('trigger %s.%I', t.tgrelid::regclass, t.tgname),
+         md5(format('%s enabled=%s', pgfence.deparsed(pg_get_triggerdef(t.oid)), t.tgenabled))
+    from pg_trigger t
+    join pg_proc f on f.oid = t.tgfoid
+    join pg_namespace fn on fn.oid = f.pronamespace
+    cross join s
+   where not t.tgisinternal
+     and not (fn.nspname = 'pgfence' and f.proname = 'guard')
+     and (fn.oid = s.oid
+          or (t.tgrelid in (select c.oid from rel c)
+              and not (fn.nspname = 'pgfence' or fn.nspname like 'pgfence\_%')))
+  union all
+  select format('policy %I.%I.%I', s.nspname, c.relname, y.polname),
+         md5(format('command=%s permissive=%s roles=%s using=%s check=%s', y.polcmd, y.polpermissive,
+                    (select string_agg(coalesce(w.name, r::text), ',' order by coalesce(w.name, r::text))
+                       from unnest(y.polroles) r left join who w on w.oid = r),
+                    pgfence.deparsed(pg_get_expr(y.polqual, y.polrelid)),
+                    pgfence.deparsed(pg_get_expr(y.polwithcheck, y.polrelid))))
+    from pg_policy y
+    join rel c on c.oid = y.polrelid
+    cross join s
+  union all
+  -- Types of their own (not a table's row type, not an array); a composite type's attributes
+  -- are columns above.
+  select format('type %I.%I', s.nspname, y.typname),
+         md5(format('kind=%s owner=%s', y.typtype, (select w.name from who w where w.oid = y.typowner)))
+    from pg_type y, s
+   where y.typnamespace = s.oid and y.typelem = 0
+     and (y.typtype <> 'c' or (select c.relkind from pg_class c where c.oid = y.typrelid) = 'c');
+$$;
+comment on function pgfence.schema_objects(name) is
+  'The objects of a pgfence schema that drift can change, each with a digest of its definition, the same for one '
+  'release on every database and PostgreSQL version. Raises nothing; an unknown schema has no objects.';
+
+create function pgfence.schema_fingerprint(schema_name name)
+returns text
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select md5(string_agg(format('%s %s', o.object, o.digest), E'\n' order by o.object))
+    from pgfence.schema_objects(schema_fingerprint.schema_name) o;
+$$;
+comment on function pgfence.schema_fingerprint(name) is
+  'The md5 of pgfence.schema_objects(schema_name): a release''s fingerprint (sql/releases/fingerprints).';
+
+-- The release a schema holds: its newest seal.
+create function pgfence.installed_release(schema_name name)
+returns text
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select r.release from pgfence.releases r
+   where r.schema_name = installed_release.schema_name
+   order by r.seq desc limit 1;
+$$;
+comment on function pgfence.installed_release(name) is
+  'The release of pgfence (schema pgfence) or of a layer (pgfence_NAME) sealed last in this database, or NULL.';
+
+-- What differs between a schema and the record of the release it holds: each object added,
+-- missing or changed since; one row 'record' 'missing' where no release is sealed.
+create function pgfence.schema_drift(schema_name name)
+returns table (object text, how text)
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  with rec as (
+    select x.object, x.digest from pgfence.schema_records x
+     where x.schema_name = schema_drift.schema_name
+       and x.release = pgfence.installed_release(schema_drift.schema_name))
+  select coalesce(r.object, o.object),
+         case when r.object is null then 'added' when o.object is null then 'missing' else 'changed' end
+    from rec r
+    full join pgfence.schema_objects(schema_drift.schema_name) o on o.object = r.object
+   where r.digest is distinct from o.digest
+     and exists (select from rec)
+  union all
+  select 'record', 'missing' where not exists (select from rec)
+  order by 1;
+$$;
+comment on function pgfence.schema_drift(name) is
+  'The objects of a pgfence schema that differ from the record of the release it holds (added, missing, changed).';
+
+-- Written by the last change of every release of pgfence and of each layer: nobody but the
+-- owners and the three roles keeps a privilege in the schema (lockdown), then the schema as it
+-- now is becomes the record of that release, which becomes the release the schema holds. Only
+-- the owner runs it (no grant): as the installer.
+create function pgfence.seal(schema_name name, release text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform pgfence.lockdown(seal.schema_name);
+  delete from pgfence.releases r where r.schema_name = seal.schema_name and r.release = seal.release;
+  insert into pgfence.releases (schema_name, release) values (seal.schema_name, seal.release);
+  insert into pgfence.schema_records (schema_name, release, object, digest)
+  select seal.schema_name, seal.release, o.object, o.digest from pgfence.schema_objects(seal.schema_name) o;
+end
+$$;
+comment on function pgfence.seal(name, text) is
+  'Installer: the last step of a release of pgfence or a layer: lockdown, then the record of the schema as that release.';
+
+-- The revert of a release's last change: its record goes, the release before it is held again.
+create function pgfence.unseal(schema_name name, release text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  delete from pgfence.releases r where r.schema_name = unseal.schema_name and r.release = unseal.release;
+  perform pgfence.lockdown(unseal.schema_name);
+end
+$$;
+comment on function pgfence.unseal(name, text) is
+  'Installer: the revert of a release''s last change: its record goes, the release sealed before it is installed again.';
+
+-- The first change after a release begins with this: Sqitch deploys it only where its registry
+-- says the database holds that release, which is wrong where another path (the one-file
+-- upgrades, the CLI) moved it since; nothing is deployed then.
+create function pgfence.expect_release(schema_name name, release text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_found text := pgfence.installed_release(expect_release.schema_name);
+begin
+  if v_found is distinct from expect_release.release then
+    raise exception 'pgfence: schema % holds release %, not % as the Sqitch registry says: it was installed '
+                    'or upgraded without Sqitch; nothing was deployed',
+                    expect_release.schema_name, coalesce(v_found, 'none'), expect_release.release
+      using errcode = '55000',
+            hint = pg_catalog.format('record what it holds instead of deploying it: sqitch deploy --log-only '
+                                     '--to @v%s, then sqitch verify (docs/upgrading.md, "Moving onto Sqitch")',
+                                     coalesce(v_found, expect_release.release));
+  end if;
+end
+$$;
+comment on function pgfence.expect_release(name, text) is
+  'Installer: raises 55000 unless the schema holds this release (the guard of the first change after a release).';
+
+-- What an upgrade file checks before it changes anything: the schema holds exactly this
+-- release, as recorded (nothing changed, added or removed by hand since: each such object is
+-- named) and as released (its fingerprint, from the package).
+create function pgfence.check_release(schema_name name, release text, fingerprint text)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_found text := pgfence.installed_release(check_release.schema_name);
+  v_drift text;
+  v_print text;
+begin
+  if v_found is distinct from check_release.release then
+    raise exception 'pgfence: this file upgrades % from release %, but the database holds %',
+                    check_release.schema_name, check_release.release, coalesce(v_found, 'none')
+      using errcode = '55000',
+            hint = 'apply the upgrade files in order from the installed release (docs/upgrading.md)';
+  end if;
+  select string_agg(format('%s %s', d.object, d.how), '; ') into v_drift
+    from pgfence.schema_drift(check_release.schema_name) d;
+  if v_drift is not null then
+    raise exception 'pgfence: schema % differs from its release % as installed (changed by hand?)',
+                    check_release.schema_name, check_release.release
+      using errcode = '55000', detail = v_drift,
+            hint = 'restore the released definitions (sql/releases/), then upgrade';
+  end if;
+  v_print := pgfence.schema_fingerprint(check_release.schema_name);
+  if v_print is distinct from check_release.fingerprint then
+    raise exception 'pgfence: schema % is not release % as released', check_release.schema_name, check_release.release
+      using errcode = '55000',
+            detail = pg_catalog.format('schema fingerprint %s, the release has %s', v_print, check_release.fingerprint),
+            hint = 'it was installed from another build of that release: reinstall it from the release''s files';
+  end if;
+end
+$$;
+comment on function pgfence.check_release(name, text, text) is
+  'Installer: raises 55000 unless the schema holds exactly this release, as recorded and as released (the fingerprint).';
+
+revoke all on table pgfence.releases, pgfence.schema_records from public;
+grant select on table pgfence.releases to pgfence_monitor, pgfence_operator;
+revoke all on function pgfence.schema_objects(name), pgfence.acl_text(aclitem[], "char", oid, oid),
+                       pgfence.deparsed(text), pgfence.schema_fingerprint(name), pgfence.installed_release(name),
+                       pgfence.schema_drift(name), pgfence.seal(name, text), pgfence.unseal(name, text),
+                       pgfence.expect_release(name, text), pgfence.check_release(name, text, text)
+  from public;
+
+
+-- change: lockdown
+-- Deploy pgfence:lockdown
+-- requires: releases
+--
+-- Whatever default privileges the database carries (Supabase-style `alter default privileges
+-- ... grant execute on functions to anon`, say), nobody but the owners and the three pgfence
+-- roles keeps a privilege on a pgfence schema or anything in it. Revoking from PUBLIC alone
+-- would not undo such grants.
+--
+-- One function, pgfence.lockdown(schema), that each layer applies to its own schema too, run
+-- by pgfence.seal at the end of every release of the core and of each layer. Until 0.2.1 each
+-- release reworked this change to run it last; 0.3.0 reworks it for the last time, so that
+-- lockdown and health share one rule: pgfence.foreign_grants, every privilege it revokes.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Every privilege on a pgfence schema (the core's, or a layer's pgfence_NAME) or on anything in
+-- it (functions, relations, columns, types) held by someone other than the object's owner and
+-- the three pgfence roles: what lockdown revokes, and what health names. A NULL ACL counts as
+-- the default it stands for (PUBLIC may execute a function): a restore without its grants
+-- (pg_restore --no-acl) leaves every function's ACL NULL.
+create function pgfence.foreign_grants(schema_name name)
+returns table (grantee text, privilege text, object text, revoke text)
+language sql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+  with s as (select n.oid from pg_namespace n
+              where n.nspname = foreign_grants.schema_name
+                and (n.nspname = 'pgfence' or n.nspname like 'pgfence\_%')),
+  allowed as (select oid from pg_roles where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor')),
+  g as (
+    select a.grantee, a.privilege_type, format('function %s', p.oid::regprocedure) as object,
+           format('revoke all on function %s from %%s', p.oid::regprocedure) as stmt
+      from pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+     where p.pronamespace in (select oid from s) and a.grantee <> p.proowner
+    union all
+    select a.grantee, a.privilege_type, format('relation %s', c.oid::regclass),
+           format('revoke all on %s from %%s', c.oid::regclass)
+      from pg_class c, aclexplode(coalesce(c.relacl, acldefault(case c.relkind when 'S' then 's' else 'r' end::"char", c.relowner))) a
+     where c.relnamespace in (select oid from s) and a.grantee <> c.relowner
+    union all
+    select a.grantee, a.privilege_type, format('column %s.%I', c.oid::regclass, t.attname),
+           format('revoke all (%I) on %s from %%s', t.attname, c.oid::regclass)
+      from pg_class c
+      join pg_attribute t on t.attrelid = c.oid and t.attacl is not null,
+           aclexplode(t.attacl) a
+     where c.relnamespace in (select oid from s) and a.grantee <> c.relowner
+    union all
+    select a.grantee, a.privilege_type, format('type %s', y.oid::regtype),
+           format('revoke all on type %s from %%s', y.oid::regtype)
+      from pg_type y, aclexplode(coalesce(y.typacl, acldefault('T', y.typowner))) a
+     where y.typnamespace in (select oid from s) and y.typtype in ('d', 'e', 'r', 'm')
+       and a.grantee <> y.typowner
+    union all
+    select a.grantee, a.privilege_type, format('schema %I', n.nspname),
+           format('revoke all on schema %I from %%s', n.nspname)
+      from pg_namespace n, aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
+     where n.oid in (select oid from s) and a.grantee <> n.nspowner)
+  select case g.grantee when 0 then 'PUBLIC' else g.grantee::regrole::text end, g.privilege_type, g.object,
+         format(g.stmt, case g.grantee when 0 then 'public' else quote_ident(g.grantee::regrole::text) end)
+    from g
+   where g.grantee not in (select oid from allowed)
+   order by 3, 1, 2;
+$$;
+comment on function pgfence.foreign_grants(name) is
+  'Every privilege on a pgfence schema or its objects held by anyone but the owners and the three pgfence roles.';
+
+-- Only the owner runs it (no grant): as the installer.
+create or replace function pgfence.lockdown(schema_name name)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_stmt text;
+begin
+  -- pgfence's own schemas only: the core's, and a layer's (pgfence_NAME).
+  if pg_catalog.to_regnamespace(lockdown.schema_name) is null
+     or not (lockdown.schema_name = 'pgfence' or lockdown.schema_name like 'pgfence\_%') then
+    raise exception 'pgfence.lockdown: % is not a pgfence schema', coalesce(quote_ident(lockdown.schema_name), 'NULL')
+      using errcode = '22023';
+  end if;
+  for v_stmt in select distinct g.revoke from pgfence.foreign_grants(lockdown.schema_name) g loop
+    execute v_stmt;
+  end loop;
+end
+$$;
+comment on function pgfence.lockdown(name) is
+  'Installer: revokes every privilege on schema_name (pgfence or a layer''s pgfence_NAME) and its objects but the '
+  'owners'' and the three pgfence roles'' (pgfence.foreign_grants). Run by pgfence.seal at the end of every release.';
+revoke all on function pgfence.lockdown(name), pgfence.foreign_grants(name) from public;
+
+
+-- change: health
+-- Deploy pgfence:health
+-- requires: releases
+-- requires: lockdown
+--
+-- health() checks the core and every layer against the one record of what their releases
+-- installed (pgfence.schema_records, written by pgfence.seal), and every privilege that
+-- lockdown revokes (pgfence.foreign_grants), in the core's schema and every layer's; the
+-- requeue job for real (it exists, is active, runs in this database as a role that may run
+-- it, and calls it: pgfence.cron_job_problem, which the layers' checks share); a start pending
+-- too long.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- 0.2.1's digest of the core's schema; pgfence.schema_objects(schema) is the record's now.
+-- (sql/pgfence.sql never made it.)
+do $$
+begin
+  if pg_catalog.to_regprocedure('pgfence.schema_objects()') is not null then
+    drop function pgfence.schema_objects();
+  end if;
+end
+$$;
+
+-- Whether a pg_cron job runs fn for real, and if not, why: NULL when an active job, in this
+-- database, as a role that may execute fn (and use its schema), has exactly `select fn()` (an
+-- integer argument at most) as its command; otherwise what is wrong with each job whose
+-- command names fn, or that none does. A command that merely mentions the name (a comment, a
+-- string, another function around it) is no call of it.
+create or replace function pgfence.cron_job_problem(fn regprocedure)
+returns text
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_jobs regclass := to_regclass('cron.job');
+  v_name text;
+  v_schema oid;
+  v_good boolean;
+  v_bad text;
+begin
+  select format('%I.%I', n.nspname, p.proname), n.oid into v_name, v_schema
+    from pg_proc p join pg_namespace n on n.oid = p.pronamespace where p.oid = cron_job_problem.fn;
+  if v_jobs is null then
+    return format('pg_cron is not installed: schedule %s()', v_name);
+  end if;
+  execute format($q$
+    select coalesce(bool_or(x.problem is null), false),
+           string_agg(format('job %%s (%%s): %%s', x.jobid, coalesce(x.jobname, 'no name'), x.problem), '; '
+                      order by x.jobid) filter (where x.problem is not null)
+      from (select j.jobid, to_jsonb(j)->>'jobname' as jobname,
+                   case when j.command !~* ('^\s*select\s+' || regexp_replace($1, '([.$])', '\\\1', 'g')
+                                            || '\s*\(\s*([0-9]+)?\s*\)\s*;?\s*$')
+                          then format('its command %%L is not a call of %%s', j.command, $1)
+                        when not j.active then 'paused (active is false)'
+                        when j.database is distinct from current_database()
+                          then format('it runs in database %%s, not %%s', j.database, current_database())
+                        when not exists (select from pg_roles r where r.rolname = j.username)
+                          then format('it runs as %%s, which does not exist', j.username)
+                        when not (has_schema_privilege(j.username, $2, 'usage')
+                                  and has_function_privilege(j.username, $3, 'execute'))
+                          then format('it runs as %%s, which may not execute %%s', j.username, $1)
+                   end as problem
+              from %s j
+             where strpos(lower(j.command), lower($1)) > 0) x$q$, v_jobs)
+    into v_good, v_bad using v_name, v_schema, cron_job_problem.fn;
+  if v_good then
+    return null;
+  end if;
+  return coalesce(v_bad, format('no pg_cron job calls %s', v_name));
+end
+$$;
+comment on function pgfence.cron_job_problem(regprocedure) is
+  'NULL when an active pg_cron job in this database runs select fn() as a role that may; otherwise why not.';
+
+-- The checks of health(), below (a reserved word, "check", is its column's name by contract,
+-- but is kept out of PL/pgSQL).
+create or replace function pgfence.health_checks()
+returns table (name text, ok boolean, detail text)
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_bad text;
+  v_layer regproc;
+  v_schema name;
+begin
+  -- Schema as installed, the core's and each layer's: nothing changed, added or removed by
+  -- hand since its release's record (functions, relations, columns, constraints, indexes,
+  -- views, triggers, policies, types, owners, every ACL).
+  for v_schema in select 'pgfence'::name union all
+                  (select l.schema_name from pgfence.layers l order by l.schema_name) loop
+    name := case v_schema when 'pgfence' then '' else v_schema || ': ' end || 'schema matches its release';
+    select string_agg(case when d.object = 'record' then
+                             format('no record of its release (%s predates 0.3.0: upgrade it)', v_schema)
+                           else format('%s %s', d.object, d.how) end, '; ' order by d.object) into v_bad
+      from pgfence.schema_drift(v_schema) d
+     where d.object not like 'acl %';
+    ok := v_bad is null;
+    detail := coalesce(v_bad, format('%s %s, %s objects as recorded', v_schema, pgfence.installed_release(v_schema),
+                                     (select count(*) from pgfence.schema_records r
+                                       where r.schema_name = v_schema
+                                         and r.release = pgfence.installed_release(v_schema))));
+    return next;
+  end loop;
+
+  -- Roles and grants: the three roles exist; nobody but the owners and the three roles holds
+  -- a privilege on the core's schema, a layer's, or anything in them (lockdown's rule,
+  -- pgfence.foreign_grants: functions, relations, columns, types, schemas); and every ACL
+  -- there is as the release granted it (the record's 'acl' rows: a grant to one of the three
+  -- roles that the release did not make is named too).
+  name := 'roles and grants';
+  select string_agg(x, '; ' order by x) into v_bad from (
+    select format('role %s is missing', r) as x
+      from unnest(array['pgfence_worker', 'pgfence_operator', 'pgfence_monitor']) r
+     where not exists (select from pg_roles where rolname = r)
+    union all
+    select format('%s may %s %s', g.grantee, g.privilege, g.object)
+      from (select 'pgfence'::name as s union all select l.schema_name from pgfence.layers l) x,
+           pgfence.foreign_grants(x.s) g
+    union all
+    select format('grants on %s %s', substr(d.object, 5),
+                  case d.how when 'changed' then 'differ from the release''s' else d.how end)
+      from (select 'pgfence'::name as s union all select l.schema_name from pgfence.layers l) x,
+           pgfence.schema_drift(x.s) d
+     where d.object like 'acl %') y;
+  ok := v_bad is null;
+  detail := coalesce(v_bad, 'pgfence_worker, pgfence_operator, pgfence_monitor; nothing for PUBLIC');
+  return next;
+
+  -- The three roles are cluster-wide: a login role granted pgfence_worker here may connect to
+  -- every other database that lets it, and claim there if pgfence is installed there too
+  -- (docs/deployment.md: REVOKE CONNECT). Superusers are left out: they may do anything.
+  name := 'roles confined to this database';
+  select string_agg(format('%s may connect to database %s', m.rolname, d.datname), '; '
+                    order by m.rolname, d.datname) into v_bad
+    from pg_roles m
+    cross join pg_database d
+   where not m.rolsuper and m.rolcanlogin
+     and (pg_has_role(m.oid, 'pgfence_worker', 'member') or pg_has_role(m.oid, 'pgfence_operator', 'member'))
+     and d.datname <> current_database() and d.datallowconn and not d.datistemplate
+     and has_database_privilege(m.oid, d.oid, 'connect');
+  ok := v_bad is null;
+  detail := coalesce(v_bad, 'no login role of pgfence_worker or pgfence_operator may connect elsewhere');
+  return next;
+
+  name := 'protections guard every write';
+  select string_agg(format('%s: %s', t.table_name, t.problem), '; ' order by t.table_name) into v_bad
+    from pgfence.protected_tables t where not t.healthy;
+  ok := v_bad is null;
+  detail := coalesce(v_bad, format('%s protected tables', (select count(*) from pgfence.protections)));
+  return next;
+
+  -- requeue_expired on a schedule (pg_cron): without it a queue whose workers all died keeps
+  -- its claimed tasks for ever. A job that runs it for real (pgfence.cron_job_problem).
+  name := 'requeue job scheduled';
+  v_bad := pgfence.cron_job_problem('pgfence.requeue_expired(int)');
+  ok := v_bad is null;
+  detail := coalesce(v_bad || ' (docs/supabase.md)', 'a pg_cron job runs pgfence.requeue_expired()');
+  return next;
+
+  -- Overdue: a resource left without a live owner, or a task its worker no longer holds
+  -- that nothing requeued, for over a minute.
+  name := 'no lease or task overdue';
+  select string_agg(x, '; ' order by x) into v_bad from (
+    select format('resource %s: its lease (generation %s) expired at %s and nobody took over',
+                  l.resource, l.generation, l.expires_at) as x
+      from pgfence.leases l join pgfence.resources r using (resource)
+     where l.state = 'active' and r.enabled and l.expires_at < clock_timestamp() - interval '1 minute'
+    union all
+    select format('queue %s: %s claimed tasks past their visibility, the oldest since %s',
+                  t.queue, count(*), min(t.visible_until))
+      from pgfence.tasks t
+     where t.state = 'claimed' and t.visible_until < clock_timestamp() - interval '1 minute'
+     group by t.queue) y;
+  ok := v_bad is null;
+  detail := coalesce(v_bad, 'none');
+  return next;
+
+  -- A start pending (requested, not acknowledged, not expired) past the time a start takes (a
+  -- minute, request_start's default): nothing else starts the resource meanwhile.
+  name := 'no start pending too long';
+  select string_agg(format('resource %s: a start requested at %s is pending until %s', i.resource,
+                           i.requested_at, i.expires_at), '; ' order by i.resource, i.requested_at) into v_bad
+    from pgfence.invocations i
+   where i.acknowledged_at is null and i.expires_at > clock_timestamp()
+     and i.requested_at < clock_timestamp() - interval '1 minute';
+  ok := v_bad is null;
+  detail := coalesce(v_bad || ': cancel it if nothing will start (pgfence.cancel_invocations)',
+                     'none pending for over a minute');
+  return next;
+
+  name := 'no update window left open';
+  select string_agg(format('window over %s open since %s', array_to_string(u.resources, ', '), u.prepared_at),
+                    '; ' order by u.prepared_at) into v_bad
+    from pgfence.updates u
+   where u.finished_at is null and u.prepared_at < clock_timestamp() - interval '1 hour';
+  ok := v_bad is null;
+  detail := coalesce(v_bad, 'none open for over an hour');
+  return next;
+
+  -- Twice prune's default bound: older history means no prune runs.
+  name := 'history within retention';
+  select string_agg(x, '; ' order by x) into v_bad from (
+    select format('%s finished tasks older than 14 days', count(*)) as x
+      from pgfence.tasks t where t.state in ('completed', 'failed') and t.finished_at < clock_timestamp() - interval '14 days'
+    having count(*) > 0
+    union all
+    select format('%s ended leases older than 14 days', count(*))
+      from pgfence.leases l where l.state in ('released', 'superseded') and l.ended_at < clock_timestamp() - interval '14 days'
+    having count(*) > 0
+    union all
+    select format('%s invocations expired over 14 days ago', count(*))
+      from pgfence.invocations i where i.expires_at < clock_timestamp() - interval '14 days'
+    having count(*) > 0) y;
+  ok := v_bad is null;
+  detail := coalesce(v_bad || ': schedule pgfence.prune() (docs/operations.md)', 'nothing older than 14 days');
+  return next;
+
+  -- Each registered layer's own checks (pgfence.layers: the core names no layer).
+  for v_layer in select l.health::regproc from pgfence.layers l where l.health is not null
+                  order by l.schema_name loop
+    return query execute pg_catalog.format('select * from %s()', v_layer);
+  end loop;
+end
+$$;
+comment on function pgfence.health_checks() is
+  'The checks pgfence.health() returns (as name, ok, detail).';
+
+-- The health of an installation, one row per check; ok false names what is wrong, never a
+-- capability. Read-only; the monitor may run it (pgfence doctor does).
+create or replace function pgfence.health()
+returns table ("check" text, ok boolean, detail text)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select c.name, c.ok, c.detail from pgfence.health_checks() c;
+$$;
+comment on function pgfence.health() is
+  'One row per check of this installation: the schema of pgfence and of each layer as released, roles and grants, roles confined to this database, '
+  'protections, the requeue job, nothing overdue, no start pending too long, no window left open, history within '
+  'retention, and each layer''s checks. Read-only.';
+
+revoke all on function pgfence.cron_job_problem(regprocedure) from public;
+revoke all on function pgfence.health_checks() from public;
+revoke all on function pgfence.health() from public;
+grant execute on function pgfence.health() to pgfence_monitor, pgfence_operator;
+
+
+-- change: version
+-- Deploy pgfence:version
+-- requires: releases
+--
+-- The release this database holds: the one sealed last (pgfence.seal, which each release's
+-- one change calls). Until 0.2.1 this was a literal that every release reworked; 0.3.0 reworks
+-- it for the last time.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.version()
+returns text
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$ select pgfence.installed_release('pgfence') $$;
+comment on function pgfence.version() is 'The pgfence release installed in this database, e.g. 0.3.0.';
 
 revoke all on function pgfence.version() from public;
 grant execute on function pgfence.version() to pgfence_worker, pgfence_operator, pgfence_monitor;
@@ -3788,437 +4546,15 @@ revoke all on pgfence.lease_status from public;
 grant select on pgfence.lease_status to pgfence_monitor, pgfence_operator;
 
 
--- change: health
--- Deploy pgfence:health
--- requires: protected_tables
--- requires: prune
--- requires: roles
--- requires: layers
+-- change: release_0.3.0
+-- Deploy pgfence:release_0.3.0
+-- requires: releases
 --
--- Reworked in 0.3.0: the requeue job checked for real (it exists, is active, runs in this
--- database as a role that may run it, and calls it: pgfence.cron_job_problem, which the
--- layers' checks share, as lockdown_problems); a start pending too long is named. The
--- manifest it compares with is recorded by the release's last change (lockdown).
+-- The release's one change, kept last in its section of the plan (move its line to the end
+-- when adding a change after it): lockdown, the record of the schema, the version.
 
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
--- The schema's objects one by one, as migrations/fingerprint.sql sees them (the same items,
--- each with a digest of what the fingerprint hashes), so that a difference can be named.
-create or replace function pgfence.schema_objects()
-returns table (object text, digest text)
-language sql
-stable
-set search_path = pg_catalog, pg_temp
-as $$
-  select format('function pgfence.%s(%s)', p.proname, pg_get_function_identity_arguments(p.oid)),
-         md5(format('%s definer=%s volatility=%s config=%s body=%s', pg_get_function_result(p.oid),
-                    p.prosecdef, p.provolatile, p.proconfig, md5(p.prosrc)))
-    from pg_proc p
-   where p.pronamespace = 'pgfence'::regnamespace
-  union all
-  select format('relation pgfence.%s', c.relname), c.relkind::text
-    from pg_class c
-   where c.relnamespace = 'pgfence'::regnamespace and c.relkind <> 'i'
-  union all
-  select format('column pgfence.%s.%s', c.relname, a.attname),
-         md5(format('%s notnull=%s default=%s identity=%s', format_type(a.atttypid, a.atttypmod),
-                    a.attnotnull, pg_get_expr(d.adbin, d.adrelid), a.attidentity))
-    from pg_attribute a
-    join pg_class c on c.oid = a.attrelid
-    left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
-   where c.relnamespace = 'pgfence'::regnamespace
-     and c.relkind in ('r', 'v', 'p') and a.attnum > 0 and not a.attisdropped
-  union all
-  select format('constraint pgfence.%s.%s', c.relname, k.conname), md5(pg_get_constraintdef(k.oid))
-    from pg_constraint k
-    join pg_class c on c.oid = k.conrelid
-   where c.relnamespace = 'pgfence'::regnamespace and k.contype <> 'n'
-  union all
-  select format('index pgfence.%s', ic.relname), md5(pg_get_indexdef(i.indexrelid))
-    from pg_index i
-    join pg_class c on c.oid = i.indrelid
-    join pg_class ic on ic.oid = i.indexrelid
-   where c.relnamespace = 'pgfence'::regnamespace;
-$$;
-comment on function pgfence.schema_objects() is
-  'The pgfence schema object by object (functions, relations, columns, constraints, indexes), each with a digest of its definition.';
-
--- What the release installed (pgfence.schema_objects()), which health() compares with:
--- recorded by the release's last change (lockdown), which every install and upgrade ends with.
--- Created here on a fresh install, kept as it is on an upgrade.
-create table if not exists pgfence.manifest (
-  object text primary key,
-  digest text not null
-);
-comment on table pgfence.manifest is
-  'The schema objects as this release installed them (pgfence.schema_objects()), which pgfence.health() compares with.';
-revoke all on pgfence.manifest from public;
-
--- What lockdown would revoke in schema_name, named: every privilege on the schema or an
--- object in it (function, relation, column, type) held by a role other than its owner and the
--- three pgfence roles. The check "roles and grants" of the core and each layer's "locked down".
-create or replace function pgfence.lockdown_problems(schema_name name)
-returns text
-language sql
-stable
-set search_path = pg_catalog, pg_temp
-as $$
-  with allowed as (select oid from pg_roles where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor')),
-       n as (select oid from pg_namespace where nspname = lockdown_problems.schema_name),
-       held as (
-    select a.grantee, a.privilege_type, p.oid::regprocedure::text as what, p.proowner as owner
-      from pg_proc p, aclexplode(p.proacl) a where p.pronamespace = (select oid from n)
-    union all
-    select a.grantee, a.privilege_type, c.oid::regclass::text, c.relowner
-      from pg_class c, aclexplode(c.relacl) a where c.relnamespace = (select oid from n)
-    union all
-    select a.grantee, a.privilege_type, format('%s.%I', c.oid::regclass, t.attname), c.relowner
-      from pg_class c join pg_attribute t on t.attrelid = c.oid and t.attacl is not null, aclexplode(t.attacl) a
-     where c.relnamespace = (select oid from n)
-    union all
-    select a.grantee, a.privilege_type, format('type %s', y.oid::regtype), y.typowner
-      from pg_type y, aclexplode(y.typacl) a
-     where y.typnamespace = (select oid from n) and y.typtype in ('d', 'e', 'r', 'm')
-    union all
-    select a.grantee, a.privilege_type, format('schema %I', s.nspname), s.nspowner
-      from pg_namespace s, aclexplode(s.nspacl) a where s.oid = (select oid from n))
-  select string_agg(format('%s may %s %s', case h.grantee when 0 then 'PUBLIC' else h.grantee::regrole::text end,
-                           h.privilege_type, h.what), '; ' order by h.what, h.grantee, h.privilege_type)
-    from held h
-   where h.grantee <> h.owner and h.grantee not in (select oid from allowed);
-$$;
-comment on function pgfence.lockdown_problems(name) is
-  'The privileges in schema_name that lockdown would revoke, named; NULL when there are none.';
-
--- Whether a pg_cron job runs fn for real, and if not, why: NULL when an active job, in this
--- database, as a role that may execute fn (and use its schema), has exactly `select fn()` (an
--- integer argument at most) as its command; otherwise what is wrong with each job whose
--- command names fn, or that none does. A command that merely mentions the name (a comment, a
--- string, another function around it) is no call of it.
-create or replace function pgfence.cron_job_problem(fn regprocedure)
-returns text
-language plpgsql
-stable
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_jobs regclass := to_regclass('cron.job');
-  v_name text;
-  v_schema oid;
-  v_good boolean;
-  v_bad text;
-begin
-  select format('%I.%I', n.nspname, p.proname), n.oid into v_name, v_schema
-    from pg_proc p join pg_namespace n on n.oid = p.pronamespace where p.oid = cron_job_problem.fn;
-  if v_jobs is null then
-    return format('pg_cron is not installed: schedule %s', v_name);
-  end if;
-  execute format($q$
-    select coalesce(bool_or(x.problem is null), false),
-           string_agg(format('job %%s (%%s): %%s', x.jobid, coalesce(x.jobname, 'no name'), x.problem), '; '
-                      order by x.jobid) filter (where x.problem is not null)
-      from (select j.jobid, to_jsonb(j)->>'jobname' as jobname,
-                   case when j.command !~* ('^\s*select\s+' || regexp_replace($1, '([.$])', '\\\1', 'g')
-                                            || '\s*\(\s*([0-9]+)?\s*\)\s*;?\s*$')
-                          then format('its command %%L is not a call of %%s', j.command, $1)
-                        when not j.active then 'paused (active is false)'
-                        when j.database is distinct from current_database()
-                          then format('it runs in database %%s, not %%s', j.database, current_database())
-                        when not exists (select from pg_roles r where r.rolname = j.username)
-                          then format('it runs as %%s, which does not exist', j.username)
-                        when not (has_schema_privilege(j.username, $2, 'usage')
-                                  and has_function_privilege(j.username, $3, 'execute'))
-                          then format('it runs as %%s, which may not execute %%s', j.username, $1)
-                   end as problem
-              from %s j
-             where strpos(lower(j.command), lower($1)) > 0) x$q$, v_jobs)
-    into v_good, v_bad using v_name, v_schema, cron_job_problem.fn;
-  if v_good then
-    return null;
-  end if;
-  return coalesce(v_bad, format('no pg_cron job calls %s', v_name));
-end
-$$;
-comment on function pgfence.cron_job_problem(regprocedure) is
-  'NULL when an active pg_cron job in this database runs select fn() as a role that may; otherwise why not.';
-
--- The checks of health(), below (a reserved word, "check", is its column's name by contract,
--- but is kept out of PL/pgSQL).
-create or replace function pgfence.health_checks()
-returns table (name text, ok boolean, detail text)
-language plpgsql
-stable
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_bad text;
-  v_layer regproc;
-begin
-  -- Schema as installed: nothing changed, added or removed by hand since.
-  name := 'schema matches its release';
-  select string_agg(format('%s %s', x.object, x.how), '; ' order by x.object) into v_bad
-    from (select coalesce(m.object, s.object) as object,
-                 case when m.object is null then 'added' when s.object is null then 'missing'
-                      else 'changed' end as how
-            from pgfence.manifest m
-            full join pgfence.schema_objects() s on s.object = m.object
-           where m.digest is distinct from s.digest) x;
-  ok := v_bad is null;
-  detail := coalesce(v_bad, format('pgfence %s, %s objects as installed', pgfence.version(),
-                                   (select count(*) from pgfence.manifest)));
-  return next;
-
-  -- Roles and grants as installed: the three roles exist, PUBLIC and other roles hold nothing
-  -- in schema pgfence but what its owner and the three roles hold (lockdown's rule).
-  name := 'roles and grants';
-  select string_agg(x, '; ' order by x) into v_bad from (
-    select format('role %s is missing', r) as x
-      from unnest(array['pgfence_worker', 'pgfence_operator', 'pgfence_monitor']) r
-     where not exists (select from pg_roles where rolname = r)
-    union all
-    select pgfence.lockdown_problems('pgfence')) y;
-  ok := v_bad is null;
-  detail := coalesce(v_bad, 'pgfence_worker, pgfence_operator, pgfence_monitor; nothing for PUBLIC');
-  return next;
-
-  -- The three roles are cluster-wide: a login role granted pgfence_worker here may connect to
-  -- every other database that lets it, and claim there if pgfence is installed there too
-  -- (docs/deployment.md: REVOKE CONNECT). Superusers are left out: they may do anything.
-  name := 'roles confined to this database';
-  select string_agg(format('%s may connect to database %s', m.rolname, d.datname), '; '
-                    order by m.rolname, d.datname) into v_bad
-    from pg_roles m
-    cross join pg_database d
-   where not m.rolsuper and m.rolcanlogin
-     and (pg_has_role(m.oid, 'pgfence_worker', 'member') or pg_has_role(m.oid, 'pgfence_operator', 'member'))
-     and d.datname <> current_database() and d.datallowconn and not d.datistemplate
-     and has_database_privilege(m.oid, d.oid, 'connect');
-  ok := v_bad is null;
-  detail := coalesce(v_bad, 'no login role of pgfence_worker or pgfence_operator may connect elsewhere');
-  return next;
-
-  name := 'protections guard every write';
-  select string_agg(format('%s: %s', t.table_name, t.problem), '; ' order by t.table_name) into v_bad
-    from pgfence.protected_tables t where not t.healthy;
-  ok := v_bad is null;
-  detail := coalesce(v_bad, format('%s protected tables', (select count(*) from pgfence.protections)));
-  return next;
-
-  -- requeue_expired on a schedule (pg_cron): without it a queue whose workers all died keeps
-  -- its claimed tasks for ever. A job that runs it for real (pgfence.cron_job_problem).
-  name := 'requeue job scheduled';
-  v_bad := pgfence.cron_job_problem('pgfence.requeue_expired(int)');
-  ok := v_bad is null;
-  detail := coalesce(v_bad || ' (docs/supabase.md)', 'a pg_cron job runs pgfence.requeue_expired()');
-  return next;
-
-  -- Overdue: a resource left without a live owner, or a task its worker no longer holds
-  -- that nothing requeued, for over a minute.
-  name := 'no lease or task overdue';
-  select string_agg(x, '; ' order by x) into v_bad from (
-    select format('resource %s: its lease (generation %s) expired at %s and nobody took over',
-                  l.resource, l.generation, l.expires_at) as x
-      from pgfence.leases l join pgfence.resources r using (resource)
-     where l.state = 'active' and r.enabled and l.expires_at < clock_timestamp() - interval '1 minute'
-    union all
-    select format('queue %s: %s claimed tasks past their visibility, the oldest since %s',
-                  t.queue, count(*), min(t.visible_until))
-      from pgfence.tasks t
-     where t.state = 'claimed' and t.visible_until < clock_timestamp() - interval '1 minute'
-     group by t.queue) y;
-  ok := v_bad is null;
-  detail := coalesce(v_bad, 'none');
-  return next;
-
-  -- A start pending (requested, not acknowledged, not expired) past the time a start takes (a
-  -- minute, request_start's default): nothing else starts the resource meanwhile.
-  name := 'no start pending too long';
-  select string_agg(format('resource %s: a start requested at %s is pending until %s', i.resource,
-                           i.requested_at, i.expires_at), '; ' order by i.resource, i.requested_at) into v_bad
-    from pgfence.invocations i
-   where i.acknowledged_at is null and i.expires_at > clock_timestamp()
-     and i.requested_at < clock_timestamp() - interval '1 minute';
-  ok := v_bad is null;
-  detail := coalesce(v_bad || ': cancel it if nothing will start (pgfence.cancel_invocations)',
-                     'none pending for over a minute');
-  return next;
-
-  name := 'no update window left open';
-  select string_agg(format('window over %s open since %s', array_to_string(u.resources, ', '), u.prepared_at),
-                    '; ' order by u.prepared_at) into v_bad
-    from pgfence.updates u
-   where u.finished_at is null and u.prepared_at < clock_timestamp() - interval '1 hour';
-  ok := v_bad is null;
-  detail := coalesce(v_bad, 'none open for over an hour');
-  return next;
-
-  -- Twice prune's default bound: older history means no prune runs.
-  name := 'history within retention';
-  select string_agg(x, '; ' order by x) into v_bad from (
-    select format('%s finished tasks older than 14 days', count(*)) as x
-      from pgfence.tasks t where t.state in ('completed', 'failed') and t.finished_at < clock_timestamp() - interval '14 days'
-    having count(*) > 0
-    union all
-    select format('%s ended leases older than 14 days', count(*))
-      from pgfence.leases l where l.state in ('released', 'superseded') and l.ended_at < clock_timestamp() - interval '14 days'
-    having count(*) > 0
-    union all
-    select format('%s invocations expired over 14 days ago', count(*))
-      from pgfence.invocations i where i.expires_at < clock_timestamp() - interval '14 days'
-    having count(*) > 0) y;
-  ok := v_bad is null;
-  detail := coalesce(v_bad || ': schedule pgfence.prune() (docs/operations.md)', 'nothing older than 14 days');
-  return next;
-
-  -- Each registered layer's own checks (pgfence.layers: the core names no layer).
-  for v_layer in select l.health::regproc from pgfence.layers l where l.health is not null
-                  order by l.schema_name loop
-    return query execute pg_catalog.format('select * from %s()', v_layer);
-  end loop;
-end
-$$;
-comment on function pgfence.health_checks() is
-  'The checks pgfence.health() returns (as name, ok, detail).';
-
--- The health of an installation, one row per check; ok false names what is wrong, never a
--- capability. Read-only; the monitor may run it (pgfence doctor does).
-create or replace function pgfence.health()
-returns table ("check" text, ok boolean, detail text)
-language sql
-stable
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-  select c.name, c.ok, c.detail from pgfence.health_checks() c;
-$$;
-comment on function pgfence.health() is
-  'One row per check of this installation: schema as released, roles and grants, roles confined to this database, '
-  'protections, the requeue job, nothing overdue, no start pending too long, no window left open, history within '
-  'retention, and each layer''s checks. Read-only.';
-
-revoke all on function pgfence.schema_objects() from public;
-revoke all on function pgfence.lockdown_problems(name), pgfence.cron_job_problem(regprocedure) from public;
-revoke all on function pgfence.health_checks() from public;
-revoke all on function pgfence.health() from public;
-grant execute on function pgfence.health() to pgfence_monitor, pgfence_operator;
-
-
--- change: lockdown
--- Deploy pgfence:lockdown
--- requires: register
--- requires: set_enabled
--- requires: acquire
--- requires: renew
--- requires: drain
--- requires: release
--- requires: deprecate
--- requires: protect
--- requires: request_start
--- requires: enqueue
--- requires: claim
--- requires: complete
--- requires: fail
--- requires: extend
--- requires: requeue_expired
--- requires: prepare_update
--- requires: update_status
--- requires: finish_update
--- requires: open_updates
--- requires: lease_status
--- requires: resource_status
--- requires: queue_status
--- requires: version
--- requires: cancel_invocations
--- requires: protected_tables
--- requires: complete_many
---
--- The last change, run again after any other: whatever default privileges the database
--- carries (Supabase-style `alter default privileges ... grant execute on functions to anon`,
--- say), nobody but pgfence's owner and the three pgfence roles keeps a privilege on anything
--- in schema pgfence. Revoking from PUBLIC alone would not undo such grants.
---
--- Release 0.2.0 makes it one function, pgfence.lockdown(schema), that every layer applies to
--- its own schema too, and runs it again after its own changes. (Each release reworks this change and
--- says so here: Sqitch refuses two changes with the same script.) Release 0.2.1 reworks it
--- unchanged, to run last again after version. Release 0.3.0 reworks it to run last again, and
--- to record health's manifest of the whole schema (it had each change record its own rows).
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- One function, so that each optional layer (layers/*) applies to its own schema exactly the
--- rule the core applies to its own: nobody but the schema's owner, each object's owner and the
--- three pgfence roles keeps a privilege on the schema or anything in it. Revoking from PUBLIC
--- alone would not undo default privileges. Only the owner runs it (no grant): as the installer.
-create or replace function pgfence.lockdown(schema_name name)
-returns void
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_schema oid := (select n.oid from pg_catalog.pg_namespace n where n.nspname = lockdown.schema_name);
-  v_allowed oid[] := array(select oid from pg_catalog.pg_roles
-                            where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'));
-  v_grant record;
-begin
-  -- pgfence's own schemas only: the core's, and a layer's (pgfence_NAME).
-  if v_schema is null or not (lockdown.schema_name = 'pgfence' or lockdown.schema_name like 'pgfence\_%') then
-    raise exception 'pgfence.lockdown: % is not a pgfence schema', coalesce(quote_ident(lockdown.schema_name), 'NULL')
-      using errcode = '22023';
-  end if;
-  for v_grant in
-    select format('revoke all on function %s from %s', p.oid::regprocedure,
-                  case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end) as stmt
-      from pg_catalog.pg_proc p, aclexplode(p.proacl) a
-     where p.pronamespace = v_schema
-       and a.grantee <> p.proowner and a.grantee <> all (v_allowed)
-    union all
-    select format('revoke all on %s from %s', c.oid::regclass,
-                  case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end)
-      from pg_catalog.pg_class c, aclexplode(c.relacl) a
-     where c.relnamespace = v_schema
-       and a.grantee <> c.relowner and a.grantee <> all (v_allowed)
-    union all
-    select format('revoke all (%I) on %s from %s', t.attname, c.oid::regclass,
-                  case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end)
-      from pg_catalog.pg_class c
-      join pg_catalog.pg_attribute t on t.attrelid = c.oid and t.attacl is not null,
-           aclexplode(t.attacl) a
-     where c.relnamespace = v_schema
-       and a.grantee <> c.relowner and a.grantee <> all (v_allowed)
-    union all
-    select format('revoke all on type %s from %s', y.oid::regtype,
-                  case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end)
-      from pg_catalog.pg_type y, aclexplode(y.typacl) a
-     where y.typnamespace = v_schema and y.typtype in ('d', 'e', 'r', 'm')
-       and a.grantee <> y.typowner and a.grantee <> all (v_allowed)
-    union all
-    select format('revoke all on schema %I from %s', n.nspname,
-                  case a.grantee when 0 then 'public' else quote_ident(a.grantee::regrole::text) end)
-      from pg_catalog.pg_namespace n, aclexplode(n.nspacl) a
-     where n.oid = v_schema
-       and a.grantee <> n.nspowner and a.grantee <> all (v_allowed)
-  loop
-    execute v_grant.stmt;
-  end loop;
-end
-$$;
-comment on function pgfence.lockdown(name) is
-  'Installer: revokes every privilege on schema_name (pgfence or a layer''s pgfence_NAME) and its objects but the '
-  'owners'' and the three pgfence roles''. Run last by every install and upgrade of the core and of each layer.';
-revoke all on function pgfence.lockdown(name) from public;
-
--- health's record of what the release installed (pgfence.manifest), made anew by the last
--- change of every install and upgrade: the whole schema as it now is.
-delete from pgfence.manifest;
-insert into pgfence.manifest select * from pgfence.schema_objects();
-
-do $$ begin perform pgfence.lockdown('pgfence'); end $$;
+select pgfence.seal('pgfence', '0.3.0');
 

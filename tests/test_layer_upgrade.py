@@ -34,8 +34,8 @@ from tests.test_upgrade import (
     RELEASES,
     UPGRADES,
     Databases,
-    chain,
     check_live_state,
+    layer_step,
     make_live_state,
     one,
     refused,
@@ -55,30 +55,11 @@ def layer_releases(layer: str) -> list[str]:
 def layer_chain(layer: str, start: str) -> list[Path]:
     """The layer's upgrade files from its release `start` towards the head, in order. A release
     in which the layer did not change has none: its schema is the next one's."""
-    steps = {p.name.split("--")[1]: p for p in UPGRADES.glob(f"pgfence-{layer}--*--*.sql")}
-    files, at = [], start
-    while at in steps:
-        files.append(steps[at])
-        at = steps[at].name.removesuffix(".sql").split("--")[2]
+    files: list[Path] = []
+    while (step := layer_step(layer, start)) is not None:
+        files.append(step)
+        start = step.name.removesuffix(".sql").split("--")[2]
     return files
-
-
-def target(step: Path) -> str:
-    """The pgfence release an upgrade file (pgfence's or a layer's) leads to."""
-    return step.name.removesuffix(".sql").split("--")[2]
-
-
-def upgrade_by_files(dbs: Databases, database: str, start: str,
-                     replaced: dict[Path, Path] | None = None) -> None:
-    """pgfence's upgrade files from release `start` to the head, each followed by the layers'
-    files that come with its release: a layer's upgrade runs on the pgfence release it comes
-    with (`replaced`: another file in place of one of them)."""
-    replaced = replaced or {}
-    for step in chain(start):
-        dbs.psql(database, "--single-transaction", "-f", replaced.get(step, step))
-        for layer in LAYERS:
-            for with_it in UPGRADES.glob(f"pgfence-{layer}--*--{target(step)}.sql"):
-                dbs.psql(database, "--single-transaction", "-f", replaced.get(with_it, with_it))
 
 
 def layer_fingerprint(dbs: Databases, database: str, layer: str) -> str:
@@ -209,7 +190,7 @@ def test_layer_upgrade_keeps_live_state_of_the_core_and_the_layers(dbs: Database
     live = make_live_state(dbs, name)
     layer_live = make_layer_state(dbs, name, live.current)
     if path == "file":
-        upgrade_by_files(dbs, name, start)
+        dbs.upgrade_by_file(name, start, LAYERS)
     else:
         # One-file installs moved onto Sqitch (--log-only), then deployed to the head.
         sqitch("deploy", "--log-only", "--to", f"@v{start}", f"db:pg:{name}")
@@ -253,23 +234,36 @@ def test_sqitch_reverts_the_layers_to_their_release_and_deploys_again(dbs: Datab
     check_layer_state(dbs, name, live.current, layer_live)
 
 
+def target(step: Path) -> str:
+    """The pgfence release a layer upgrade file leads to (it runs on that release)."""
+    return step.name.removesuffix(".sql").split("--")[2]
+
+
 @pytest.mark.parametrize(("layer", "start"), FILES)
 def test_negative_control_a_layer_upgrade_missing_a_change_is_caught(
         dbs: Databases, layer: str, start: str, tmp_path: Path) -> None:
     step = layer_chain(layer, start)[0]
     sections = re.split(r"(?m)^(?=-- change: )", step.read_text())
-    # Leave out the first change (never the lockdown, which ends every section).
-    victim = next(i for i, s in enumerate(sections) if s.startswith("-- change: "))
-    assert "lockdown" not in sections[victim].partition("\n")[0]
+    # Leave out the first change that is not the section's last (its lockdown, or from 0.3.0
+    # on the release's own change, which seals it).
+    victims = [i for i, s in enumerate(sections) if s.startswith("-- change: ")
+               and "lockdown" not in s.partition("\n")[0]
+               and not s.startswith("-- change: release_")]
+    if not victims:
+        pytest.skip(f"{step.name} holds only the release's own change")
     broken = tmp_path / step.name
-    broken.write_text("".join(s for i, s in enumerate(sections) if i != victim))
+    broken.write_text("".join(s for i, s in enumerate(sections) if i != victims[0]))
     name = dbs.fresh("lbroken")
     install_release_with_layers(dbs, name, start)
+    others = tuple(each for each in LAYERS if each != layer)
+    dbs.upgrade_by_file(name, start, others, to=target(step))
+    dbs.psql(name, "--single-transaction", "-f", broken)
     try:
-        upgrade_by_files(dbs, name, start, {step: broken})
+        dbs.upgrade_by_file(name, target(step), LAYERS)
     except ClusterError as e:
-        # Caught by the next layer upgrade's check of the release it starts from.
-        assert f"the pgfence_{layer} schema differs from the {layer} layer of release" in str(e)
+        # The next layer upgrade file's own check found the layer is not the release it
+        # starts from.
+        assert f"the pgfence_{layer} schema differs from the {layer} layer" in str(e), e
         return
     assert schema_dump(name) != schema_dump(head_with_layers(dbs))
 
@@ -300,10 +294,11 @@ def test_layer_upgrade_refuses_a_layer_changed_by_hand(dbs: Databases, layer: st
                                                        start: str) -> None:
     name = dbs.fresh("lhand")
     install_release_with_layers(dbs, name, start)
-    dbs.upgrade_by_file(name, start, target(layer_chain(layer, start)[0]))
+    step = layer_chain(layer, start)[0]
+    dbs.upgrade_by_file(name, start, to=target(step))
     dbs.psql(name, "-c", f"create function pgfence_{layer}.extra() returns int "
                          "language sql as 'select 1'")
-    err = refusal(dbs, name, layer_chain(layer, start)[0])
+    err = refusal(dbs, name, step)
     assert f"the pgfence_{layer} schema differs from the {layer} layer of release {start}" in err
 
 
@@ -345,10 +340,12 @@ def test_negative_control_pgfences_own_registry_does_not_stop_a_layer_upgrade(
         dbs.psql(name, "--single-transaction", "-f", RELEASES / f"pgfence-{each}--{start}.sql")
     with connect(dbs.dsn(name), "release") as conn:
         queue_and_flow(conn)
-    for step in layer_chain(layer, start):
-        # pgfence by Sqitch to the release this step comes with, then the step.
-        to = target(step)
-        sqitch("deploy", *([] if to == HEAD else ["--to", f"@v{to}"]), f"db:pg:{name}")
-        dbs.psql(name, "--single-transaction", "-f", step)
-    assert layer_fingerprint(dbs, name, layer) == layer_fingerprint(dbs, head_with_layers(dbs),
-                                                                    layer)
+    step = layer_chain(layer, start)[0]
+    sqitch("deploy", "--to", f"@v{target(step)}", f"db:pg:{name}")
+    dbs.psql(name, "--single-transaction", "-f", step)
+    if target(step) == HEAD:
+        expected = head_with_layers(dbs)
+    else:
+        expected = dbs.fresh("lexpected")
+        install_release_with_layers(dbs, expected, target(step))
+    assert layer_fingerprint(dbs, name, layer) == layer_fingerprint(dbs, expected, layer)

@@ -581,7 +581,7 @@ def healthy_jobs(db: Database) -> None:
 def test_the_layers_jobs_pass_their_checks(fenced14: Database) -> None:
     healthy_jobs(fenced14)
     assert {c: ok for c, (ok, _) in layer_checks(fenced14).items()} == {
-        "pgflow layer: pgflow installed": True, "pgflow layer: locked down": True,
+        "pgflow layer: pgflow installed": True,
         "pgflow layer: ensure_workers job": True, "pgflow layer: requeue job": True}
 
 

@@ -1,13 +1,13 @@
 -- Deploy pgfence:health
--- requires: protected_tables
--- requires: prune
--- requires: roles
--- requires: layers
+-- requires: releases
+-- requires: lockdown
 --
--- Reworked in 0.3.0: the requeue job checked for real (it exists, is active, runs in this
--- database as a role that may run it, and calls it: pgfence.cron_job_problem, which the
--- layers' checks share, as lockdown_problems); a start pending too long is named. The
--- manifest it compares with is recorded by the release's last change (lockdown).
+-- health() checks the core and every layer against the one record of what their releases
+-- installed (pgfence.schema_records, written by pgfence.seal), and every privilege that
+-- lockdown revokes (pgfence.foreign_grants), in the core's schema and every layer's; the
+-- requeue job for real (it exists, is active, runs in this database as a role that may run
+-- it, and calls it: pgfence.cron_job_problem, which the layers' checks share); a start pending
+-- too long.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -16,93 +16,15 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
--- The schema's objects one by one, as migrations/fingerprint.sql sees them (the same items,
--- each with a digest of what the fingerprint hashes), so that a difference can be named.
-create or replace function pgfence.schema_objects()
-returns table (object text, digest text)
-language sql
-stable
-set search_path = pg_catalog, pg_temp
-as $$
-  select format('function pgfence.%s(%s)', p.proname, pg_get_function_identity_arguments(p.oid)),
-         md5(format('%s definer=%s volatility=%s config=%s body=%s', pg_get_function_result(p.oid),
-                    p.prosecdef, p.provolatile, p.proconfig, md5(p.prosrc)))
-    from pg_proc p
-   where p.pronamespace = 'pgfence'::regnamespace
-  union all
-  select format('relation pgfence.%s', c.relname), c.relkind::text
-    from pg_class c
-   where c.relnamespace = 'pgfence'::regnamespace and c.relkind <> 'i'
-  union all
-  select format('column pgfence.%s.%s', c.relname, a.attname),
-         md5(format('%s notnull=%s default=%s identity=%s', format_type(a.atttypid, a.atttypmod),
-                    a.attnotnull, pg_get_expr(d.adbin, d.adrelid), a.attidentity))
-    from pg_attribute a
-    join pg_class c on c.oid = a.attrelid
-    left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
-   where c.relnamespace = 'pgfence'::regnamespace
-     and c.relkind in ('r', 'v', 'p') and a.attnum > 0 and not a.attisdropped
-  union all
-  select format('constraint pgfence.%s.%s', c.relname, k.conname), md5(pg_get_constraintdef(k.oid))
-    from pg_constraint k
-    join pg_class c on c.oid = k.conrelid
-   where c.relnamespace = 'pgfence'::regnamespace and k.contype <> 'n'
-  union all
-  select format('index pgfence.%s', ic.relname), md5(pg_get_indexdef(i.indexrelid))
-    from pg_index i
-    join pg_class c on c.oid = i.indrelid
-    join pg_class ic on ic.oid = i.indexrelid
-   where c.relnamespace = 'pgfence'::regnamespace;
+-- 0.2.1's digest of the core's schema; pgfence.schema_objects(schema) is the record's now.
+-- (sql/pgfence.sql never made it.)
+do $$
+begin
+  if pg_catalog.to_regprocedure('pgfence.schema_objects()') is not null then
+    drop function pgfence.schema_objects();
+  end if;
+end
 $$;
-comment on function pgfence.schema_objects() is
-  'The pgfence schema object by object (functions, relations, columns, constraints, indexes), each with a digest of its definition.';
-
--- What the release installed (pgfence.schema_objects()), which health() compares with:
--- recorded by the release's last change (lockdown), which every install and upgrade ends with.
--- Created here on a fresh install, kept as it is on an upgrade.
-create table if not exists pgfence.manifest (
-  object text primary key,
-  digest text not null
-);
-comment on table pgfence.manifest is
-  'The schema objects as this release installed them (pgfence.schema_objects()), which pgfence.health() compares with.';
-revoke all on pgfence.manifest from public;
-
--- What lockdown would revoke in schema_name, named: every privilege on the schema or an
--- object in it (function, relation, column, type) held by a role other than its owner and the
--- three pgfence roles. The check "roles and grants" of the core and each layer's "locked down".
-create or replace function pgfence.lockdown_problems(schema_name name)
-returns text
-language sql
-stable
-set search_path = pg_catalog, pg_temp
-as $$
-  with allowed as (select oid from pg_roles where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor')),
-       n as (select oid from pg_namespace where nspname = lockdown_problems.schema_name),
-       held as (
-    select a.grantee, a.privilege_type, p.oid::regprocedure::text as what, p.proowner as owner
-      from pg_proc p, aclexplode(p.proacl) a where p.pronamespace = (select oid from n)
-    union all
-    select a.grantee, a.privilege_type, c.oid::regclass::text, c.relowner
-      from pg_class c, aclexplode(c.relacl) a where c.relnamespace = (select oid from n)
-    union all
-    select a.grantee, a.privilege_type, format('%s.%I', c.oid::regclass, t.attname), c.relowner
-      from pg_class c join pg_attribute t on t.attrelid = c.oid and t.attacl is not null, aclexplode(t.attacl) a
-     where c.relnamespace = (select oid from n)
-    union all
-    select a.grantee, a.privilege_type, format('type %s', y.oid::regtype), y.typowner
-      from pg_type y, aclexplode(y.typacl) a
-     where y.typnamespace = (select oid from n) and y.typtype in ('d', 'e', 'r', 'm')
-    union all
-    select a.grantee, a.privilege_type, format('schema %I', s.nspname), s.nspowner
-      from pg_namespace s, aclexplode(s.nspacl) a where s.oid = (select oid from n))
-  select string_agg(format('%s may %s %s', case h.grantee when 0 then 'PUBLIC' else h.grantee::regrole::text end,
-                           h.privilege_type, h.what), '; ' order by h.what, h.grantee, h.privilege_type)
-    from held h
-   where h.grantee <> h.owner and h.grantee not in (select oid from allowed);
-$$;
-comment on function pgfence.lockdown_problems(name) is
-  'The privileges in schema_name that lockdown would revoke, named; NULL when there are none.';
 
 -- Whether a pg_cron job runs fn for real, and if not, why: NULL when an active job, in this
 -- database, as a role that may execute fn (and use its schema), has exactly `select fn()` (an
@@ -125,7 +47,7 @@ begin
   select format('%I.%I', n.nspname, p.proname), n.oid into v_name, v_schema
     from pg_proc p join pg_namespace n on n.oid = p.pronamespace where p.oid = cron_job_problem.fn;
   if v_jobs is null then
-    return format('pg_cron is not installed: schedule %s', v_name);
+    return format('pg_cron is not installed: schedule %s()', v_name);
   end if;
   execute format($q$
     select coalesce(bool_or(x.problem is null), false),
@@ -167,30 +89,47 @@ as $$
 declare
   v_bad text;
   v_layer regproc;
+  v_schema name;
 begin
-  -- Schema as installed: nothing changed, added or removed by hand since.
-  name := 'schema matches its release';
-  select string_agg(format('%s %s', x.object, x.how), '; ' order by x.object) into v_bad
-    from (select coalesce(m.object, s.object) as object,
-                 case when m.object is null then 'added' when s.object is null then 'missing'
-                      else 'changed' end as how
-            from pgfence.manifest m
-            full join pgfence.schema_objects() s on s.object = m.object
-           where m.digest is distinct from s.digest) x;
-  ok := v_bad is null;
-  detail := coalesce(v_bad, format('pgfence %s, %s objects as installed', pgfence.version(),
-                                   (select count(*) from pgfence.manifest)));
-  return next;
+  -- Schema as installed, the core's and each layer's: nothing changed, added or removed by
+  -- hand since its release's record (functions, relations, columns, constraints, indexes,
+  -- views, triggers, policies, types, owners, every ACL).
+  for v_schema in select 'pgfence'::name union all
+                  (select l.schema_name from pgfence.layers l order by l.schema_name) loop
+    name := case v_schema when 'pgfence' then '' else v_schema || ': ' end || 'schema matches its release';
+    select string_agg(case when d.object = 'record' then
+                             format('no record of its release (%s predates 0.3.0: upgrade it)', v_schema)
+                           else format('%s %s', d.object, d.how) end, '; ' order by d.object) into v_bad
+      from pgfence.schema_drift(v_schema) d
+     where d.object not like 'acl %';
+    ok := v_bad is null;
+    detail := coalesce(v_bad, format('%s %s, %s objects as recorded', v_schema, pgfence.installed_release(v_schema),
+                                     (select count(*) from pgfence.schema_records r
+                                       where r.schema_name = v_schema
+                                         and r.release = pgfence.installed_release(v_schema))));
+    return next;
+  end loop;
 
-  -- Roles and grants as installed: the three roles exist, PUBLIC and other roles hold nothing
-  -- in schema pgfence but what its owner and the three roles hold (lockdown's rule).
+  -- Roles and grants: the three roles exist; nobody but the owners and the three roles holds
+  -- a privilege on the core's schema, a layer's, or anything in them (lockdown's rule,
+  -- pgfence.foreign_grants: functions, relations, columns, types, schemas); and every ACL
+  -- there is as the release granted it (the record's 'acl' rows: a grant to one of the three
+  -- roles that the release did not make is named too).
   name := 'roles and grants';
   select string_agg(x, '; ' order by x) into v_bad from (
     select format('role %s is missing', r) as x
       from unnest(array['pgfence_worker', 'pgfence_operator', 'pgfence_monitor']) r
      where not exists (select from pg_roles where rolname = r)
     union all
-    select pgfence.lockdown_problems('pgfence')) y;
+    select format('%s may %s %s', g.grantee, g.privilege, g.object)
+      from (select 'pgfence'::name as s union all select l.schema_name from pgfence.layers l) x,
+           pgfence.foreign_grants(x.s) g
+    union all
+    select format('grants on %s %s', substr(d.object, 5),
+                  case d.how when 'changed' then 'differ from the release''s' else d.how end)
+      from (select 'pgfence'::name as s union all select l.schema_name from pgfence.layers l) x,
+           pgfence.schema_drift(x.s) d
+     where d.object like 'acl %') y;
   ok := v_bad is null;
   detail := coalesce(v_bad, 'pgfence_worker, pgfence_operator, pgfence_monitor; nothing for PUBLIC');
   return next;
@@ -306,12 +245,11 @@ as $$
   select c.name, c.ok, c.detail from pgfence.health_checks() c;
 $$;
 comment on function pgfence.health() is
-  'One row per check of this installation: schema as released, roles and grants, roles confined to this database, '
+  'One row per check of this installation: the schema of pgfence and of each layer as released, roles and grants, roles confined to this database, '
   'protections, the requeue job, nothing overdue, no start pending too long, no window left open, history within '
   'retention, and each layer''s checks. Read-only.';
 
-revoke all on function pgfence.schema_objects() from public;
-revoke all on function pgfence.lockdown_problems(name), pgfence.cron_job_problem(regprocedure) from public;
+revoke all on function pgfence.cron_job_problem(regprocedure) from public;
 revoke all on function pgfence.health_checks() from public;
 revoke all on function pgfence.health() from public;
 grant execute on function pgfence.health() to pgfence_monitor, pgfence_operator;

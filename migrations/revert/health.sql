@@ -1,4 +1,7 @@
--- Revert pgfence:health: back to its definition of release 0.2.1
+-- Revert pgfence:health: back to its definitions of release 0.2.1
+--
+-- health's manifest of 0.2.1 (pgfence.manifest) is written again by the revert of `releases`,
+-- which runs after this one, from the schema as it then is.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -7,9 +10,11 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
+drop function pgfence.cron_job_problem(regprocedure);
+
 -- The schema's objects one by one, as migrations/fingerprint.sql sees them (the same items,
 -- each with a digest of what the fingerprint hashes), so that a difference can be named.
-create or replace function pgfence.schema_objects()
+create function pgfence.schema_objects()
 returns table (object text, digest text)
 language sql
 stable
@@ -219,10 +224,5 @@ revoke all on function pgfence.schema_objects() from public;
 revoke all on function pgfence.health_checks() from public;
 revoke all on function pgfence.health() from public;
 grant execute on function pgfence.health() to pgfence_monitor, pgfence_operator;
-
--- The helpers of 0.3.0's checks. (The manifest is recorded anew by the revert of version, the
--- section's last.)
-drop function pgfence.cron_job_problem(regprocedure);
-drop function pgfence.lockdown_problems(name);
 
 commit;

@@ -1,26 +1,9 @@
 -- Revert pgfence:lockdown: back to its definition of release 0.2.1
---
--- The last change, run again after any other: whatever default privileges the database
--- carries (Supabase-style `alter default privileges ... grant execute on functions to anon`,
--- say), nobody but pgfence's owner and the three pgfence roles keeps a privilege on anything
--- in schema pgfence. Revoking from PUBLIC alone would not undo such grants.
---
--- Release 0.2.0 makes it one function, pgfence.lockdown(schema), that every layer applies to
--- its own schema too, and runs it again after its own changes. (Each release reworks this change and
--- says so here: Sqitch refuses two changes with the same script.) Release 0.2.1 reworks it
--- unchanged, to run last again after version.
 
 begin;
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
--- One function, so that each optional layer (layers/*) applies to its own schema exactly the
--- rule the core applies to its own: nobody but the schema's owner, each object's owner and the
--- three pgfence roles keeps a privilege on the schema or anything in it. Revoking from PUBLIC
--- alone would not undo default privileges. Only the owner runs it (no grant): as the installer.
 create or replace function pgfence.lockdown(schema_name name)
 returns void
 language plpgsql
@@ -78,14 +61,6 @@ comment on function pgfence.lockdown(name) is
   'Installer: revokes every privilege on schema_name (pgfence or a layer''s pgfence_NAME) and its objects but the '
   'owners'' and the three pgfence roles''. Run last by every install and upgrade of the core and of each layer.';
 revoke all on function pgfence.lockdown(name) from public;
-
--- health's record of what the release installed (pgfence.manifest, written by the health
--- change just before this one) takes in this change's function too: lockdown is the last change.
-insert into pgfence.manifest
-select o.object, o.digest from pgfence.schema_objects() o
- where o.object = 'function pgfence.lockdown(schema_name name)'
-on conflict (object) do update set digest = excluded.digest;
-
-do $$ begin perform pgfence.lockdown('pgfence'); end $$;
+drop function pgfence.foreign_grants(name);
 
 commit;

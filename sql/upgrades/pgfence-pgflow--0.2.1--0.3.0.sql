@@ -1390,10 +1390,11 @@ revoke all on function pgfence_pgflow.setup_cron(), pgfence_pgflow.undo_cron() f
 -- Deploy pgfence_pgflow:pgflow_prune_health
 -- requires: pgflow_in_flight
 --
--- Reworked in 0.3.0: written once in the core (pgfence.prune_attempts, lockdown_problems,
--- cron_job_problem); a start without a result that can no longer be accepted (its worker died,
--- and the task was taken over) is pruned too, once older than the bound; health checks the
--- layer's pg_cron jobs for real.
+-- Reworked in 0.3.0: written once in the core (pgfence.prune_attempts, cron_job_problem); a
+-- start without a result that can no longer be accepted (its worker died, and the task was
+-- taken over) is pruned too, once older than the bound; health checks the layer's pg_cron jobs
+-- for real. The check "locked down" is the core's now ("roles and grants" covers every
+-- layer's schema).
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -1456,9 +1457,9 @@ end
 $$;
 revoke all on function pgfence_pgflow.job_problem(regprocedure, text) from public;
 
--- Health (pgfence.health's shape, registered in pgfence.layers): pgflow installed, the schema
--- locked down, and where pgflow schedules jobs (0.9 and later: ensure_workers; 0.13 and later:
--- requeue_stalled_tasks) the layer's two jobs for real.
+-- Health (pgfence.health's shape, registered in pgfence.layers): pgflow installed, and where
+-- pgflow schedules jobs (0.9 and later: ensure_workers; 0.13 and later: requeue_stalled_tasks)
+-- the layer's two jobs for real.
 create or replace function pgfence_pgflow.health()
 returns table ("check" text, ok boolean, detail text)
 language sql
@@ -1468,10 +1469,6 @@ set search_path = pg_catalog, pg_temp
 as $$
   select 'pgflow layer: pgflow installed', pg_catalog.to_regclass('pgflow.step_tasks') is not null,
          'the layer starts pgflow''s tasks (pgflow 0.8 or later)'
-  union all
-  select 'pgflow layer: locked down', p is null,
-         coalesce(p, 'nobody but the owner and the pgfence roles holds a privilege in schema pgfence_pgflow')
-    from pgfence.lockdown_problems('pgfence_pgflow') p
   union all
   select 'pgflow layer: ensure_workers job', p is null,
          coalesce(p, case when pg_catalog.to_regprocedure('pgflow.ensure_workers()') is null
@@ -1496,32 +1493,15 @@ update pgfence.layers
  where schema_name = 'pgfence_pgflow';
 
 
--- change: pgflow_lockdown
--- Deploy pgfence_pgflow:pgflow_lockdown
--- requires: pgflow_schema
--- requires: pgflow_attempts
--- requires: pgflow_start_tasks
--- requires: pgflow_finish
--- requires: pgflow_in_flight
--- requires: pgflow_prune_health
--- requires: pgflow_workers
--- requires: pgflow_starts
--- requires: pgflow_windows
--- requires: pgflow_cron
+-- change: release_0.3.0
+-- Deploy pgfence_pgflow:release_0.3.0
 --
--- The last change: the core's lockdown, applied to this layer's schema. Whatever default
--- privileges the database carries (Supabase's hand new functions and tables to anon and
--- authenticated), nobody but the owner and the three pgfence roles keeps a privilege here.
---
--- Each release that changes the layer reworks this change, so that the upgrade ends with it
--- too (0.2.1: after the reworked start_tasks; 0.3.0: after its reworks and new changes; Sqitch
--- refuses two changes with the same script).
+-- The layer's release, its one change, kept last in its section of the plan (move its line to
+-- the end when adding a change after it): lockdown, the record of the schema, the release.
+-- Needs pgfence 0.3.0 (pgfence.seal).
 
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-do $$ begin perform pgfence.lockdown('pgfence_pgflow'); end $$;
+select pgfence.seal('pgfence_pgflow', '0.3.0');
 

@@ -6,17 +6,13 @@
 -- requires: pgflow_in_flight
 -- requires: pgflow_prune_health
 -- requires: pgflow_workers
--- requires: pgflow_starts
--- requires: pgflow_windows
--- requires: pgflow_cron
 --
 -- The last change: the core's lockdown, applied to this layer's schema. Whatever default
 -- privileges the database carries (Supabase's hand new functions and tables to anon and
 -- authenticated), nobody but the owner and the three pgfence roles keeps a privilege here.
 --
 -- Each release that changes the layer reworks this change, so that the upgrade ends with it
--- too (0.2.1: after the reworked start_tasks; 0.3.0: after its reworks and new changes; Sqitch
--- refuses two changes with the same script).
+-- too (0.2.1: after the reworked start_tasks; Sqitch refuses two changes with the same script).
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the

@@ -1,10 +1,11 @@
 -- Deploy pgfence_pgflow:pgflow_prune_health
 -- requires: pgflow_in_flight
 --
--- Reworked in 0.3.0: written once in the core (pgfence.prune_attempts, lockdown_problems,
--- cron_job_problem); a start without a result that can no longer be accepted (its worker died,
--- and the task was taken over) is pruned too, once older than the bound; health checks the
--- layer's pg_cron jobs for real.
+-- Reworked in 0.3.0: written once in the core (pgfence.prune_attempts, cron_job_problem); a
+-- start without a result that can no longer be accepted (its worker died, and the task was
+-- taken over) is pruned too, once older than the bound; health checks the layer's pg_cron jobs
+-- for real. The check "locked down" is the core's now ("roles and grants" covers every
+-- layer's schema).
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -68,9 +69,9 @@ end
 $$;
 revoke all on function pgfence_pgflow.job_problem(regprocedure, text) from public;
 
--- Health (pgfence.health's shape, registered in pgfence.layers): pgflow installed, the schema
--- locked down, and where pgflow schedules jobs (0.9 and later: ensure_workers; 0.13 and later:
--- requeue_stalled_tasks) the layer's two jobs for real.
+-- Health (pgfence.health's shape, registered in pgfence.layers): pgflow installed, and where
+-- pgflow schedules jobs (0.9 and later: ensure_workers; 0.13 and later: requeue_stalled_tasks)
+-- the layer's two jobs for real.
 create or replace function pgfence_pgflow.health()
 returns table ("check" text, ok boolean, detail text)
 language sql
@@ -80,10 +81,6 @@ set search_path = pg_catalog, pg_temp
 as $$
   select 'pgflow layer: pgflow installed', pg_catalog.to_regclass('pgflow.step_tasks') is not null,
          'the layer starts pgflow''s tasks (pgflow 0.8 or later)'
-  union all
-  select 'pgflow layer: locked down', p is null,
-         coalesce(p, 'nobody but the owner and the pgfence roles holds a privilege in schema pgfence_pgflow')
-    from pgfence.lockdown_problems('pgfence_pgflow') p
   union all
   select 'pgflow layer: ensure_workers job', p is null,
          coalesce(p, case when pg_catalog.to_regprocedure('pgflow.ensure_workers()') is null

@@ -8,15 +8,10 @@
 -- requires: set_vt
 -- requires: in_flight
 -- requires: prune_health
--- requires: attempts_order
 --
 -- The last change: the core's lockdown, applied to this layer's schema. Whatever default
 -- privileges the database carries (Supabase's hand new functions and tables to anon and
 -- authenticated), nobody but the owner and the three pgfence roles keeps a privilege here.
---
--- Each release that changes the layer reworks this change, so that the upgrade ends with it
--- too (0.3.0: after the reworked finish, set_vt, in_flight and prune_health; Sqitch refuses two
--- changes with the same script).
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the

@@ -1,9 +1,10 @@
 -- Deploy pgfence_pgmq:prune_health
 -- requires: in_flight
 --
--- Reworked in 0.3.0: written once in the core (pgfence.prune_attempts, lockdown_problems); a
--- read without a result that can no longer be accepted (its worker died, or it was taken over)
--- is pruned too, once older than the bound.
+-- Reworked in 0.3.0: pruning written once in the core (pgfence.prune_attempts); a read without
+-- a result that can no longer be accepted (its worker died, or it was taken over) is pruned
+-- too, once older than the bound. The check "locked down" is the core's now ("roles and
+-- grants" covers every layer's schema).
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -38,11 +39,7 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
   select 'pgmq layer: pgmq installed', pg_catalog.to_regclass('pgmq.meta') is not null,
-         'the layer reads pgmq''s queues (pgmq 1.5 or later)'
-  union all
-  select 'pgmq layer: locked down', p is null,
-         coalesce(p, 'nobody but the owner and the pgfence roles holds a privilege in schema pgfence_pgmq')
-    from pgfence.lockdown_problems('pgfence_pgmq') p;
+         'the layer reads pgmq''s queues (pgmq 1.5 or later)';
 $$;
 comment on function pgfence_pgmq.health() is 'pgfence.layers: the pgmq layer''s own checks.';
 

@@ -1,16 +1,8 @@
--- Revert pgfence_pgmq:lockdown: back to its definition of release 0.2.1
---
--- The last change: the core's lockdown, applied to this layer's schema. Whatever default
--- privileges the database carries (Supabase's hand new functions and tables to anon and
--- authenticated), nobody but the owner and the three pgfence roles keeps a privilege here.
+-- Revert pgfence_pgmq:lockdown
+-- Nothing to undo: revoked privileges were never the layer's to give.
 
 begin;
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
 
-do $$ begin perform pgfence.lockdown('pgfence_pgmq'); end $$;
+select 1;
 
 commit;
