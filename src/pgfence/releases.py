@@ -110,6 +110,13 @@ class Files:
                 found[match.group(1)] = item
         return dict(sorted(found.items(), key=lambda kv: key(kv[0])))
 
+    def release(self, version: str) -> str:
+        """The full install of past release ``version`` (``releases/pgfence--X.sql``)."""
+        found = self.releases().get(version)
+        if found is None:
+            raise BrokenPackage(f"this pgfence package has no full install of release {version}")
+        return _read(found)
+
     def known(self) -> list[str]:
         """Every release the files name, oldest first."""
         names = {self.newest(), *self.releases()}
