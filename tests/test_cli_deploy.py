@@ -279,7 +279,7 @@ def test_a_missing_role_is_named_with_its_grant(target: Target, bare_role: str,
     assert run([*me, "status"], tmp_path).code == 0
     write = run([*me, "workers", "set-enabled", "mailer", "false", "--confirm", name], tmp_path)
     assert write.code == 1
-    assert f"needs pgfence_operator" in write.err
+    assert "needs pgfence_operator" in write.err
     assert f"run: grant pgfence_operator to {bare_role};" in write.err
     assert enabled(target.db) == before
     # Negative control: with the role, a refusal about something else is not called a
