@@ -33,8 +33,18 @@ from pathlib import Path
 import pytest
 
 from pgfence import init
+from pgfence.releases import Files
 from testkit.cluster import LOOPBACK, Cluster
-from tests.support import DENO, HUNG, PGFLOW_MIGRATIONS, REALTIME_STAND_IN, ROOT, SUPABASE
+from tests.support import (
+    DENO,
+    HUNG,
+    PGFLOW_MIGRATIONS,
+    REALTIME_STAND_IN,
+    ROOT,
+    SUPABASE,
+    bundle_query,
+    package_of,
+)
 from tests.test_supabase_install import OWNER, SUPABASE_ROLES
 from tests.test_wheel import source_tree
 
@@ -369,3 +379,74 @@ def test_the_cron_migration_without_pg_cron_says_what_to_do(cluster: Cluster,
             == "t"
     finally:
         cluster.drop_database(name)
+
+
+@pytest.fixture
+def layers_database(cluster: Cluster) -> Iterator[str]:
+    """As test_both_layers_after_pgflows_own_migrations_applied_in_order's database: Supabase's
+    roles, the cron and realtime stand-ins; pgmq is not a trusted extension, so the role that
+    applies the migrations here is a superuser."""
+    name = f"qs_{uuid.uuid4().hex[:10]}"
+    cluster.psql("postgres", "-c", SUPABASE_ROLES, "-c", f"create database {name}")
+    cluster.psql(name, "-f", CRON_STAND_IN, "-f", REALTIME_STAND_IN)
+    yield name
+    cluster.drop_database(name)
+
+
+def test_init_upgrades_a_project_an_older_release_initialized(
+        cluster: Cluster, layers_database: str, flow_template: str, tmp_path: Path) -> None:
+    """A project that pgfence init 0.2.0 wrote (core, both layers, after pgflow's own
+    migrations), pushed by the real Supabase CLI, with a lease and a claimed task live; then
+    this release's init writes the upgrade migrations and the next `supabase db push` applies
+    those two alone (the applied ones are left alone). After it the database is this release,
+    the pgflow layer's schema is a fresh install's, and the live lease and task carry on."""
+    project = tmp_path / "app"
+    migrations = project / "supabase/migrations"
+    migrations.mkdir(parents=True)
+    (project / "supabase/config.toml").write_text('project_id = "app"\n')
+    for m in sorted(PGFLOW_MIGRATIONS.glob("*.sql")):
+        shutil.copy(m, migrations)
+    database = layers_database
+    old = Files(package_of("0.2.0", tmp_path / "package-0.2.0"))
+    init.Project(project, supabase=True, layers=["pgmq", "pgflow"], role="service_role",
+                 cron=True, files=old).run(dry_run=False)
+    database_url = f"postgresql://postgres@{LOOPBACK}:{cluster.port}/{database}"
+
+    def push() -> list[str]:
+        out = subprocess.run([str(SUPABASE), "db", "push", f"--remote={database_url}", "--yes"],
+                             cwd=project, capture_output=True, text=True, timeout=HUNG,
+                             env={**os.environ, "PGSSLMODE": "disable",
+                                  "SUPABASE_TELEMETRY_DISABLED": "1"})
+        assert out.returncode == 0, out.stdout + out.stderr
+        return re.findall(r"Applying migration (\S+)\.\.\.", out.stdout + out.stderr)
+
+    first = push()
+    assert [n.split("_", 1)[1] for n in first[-5:]] == [
+        "pgfence.sql", "pgfence_pgmq.sql", "pgfence_pgflow.sql", "pgfence_grants.sql",
+        "pgfence_cron.sql"]
+
+    def sql(query: str) -> str:
+        return cluster.psql(database, "-qAt", "-c", query).strip()
+
+    assert sql("select pgfence.version()") == "0.2.0"
+    lease = sql("select pgfence.register('emails'); "
+                "select pgfence.enqueue('emails', '{\"to\": \"ada\"}'); "
+                "select lease_id from pgfence.acquire('emails', 'w', '1 hour')").split()[-1]
+    attempt = sql(f"select attempt_id from pgfence.claim('{lease}', 'emails')")
+    fingerprint = bundle_query("fingerprint.sql", "pgfence_pgflow")
+    fresh = cluster.psql(flow_template, "-qAt", "-c", fingerprint).strip()
+    assert sql(fingerprint) != fresh          # the layer is 0.2.0's: the comparison can fail
+
+    doc = init.Project(project, supabase=True, layers=["pgmq", "pgflow"], role="service_role",
+                       cron=True).run(dry_run=False)
+    v = Files().newest()
+    assert [f["action"] for f in doc["files"] if "/migrations/" in f["path"]].count("write") == 2
+    second = push()
+    assert [n.split("_", 1)[1] for n in second] == [
+        f"pgfence_upgrade_{v.replace('.', '_')}.sql",
+        f"pgfence_pgflow_upgrade_{v.replace('.', '_')}.sql"]
+    assert sql("select pgfence.version()") == v
+    assert sql(fingerprint) == fresh
+    assert sql("select state from pgfence.renew('" + lease + "', '1 hour')") == "active"
+    assert sql(f"select pgfence.complete('{attempt}', '{{\"sent\": true}}')") == "accepted"
+    assert push() == []                       # nothing new: a third push applies nothing

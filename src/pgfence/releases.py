@@ -27,6 +27,8 @@ VERSION = re.compile(r"\d+\.\d+\.\d+")
 _HEADER = re.compile(rf"-- pgfence (?:v)?({VERSION.pattern}): one-file install")
 _RELEASE = re.compile(rf"pgfence--({VERSION.pattern})\.sql")
 _UPGRADE = re.compile(rf"pgfence--({VERSION.pattern})--({VERSION.pattern})\.sql")
+# A layer's: pgfence-LAYER--A--B.sql, from the layer's last release A to pgfence release B.
+_LAYER_UPGRADE = re.compile(rf"pgfence-([a-z0-9_]+)--({VERSION.pattern})--({VERSION.pattern})\.sql")
 
 
 class BrokenPackage(Exception):
@@ -98,6 +100,22 @@ class Files:
             match = _UPGRADE.fullmatch(item.name)
             if match and key(match.group(1)) < key(match.group(2)):
                 found.append(Upgrade(match.group(1), match.group(2), item))
+        return sorted(found, key=lambda u: (key(u.source), key(u.target)))
+
+    def layer_chain(self, layer: str, source: str, target: str) -> list[Upgrade]:
+        """The upgrade files that carry ``layer`` from pgfence release ``source`` to
+        ``target``, in order. A layer's file is named after the layer's last release A (the last
+        release that changed it, or one it was released with unchanged) and the pgfence release
+        B it comes with; a release that did not change the layer has none. So every file with
+        source <= A and B <= target applies, oldest first: each checks first that the layer's
+        schema is release A's (sql/releases/fingerprints-LAYER) and refuses anything else."""
+        folder = self.root / "upgrades"
+        found = []
+        for item in folder.iterdir() if folder.is_dir() else ():
+            match = _LAYER_UPGRADE.fullmatch(item.name)
+            if (match and match.group(1) == layer and key(source) <= key(match.group(2))
+                    and key(match.group(3)) <= key(target)):
+                found.append(Upgrade(match.group(2), match.group(3), item))
         return sorted(found, key=lambda u: (key(u.source), key(u.target)))
 
     def releases(self) -> dict[str, Traversable]:
