@@ -438,3 +438,19 @@ def test_a_project_a_newer_release_initialized_is_refused(tmp_path: Path) -> Non
         init.Project(project, supabase=True, layers=[], role="service_role", cron=True,
                      files=Files(package_of("0.1.0", tmp_path / "package-0.1.0")),
                      now=NOW).run(dry_run=False)
+
+
+def test_the_documented_upgrade_listing_is_what_init_prints(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (ROOT / "docs/supabase.md").read_text()
+    block = re.search(r"<!-- init upgrade listing:[^>]*-->\s*```console\n\$ (.*?)\n(.*?)```",
+                      text, re.S)
+    assert block, "docs/supabase.md has no init upgrade listing"
+    project, _ = old_project(tmp_path, ["pgmq", "pgflow"])
+    monkeypatch.chdir(project)
+    code, out, err = run(capsys, *block.group(1).split()[1:])
+    assert code == 0, err
+    stamp = re.compile(r"\d{14}")
+    # The new migrations are dated now: the listing's stamps stand for any.
+    assert stamp.sub("T", out) == stamp.sub("T", block.group(2))
