@@ -576,9 +576,12 @@ class Cli:
         return None if v is None else str(v)
 
     def sqitch_command(self, has: Installed, release: str) -> str:
-        return (f"from a checkout of pgfence {release} (git checkout v{release}): "
-                'sqitch deploy "db:$DATABASE_URL"'
-                + ("" if has.sqitch == "sqitch" else f" --registry {has.sqitch}"))
+        # Sqitch's plan names every release (@vX): any clone of release X or later deploys X,
+        # whether or not it has git tags.
+        return (f'sqitch deploy --to @v{release} "db:$DATABASE_URL"'
+                + ("" if has.sqitch == "sqitch" else f" --registry {has.sqitch}")
+                + f" in a clone of pgfence whose sqitch.plan has @v{release} (this release's "
+                "or a later one; no git tag needed)")
 
     def refuse_other_paths(self, has: Installed, what: str, release: str) -> None:
         """One install path per database: where Sqitch deploys pgfence, only Sqitch changes it
