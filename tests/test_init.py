@@ -210,6 +210,10 @@ def test_plain_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     (["init", "{tmp}"], cli.EXIT_USAGE, "one of the arguments --supabase --plain is required"),
     (["--db-url", "postgresql:///x", "init", "--plain", "{tmp}"], cli.EXIT_USAGE,
      "init connects to no database"),
+    (["init", "--plain", "{tmp}", "--supervise", "emails"], cli.EXIT_USAGE,
+     "--supervise writes a pg_cron job"),
+    (["init", "--plain", "{tmp}", "--supervise", "a b"], cli.EXIT_USAGE,
+     "--supervise writes a pg_cron job"),
 ])
 def test_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], code: int,
                   said: str) -> None:
@@ -454,3 +458,18 @@ def test_the_documented_upgrade_listing_is_what_init_prints(
     stamp = re.compile(r"\d{14}")
     # The new migrations are dated now: the listing's stamps stand for any.
     assert stamp.sub("T", out) == stamp.sub("T", block.group(2))
+
+
+def test_the_supervisor_is_a_migration_after_the_cron_jobs(project: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "init", "--supabase", str(project), "--supervise", "a b")[0] == 2
+    assert run(capsys, "init", "--supabase", str(project), "--no-cron", "--supervise",
+               "emails")[0] == 2
+    plan = init.Project(project, supabase=True, layers=[], role="service_role", cron=True,
+                        supervise="emails", now=NOW).plan()
+    assert [p.path for p in plan if p.migration][-2:] == [
+        "supabase/migrations/20261202073002_pgfence_cron.sql",
+        "supabase/migrations/20261202073003_pgfence_supervisor.sql"]
+    (job,) = [p.text for p in plan if p.key == "migration:supervisor"]
+    assert "select cron.schedule(E'pgfence-supervise-emails'," in job
+    assert "v_invocation := pgfence.request_start(E'emails');" in job

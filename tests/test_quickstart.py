@@ -20,11 +20,14 @@ answers with the clear error its role lacks pgfence_worker, and nothing is compl
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import socket
 import subprocess
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -450,3 +453,109 @@ def test_init_upgrades_a_project_an_older_release_initialized(
     assert sql("select state from pgfence.renew('" + lease + "', '1 hour')") == "active"
     assert sql(f"select pgfence.complete('{attempt}', '{{\"sent\": true}}')") == "accepted"
     assert push() == []                       # nothing new: a third push applies nothing
+
+
+NET_VAULT_STAND_IN = ROOT / "tests/sql/pg_net_vault_stand_in.sql"
+
+
+@pytest.mark.parametrize("handshake", [True, False], ids=["as written", "negative control"])
+def test_the_supervisor_starts_the_worker_through_the_handshake(
+        cluster: Cluster, supabase_like: str, tmp_path: Path, handshake: bool) -> None:
+    """`pgfence init --supabase --supervise emails`, applied as the quick start applies it, on
+    a database with the test-only stand-ins for pg_net (requests recorded, not sent) and Vault;
+    the job's command run as pg_cron would run it (as the role that scheduled it); the request
+    it made delivered to the real example worker (Deno) as pg_net would post it. The worker
+    acquires with the invocation id and completes the task under it. And what must not happen:
+    no start without a URL in Vault or without work, one start per turn, none for a paused
+    resource. The negative control is the job without the handshake (a made-up id instead of
+    request_start's): it starts the worker of a paused resource, and again while the first
+    start is pending."""
+    cluster.psql(supabase_like, "-f", NET_VAULT_STAND_IN, "-c",
+                 f"grant usage on schema net, vault to {OWNER}; "
+                 f"grant execute on all functions in schema net to {OWNER}; "
+                 f"grant all on all tables in schema net, vault to {OWNER}")
+    project = tmp_path / "app"
+    (project / "supabase").mkdir(parents=True)
+    init.Project(project, supabase=True, layers=[], role="service_role", cron=True,
+                 supervise="emails").run(dry_run=False)
+    (supervisor,) = (project / "supabase/migrations").glob("*_pgfence_supervisor.sql")
+    owner_url = url(cluster, supabase_like)
+    for m in sorted((project / "supabase/migrations").glob("*.sql")):
+        subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction",
+                        "-d", owner_url, "-f", str(m)], check=True, capture_output=True,
+                       text=True)
+
+    def sql(query: str) -> str:
+        out = subprocess.run(["psql", "-X", "-qAt", "-v", "ON_ERROR_STOP=1", "-d", owner_url,
+                              "-c", query], check=True, capture_output=True, text=True)
+        return out.stdout.strip()
+
+    (job, schedule, user) = sql("select command, schedule, username from cron.job where "
+                                "jobname = 'pgfence-supervise-emails'").rsplit("|", 2)
+    assert schedule == "30 seconds" and user == OWNER
+    if not handshake:
+        job, n = re.subn(r"pgfence\.request_start\([^)]*\)", "gen_random_uuid()", job)
+        assert n == 1
+
+    def tick() -> list[tuple[str, str, str]]:
+        """One run of the job, as pg_cron runs it; the requests it made."""
+        before = int(sql("select count(*) from net.stand_in_calls"))
+        sql(job)
+        rows = sql("select url, headers->>'Authorization', body->>'invocation_id' from "
+                   f"net.stand_in_calls where id > {before} order by id")
+        return [tuple(r.split("|")) for r in rows.splitlines()]  # type: ignore[misc]
+
+    def pending() -> int:
+        return int(sql("select pending_invocations from pgfence.resource_status "
+                       "where resource = 'emails'"))
+
+    port = free_port()
+    sql("select pgfence.enqueue('emails', '{\"to\": \"ada@example.com\"}')")
+    assert tick() == [] and pending() == 0         # no URL in Vault yet: nothing is started
+    sql(f"insert into vault.decrypted_secrets values ('pgfence_worker_url', "
+        f"'http://127.0.0.1:{port}/'), ('pgfence_worker_key', 'the-service-key')")
+    sql("select pgfence.set_enabled('emails', false)")
+    if not handshake:
+        assert len(tick()) == 1 and len(tick()) == 1   # paused, and started, twice over
+        return
+    assert tick() == [] and pending() == 0         # paused: no start
+    sql("select pgfence.set_enabled('emails', true)")
+    (call,) = tick()
+    assert call[:2] == (f"http://127.0.0.1:{port}/", "Bearer the-service-key")
+    invocation = call[2]
+    assert tick() == []                            # a start is pending: one per turn
+
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "NO_COLOR": "1",
+           "DENO_DIR": str(tmp_path / "deno-dir"), "DENO_NO_UPDATE_CHECK": "1",
+           "PGFENCE_DATABASE_URL": owner_url, "PORT": str(port)}
+    (project / "node_modules").symlink_to(ROOT / ".tools/node_modules")
+    (project / "package.json").write_text("{}")
+    worker = subprocess.Popen([str(DENO), "run", "--allow-net", "--allow-env", "--allow-read",
+                               "--allow-sys", "supabase/functions/pgfence-worker/index.ts"],
+                              cwd=project, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        assert worker.stdout is not None
+        assert "Listening on" in worker.stdout.readline()
+
+        def deliver() -> tuple[int, str]:
+            """The recorded request, posted as pg_net posts it."""
+            body, headers = sql("select body::text || '|' || headers::text from "
+                                "net.stand_in_calls order by id desc limit 1").split("|")
+            request = urllib.request.Request(call[0], data=body.encode(), method="POST",
+                                             headers=json.loads(headers))
+            try:
+                with urllib.request.urlopen(request, timeout=HUNG) as answer:
+                    return answer.status, answer.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+
+        status, said = deliver()
+        assert status == 200 and '"accepted":1' in said, said
+    finally:
+        worker.kill()
+        worker.wait()
+    assert sql("select t.state || '|' || l.invocation_id from pgfence.tasks t join "
+               "pgfence.leases l using (lease_id)") == f"completed|{invocation}"
+    assert tick() == []                            # the queue is empty: nothing to start
+    assert "pgfence_worker_url" in supervisor.read_text()

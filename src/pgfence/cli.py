@@ -228,6 +228,10 @@ def add_init(commands: Any) -> None:
                         "runs the migrations owns pgfence)")
     p.add_argument("--no-cron", action="store_true",
                    help="leave out the pg_cron jobs (requeue, prune): schedule them yourself")
+    p.add_argument("--supervise", metavar="RESOURCE",
+                   help="with --supabase: a pg_cron + pg_net job that starts the example worker "
+                        "function for RESOURCE when its queue has work (startup handshake; the "
+                        "function's URL in Vault: docs/supabase.md)")
     p.add_argument("--dry-run", action="store_true", help="list the files, write nothing")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="print one JSON document on stdout and nothing else")
@@ -240,7 +244,7 @@ def run_init(a: argparse.Namespace) -> int:
     role = a.role if a.role is not None else ("service_role" if supabase else None)
     try:
         project = init.Project(Path(a.dir), supabase=supabase, layers=init.parse_layers(a.layers),
-                               role=role, cron=not a.no_cron)
+                               role=role, cron=not a.no_cron, supervise=a.supervise)
         doc = project.run(a.dry_run)
     except init.InitError as e:
         raise Exit(e.code, e.message, None, **e.extra) from None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pgfence import sql
 from pgfence.releases import VERSION, Files, key
 
 LAYERS = ("pgmq", "pgflow")          # in the order their migrations run
@@ -104,7 +105,8 @@ def worker_file(version: str, mod: str) -> str:
 # install step (the core, a layer) is upgraded by upgrade files once written; the others are
 # written again when a newer release writes them differently (both are idempotent).
 STEP_NAMES = {"core": "pgfence", "pgmq": "pgfence_pgmq", "pgflow": "pgfence_pgflow",
-              "grants": "pgfence_grants", "cron": "pgfence_cron"}
+              "grants": "pgfence_grants", "cron": "pgfence_cron",
+              "supervisor": "pgfence_supervisor"}
 INSTALLS = ("core", *LAYERS)
 WRITTEN_BY = re.compile(r"Written by pgfence init \(pgfence (\d+\.\d+\.\d+)\)")
 
@@ -123,7 +125,17 @@ class Project:
 
     def __init__(self, directory: Path, *, supabase: bool, layers: list[str],
                  role: str | None, cron: bool, files: Files | None = None,
-                 now: dt.datetime | None = None) -> None:
+                 now: dt.datetime | None = None, supervise: str | None = None) -> None:
+        if supervise is not None:
+            if not supabase or not cron:
+                raise InitError(2, "--supervise writes a pg_cron job that calls the worker "
+                                   "function with pg_net, its URL in Supabase Vault: it needs "
+                                   "--supabase, without --no-cron")
+            try:
+                sql.resource(supervise)
+            except sql.BadInput as e:
+                raise InitError(2, f"--supervise: {e}") from None
+        self.supervise = supervise
         self.supabase = supabase
         self.layers = layers
         self.role = role
@@ -224,6 +236,10 @@ class Project:
             out.append(("grants", header("pgfence's grants", v) + self.grants(self.role)))
         if self.cron:
             out.append(("cron", header("pgfence's pg_cron jobs", v) + self.cron_jobs()))
+        if self.supervise is not None:
+            out.append(("supervisor", header("a supervisor for the example worker "
+                                             "(pg_cron + pg_net)", v)
+                        + self.supervisor(self.supervise)))
         return out
 
     @staticmethod
@@ -234,6 +250,56 @@ class Project:
                 "supabase-js with the\n-- service key and PostgREST use; a login role that is "
                 "a member of it). Never anon or\n-- authenticated: a lease id is a capability.\n"
                 f"grant pgfence_worker to {role_sql(role)};\n")
+
+    @staticmethod
+    def supervisor(resource: str) -> str:
+        """The job that starts the worker function for ``resource`` when its queue has work:
+        the startup handshake as pgfence_pgflow.ensure_workers does it. pgfence.request_start
+        gives an invocation id only while nobody holds the lease and no start is pending
+        (exactly one per turn); the job posts it to the function, which acquires with it."""
+        r = sql.literal(resource)
+        return (
+            "do $pgfence_init$\nbegin\n  if pg_catalog.to_regnamespace('net') is null then\n"
+            "    if not exists (select from pg_catalog.pg_available_extensions "
+            "where name = 'pg_net') then\n"
+            "      raise exception 'pg_net is not available on this server'\n"
+            "        using hint = 'Enable pg_net (Supabase: Database > Extensions), or run "
+            "pgfence init without --supervise.';\n    end if;\n    create extension pg_net;\n"
+            "  end if;\n  if pg_catalog.to_regclass('vault.decrypted_secrets') is null then\n"
+            "    raise exception 'Supabase Vault (vault.decrypted_secrets) is not installed'\n"
+            "      using hint = 'The supervisor reads the worker function''s URL from Vault: "
+            "enable supabase_vault, or run pgfence init without --supervise.';\n  end if;\n"
+            "end\n$pgfence_init$;\n\n"
+            f"select pgfence.register({r});\n\n"
+            "-- Every 30 seconds (every minute with a pg_cron older than 1.5): nothing until "
+            "Vault has\n-- pgfence_worker_url (the function's URL; pgfence_worker_key, if "
+            "there, is sent as its bearer\n-- token, docs/supabase.md); then, while the queue "
+            "has a task ready, an invocation id from\n-- pgfence.request_start (NULL while a "
+            "worker holds the lease or a start is pending), posted\n-- to the function, which "
+            "acquires the lease with it.\n"
+            f"select cron.schedule({sql.literal('pgfence-supervise-' + resource)},\n"
+            "       case when (select pg_catalog.string_to_array(pg_catalog.split_part("
+            "e.extversion, '-', 1), '.')::int[] < '{1,5}'\n"
+            "                    from pg_catalog.pg_extension e where e.extname = 'pg_cron')\n"
+            "            then '* * * * *' else '30 seconds' end,\n"
+            "       $job$do $supervise$\ndeclare\n"
+            "  v_url text := (select s.decrypted_secret from vault.decrypted_secrets s "
+            "where s.name = 'pgfence_worker_url');\n"
+            "  v_key text := (select s.decrypted_secret from vault.decrypted_secrets s "
+            "where s.name = 'pgfence_worker_key');\n"
+            "  v_invocation uuid;\nbegin\n"
+            "  if v_url is null or not exists (select from pgfence.queue_status q "
+            f"where q.queue = {r} and q.ready > 0) then\n"
+            "    return;\n  end if;\n"
+            f"  v_invocation := pgfence.request_start({r});\n"
+            "  if v_invocation is not null then\n"
+            "    perform net.http_post(url => v_url,\n"
+            "      headers => jsonb_build_object('Content-Type', 'application/json')\n"
+            "                 || case when v_key is null then '{}'::jsonb\n"
+            "                         else jsonb_build_object('Authorization', 'Bearer ' || "
+            "v_key) end,\n"
+            "      body => jsonb_build_object('invocation_id', v_invocation));\n"
+            "  end if;\nend\n$supervise$$job$);\n")
 
     def cron_jobs(self) -> str:
         text = (
