@@ -18,7 +18,7 @@ import pytest
 from pgfence.releases import Files
 from testkit.cluster import Cluster
 from testkit.harness import Database
-from tests.support import DENO, HUNG, ROOT
+from tests.support import DENO, HUNG, ROOT, SQITCH_ENV
 
 SERVICE_ROLE = """
 do $$
@@ -244,3 +244,51 @@ def test_one_file_install_lines_run_as_written_and_quietly(
     if doc == "docs/pgmq.md":
         assert cluster.psql(empty_database, "-At", "-c", "select to_regnamespace("
                             "'pgfence_pgmq') is not null").strip() == "t"
+
+
+def test_control_plane_setup_runs_as_written(tmp_path: Path) -> None:
+    """docs/control-plane.md's setup, its lines up to `--init`, in one shell from the
+    repository: a cluster of its own, pgfence, the example's tables; then that cluster is
+    asked what the lines made, and removed. (Its replicas and their failover are
+    tests/test_control_plane.py's.)"""
+    lines = example("docs/control-plane.md", "control-plane setup", "sh").splitlines()
+    setup = lines[:next(i for i, line in enumerate(lines) if "--init" in line) + 1]
+    assert setup[0].startswith('eval "$(scripts/pg up)"')
+    script = "\n".join(["set -e", setup[0], "trap 'scripts/pg down' EXIT", *setup[1:],
+                        "psql -X -qAt -d cp -c 'select pgfence.version()' "
+                        "-c \"select resource from pgfence.resources\" "
+                        "-c \"select count(*) from pgfence.protected_tables where healthy\""])
+    out = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True,
+                         timeout=HUNG, env={k: v for k, v in os.environ.items()
+                                            if not k.startswith("PG")})
+    assert out.returncode == 0, out.stdout + out.stderr
+    *_, version, resource, protected = out.stdout.split("\n")[:-1]
+    assert version == Files().newest() and resource == "control-plane"
+    assert int(protected) >= 1
+
+
+def test_adoption_by_sqitch_runs_as_written(cluster: Cluster, flow_template: str) -> None:
+    """docs/upgrading.md's adoption, for this release and its layers, on a database the one-file
+    installs made (pgfence, both layers): afterwards Sqitch has nothing to deploy for any of
+    the three projects, and its verify scripts passed on the way."""
+    name = f"docs_{uuid.uuid4().hex[:10]}"
+    cluster.psql("postgres", "-c", f"create database {name} template {flow_template}")
+    try:
+        def up_to_date(project: str) -> bool:
+            status = subprocess.run(["sqitch", "status", f"db:pg:{name}"],
+                                    cwd=ROOT / "layers" / project if project else ROOT,
+                                    capture_output=True, text=True, timeout=HUNG,
+                                    env={**os.environ, **SQITCH_ENV})
+            return "Nothing to deploy (up-to-date)" in status.stdout
+
+        assert not up_to_date("pgflow")         # the negative control: before the lines
+        lines = example("docs/upgrading.md", "adoption", "sh")
+        assert f"--to @v{Files().newest()} " in lines, "the adoption lines name an old release"
+        out = subprocess.run(["bash", "-e", "-c", lines.replace("mydb", name)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=HUNG,
+                             env={**os.environ, **SQITCH_ENV})
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.splitlines()[0] == Files().newest()
+        assert all(up_to_date(project) for project in ("", "pgmq", "pgflow"))
+    finally:
+        cluster.drop_database(name)
