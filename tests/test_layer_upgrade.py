@@ -171,6 +171,25 @@ def test_every_layer_release_an_upgrade_starts_from_has_its_fingerprint(dbs: Dat
             f"record `{start} {found}` in sql/releases/fingerprints-{layer}")
 
 
+def test_every_layer_release_and_the_head_have_their_fingerprint_recorded(
+        dbs: Databases) -> None:
+    """`pgfence version` tells a layer's release by these lines (Files.layer_release): each
+    release's full install of each layer, and the head's, gives the fingerprint recorded."""
+    releases = layer_releases("pgflow")
+    for release in [*releases, "head"]:
+        if release == "head":
+            name = head_with_layers(dbs)
+        else:
+            name = dbs.fresh("lfp")
+            install_release_with_layers(dbs, name, release)
+        for layer in LAYERS:
+            found = layer_fingerprint(dbs, name, layer)
+            expected = recorded(layer).get(HEAD if release == "head" else release)
+            assert expected == found, (
+                f"record `{HEAD if release == 'head' else release} {found}` in "
+                f"sql/releases/fingerprints-{layer}")
+
+
 @pytest.mark.parametrize("path", ["file", "sqitch"])
 @pytest.mark.parametrize("start", STARTS)
 def test_layer_upgrade_keeps_live_state_of_the_core_and_the_layers(dbs: Databases, start: str,
