@@ -28,7 +28,7 @@ from pgfence.releases import Files
 from pgfence.transport import Refused, Supabase
 from testkit.cluster import Cluster
 from testkit.harness import Database
-from tests.support import HUNG, ROOT, SUPABASE, acquired
+from tests.support import HUNG, ROOT, SUPABASE, acquired, bundle_query, install_pgflow
 
 PACKAGE = Files()
 RELEASE_0_1_0 = ROOT / "sql/releases/pgfence--0.1.0.sql"
@@ -662,3 +662,116 @@ def test_no_credentials_in_any_output(empty: Empty, tmp_path: Path) -> None:
     assert [o.code for o in outputs] == [0, 0, 1, 2, 3, 0, 1, 3], [o.err for o in outputs]
     for out in outputs:
         assert secret not in out.out + out.err
+
+
+# --------------------------------------------------------------------------------------------
+# The layers: reported against the package, and upgraded with pgfence (issue 44)
+
+
+def with_layers_at(t: Target, release: str, core_to: str | None = None) -> None:
+    """pgmq and pgflow, then pgfence `release` and both its layers from the release files;
+    with `core_to`, pgfence alone then upgraded by its files (the layers left behind)."""
+    install_pgflow(t.cluster, t.dbname)
+    for name in (f"pgfence--{release}.sql", f"pgfence-pgmq--{release}.sql",
+                 f"pgfence-pgflow--{release}.sql"):
+        install_file(t, ROOT / "sql/releases" / name)
+    if core_to is not None:
+        for step in PACKAGE.chain(release, core_to) or []:
+            install_file(t, ROOT / "sql/upgrades" / step.name)
+
+
+def layer_fingerprint(t: Target, layer: str) -> str:
+    return str(t.db.one(PACKAGE.query("fingerprint.sql", f"pgfence_{layer}")))
+
+
+def test_a_layer_left_behind_is_reported_and_upgraded(target: Target, tmp_path: Path) -> None:
+    """pgfence upgraded alone, its pgflow layer left at 0.2.0 (the issue's case): version and
+    doctor say so, and upgrade brings the layer up, with nothing else to do after."""
+    newest = PACKAGE.newest()
+    with_layers_at(target, "0.2.0", core_to=newest)
+    version = run([*target.args, "--json", "version"], tmp_path)
+    assert version.code == 0, version.err
+    doc = version.doc()
+    assert (doc["installed"], doc["state"]) == (newest, "upgrade_available")
+    assert doc["upgrade_files"] == [f"pgfence-pgflow--0.2.0--{newest}.sql"]
+    assert [(x["layer"], x["installed"], x["state"]) for x in doc["layers"]] == [
+        ("pgmq", newest, "up_to_date"), ("pgflow", "0.2.0", "upgrade_available")]
+    human = run([*target.args, "version"], tmp_path).out
+    assert f"  pgflow layer: 0.2.0; {newest} available" in human
+    assert "up to date" not in human
+    doctor = run([*target.args, "doctor", "--requeue-elsewhere", "--json"], tmp_path)
+    assert doctor.code == 0, doctor.out + doctor.err
+    rows = {c["check"]: c for c in doctor.doc()["checks"]}
+    assert rows["pgflow layer release"]["status"] == "warning"
+    assert f"0.2.0; {newest} available" in rows["pgflow layer release"]["detail"]
+    assert rows["pgmq layer release"]["status"] == "ok"
+    assert rows["pgfence release"]["status"] == "ok"
+
+    up = run([*target.args, "--json", "upgrade", "--confirm", target.name], tmp_path)
+    assert up.code == 0, up.out + up.err
+    assert up.doc()["layers"] == [{"layer": "pgflow", "previous": "0.2.0",
+                                   "installed": newest}]
+    assert layer_fingerprint(target, "pgflow") == PACKAGE.fingerprints("pgflow")[newest]
+    after = run([*target.args, "--json", "version"], tmp_path).doc()
+    assert after["state"] == "up_to_date" and after["upgrade_files"] == []
+    again = run([*target.args, "upgrade", "--confirm", target.name], tmp_path)
+    assert again.code == 0 and "nothing to do" in again.out
+
+
+def test_upgrade_carries_pgfence_and_its_layers_in_one_transaction(
+        target: Target, tmp_path: Path) -> None:
+    newest = PACKAGE.newest()
+    with_layers_at(target, "0.2.0")
+    up = run([*target.args, "--json", "upgrade", "--confirm", target.name], tmp_path)
+    assert up.code == 0, up.out + up.err
+    assert up.doc()["upgrade_files"] == [f"pgfence--0.2.0--{newest}.sql",
+                                         f"pgfence-pgflow--0.2.0--{newest}.sql"]
+    assert target.db.one("select pgfence.version()") == newest
+    assert layer_fingerprint(target, "pgflow") == PACKAGE.fingerprints("pgflow")[newest]
+
+
+def test_a_layer_changed_by_hand_is_refused(target: Target, tmp_path: Path) -> None:
+    newest = PACKAGE.newest()
+    with_layers_at(target, "0.2.0", core_to=newest)
+    target.db.sql("create function pgfence_pgflow.mine() returns int language sql "
+                  "as $$ select 1 $$")
+    before = fingerprint(target)
+    version = run([*target.args, "--json", "version"], tmp_path)
+    assert version.code == 1 and version.doc()["state"] == "drifted"
+    (pgflow,) = [x for x in version.doc()["layers"] if x["layer"] == "pgflow"]
+    assert pgflow["state"] == "drifted" and pgflow["installed"] is None
+    up = run([*target.args, "upgrade", "--confirm", target.name], tmp_path)
+    assert up.code == 1 and "is no release of the pgflow layer" in up.err, up.err
+    doctor = run([*target.args, "doctor", "--requeue-elsewhere", "--json"], tmp_path)
+    assert doctor.code == 1
+    assert [c["check"] for c in doctor.doc()["checks"] if c["status"] == "failed"] == [
+        "pgflow layer release"]
+    assert fingerprint(target) == before
+
+
+def test_a_layer_sqitch_deploys_is_left_to_sqitch(empty: Empty, tmp_path: Path) -> None:
+    """A registry that tracks the layer's own project (pgfence_pgflow): the CLI names the
+    Sqitch command for it and changes nothing. (The registry is made as Sqitch makes it, its
+    two tables: tests/test_install_paths.py runs the real Sqitch for pgfence's own.)"""
+    t = target_for("direct", *empty)
+    newest = PACKAGE.newest()
+    with_layers_at(t, "0.2.0", core_to=newest)
+    t.db.sql("create schema sqitch; create table sqitch.projects (project text primary key); "
+             "create table sqitch.changes (change_id text); "
+             "insert into sqitch.projects values ('pgfence_pgflow')")
+    version = run([*t.args, "version"], tmp_path)
+    assert "pgflow layer: 0.2.0; " in version.out
+    assert "deployed by Sqitch (registry schema sqitch)" in version.out
+    before = fingerprint(t)
+    up = run([*t.args, "upgrade", "--confirm", t.name], tmp_path)
+    assert up.code == 1, up.out + up.err
+    assert f'cd layers/pgflow && sqitch deploy --to @v{newest} "db:$DATABASE_URL"' in up.err
+    assert fingerprint(t) == before
+
+
+def test_the_cli_aims_its_queries_at_a_layer_as_the_upgrade_files_do() -> None:
+    """One rule for both: scripts/bundle's (tests.support.bundle_query) and the package's."""
+    for name in ("fingerprint.sql", "sqitch_registry.sql"):
+        ours = cli.strip(PACKAGE.query(name, "pgfence_pgflow"))
+        assert ours.rstrip(";").strip() == bundle_query(name, "pgfence_pgflow").rstrip(
+            ";").strip()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pgfence import __version__, init, sql
-from pgfence.releases import VERSION, BrokenPackage, Files, key
+from pgfence.releases import VERSION, BrokenPackage, Files, Upgrade, key
 from pgfence.transport import (
     LINKED,
     Direct,
@@ -258,6 +258,18 @@ def _normalize_remote(argv: Sequence[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Layer:
+    """An optional layer a database has: its schema's fingerprint, the release that fingerprint
+    is (None: none this package records, so changed by hand), and the Sqitch registries that
+    track the layer's own project there."""
+
+    name: str
+    fingerprint: str
+    release: str | None
+    sqitch: str | None
+
+
+@dataclass(frozen=True)
 class Installed:
     """What a database has: a schema pgfence or not, what its pgfence.version() says, whether
     its schema is exactly that release's (None: this package records no fingerprint for it),
@@ -268,6 +280,9 @@ class Installed:
     fingerprint: str | None = None
     released: str | None = None           # the fingerprint recorded for `version`
     sqitch: str | None = None
+    layers: tuple[Layer, ...] = ()
+    health: bool = False                  # pgfence.health() exists (0.2.0 on)
+    cron: bool = False                    # pg_cron's cron.job exists
 
     @property
     def drifted(self) -> bool:
@@ -410,17 +425,18 @@ class Cli:
                 "counters": second.get("counters", [])}
 
     def doctor(self, requeue_elsewhere: bool) -> tuple[dict[str, Any], int]:
-        """pgfence.health(), read-only: exit 1 when any check fails, or when the database has
-        no pgfence.health() (no pgfence, or a release older than 0.2.0).
+        """pgfence.health(), read-only, and the installed releases against the package: exit 1
+        when any check fails, or when the database has no pgfence.health() (no pgfence, or a
+        release older than 0.2.0).
 
-        One check is judged here, not in SQL: "requeue job scheduled" asks pg_cron, which plain
-        PostgreSQL does not have. The operator who schedules pgfence.requeue_expired() another
-        way says so (--requeue-elsewhere: the check passes); without pg_cron and without that,
-        it is a warning (exit 0), not a failure. With pg_cron and no job it still fails."""
-        has = self.read("select pg_catalog.to_regprocedure('pgfence.health()') is not null "
-                        "as present, pg_catalog.to_regclass('cron.job') is not null as cron",
-                        ["present", "cron"])
-        if not has or not has[0]["present"]:
+        Judged here, not in SQL: "requeue job scheduled" asks pg_cron, which plain PostgreSQL
+        does not have. The operator who schedules pgfence.requeue_expired() another way says
+        so (--requeue-elsewhere: the check passes); without pg_cron and without that, it is a
+        warning (exit 0), not a failure. With pg_cron and no job it still fails. And one row
+        per release installed, pgfence's and each layer's: a warning when the package has a
+        newer one, a failure for a layer whose schema is no release (changed by hand)."""
+        has = self.installed()
+        if not has.health:
             raise Exit(EXIT_REFUSED, f"{self.transport.target} has no pgfence.health(): pgfence "
                        "is not installed, or older than 0.2.0 (pgfence version)")
         checks = self.read('select h."check", h.ok, h.detail from pgfence.health() h',
@@ -432,18 +448,42 @@ class Cli:
             if requeue_elsewhere:
                 c.update(status="ok", detail="pgfence.requeue_expired() runs on a schedule "
                          "other than pg_cron's (said with --requeue-elsewhere)")
-            elif not has[0]["cron"]:
+            elif not has.cron:
                 c["status"] = "warning"
                 c["detail"] = ("pg_cron is not installed: if nothing else runs "
                                "pgfence.requeue_expired(), tasks of workers that died stay "
                                "claimed; schedule it (docs/operations.md#recovering-tasks) and "
                                "say so with doctor --requeue-elsewhere")
-            c["ok"] = c["status"] == "ok"
-        checks = [{k: c[k] for k in ("check", "status", "ok", "detail")} for c in checks]
+        checks += self.release_checks(has)
+        checks = [{k: c[k] for k in ("check", "status", "detail")} | {"ok": c["status"] == "ok"}
+                  for c in checks]
         failed = sum(c["status"] == "failed" for c in checks)
         return ({"target": self.transport.target, "ok": not failed,
                  "warnings": sum(c["status"] == "warning" for c in checks), "checks": checks},
                 EXIT_REFUSED if failed else EXIT_OK)
+
+    def release_checks(self, has: Installed) -> Rows:
+        """pgfence's release and each installed layer's against this package's newest."""
+        newest = self.files.newest()
+        upgrade = self.command("upgrade", "--confirm", self.transport.target)
+        v = str(has.version)
+        rows = [{"check": "pgfence release", "ok": None, **(
+            {"status": "ok", "detail": f"pgfence {v}, this package's newest"} if v == newest
+            else {"status": "warning", "detail": f"pgfence {v}; this package has {newest}"
+                  + (f": {upgrade}" if VERSION.fullmatch(v) and key(v) < key(newest)
+                     else "")})}]
+        for x in has.layers:
+            doc = self.layer_doc(x, newest)
+            rows.append({"check": f"{x.name} layer release", "ok": None, **{
+                "up_to_date": {"status": "ok", "detail": f"{x.name} layer {x.release}"},
+                "upgrade_available": {"status": "warning", "detail": (
+                    f"{x.name} layer {x.release}; {newest} available "
+                    f"({', '.join(doc['upgrade_files'])}): {upgrade}")},
+                "drifted": {"status": "failed", "detail": (
+                    f"schema pgfence_{x.name} is no release of the layer that this package "
+                    f"records (fingerprint {x.fingerprint}): changed by hand? "
+                    "(docs/upgrading.md)")}}[doc["state"]]})
+        return rows
 
     def update_status(self, token: uuid.UUID) -> Rows:
         return self.read(
@@ -555,24 +595,50 @@ class Cli:
     def installed(self) -> Installed:
         """Read-only. A database without schema pgfence has no pgfence; every release from
         0.1.0 on has pgfence.version(). The one place that judges what a database holds:
-        version, install, upgrade (and doctor) all read it from here. Two reads at most, as
+        version, install, upgrade and doctor all read it from here. Two reads at most, as
         each costs a Supabase CLI call: what the catalogs hold, then, only where
-        pgfence.version() exists (a query naming it fails to parse elsewhere), the version and
-        the schema's fingerprint."""
-        found = self.read(f"select ({strip(self.files.query('sqitch_registry.sql'))}) "
-                          "as registry, to_regnamespace('pgfence') is not null as schema, "
-                          "to_regprocedure('pgfence.version()') is not null as versioned",
-                          ["registry", "schema", "versioned"])[0]
+        pgfence.version() exists (a query naming it fails to parse elsewhere), the version, the
+        schema's fingerprint, and each installed layer's fingerprint and Sqitch registry."""
+        layers = self.known_layers()
+        found = self.read(
+            f"select ({strip(self.files.query('sqitch_registry.sql'))}) as registry, "
+            "to_regnamespace('pgfence') is not null as schema, "
+            "to_regprocedure('pgfence.version()') is not null as versioned, "
+            "to_regprocedure('pgfence.health()') is not null as health, "
+            "to_regclass('cron.job') is not null as cron"
+            + "".join(f", to_regnamespace('pgfence_{x}') is not null as layer_{x}"
+                      for x in layers),
+            ["registry", "schema", "versioned", "health", "cron",
+             *(f"layer_{x}" for x in layers)])[0]
         sqitch_registry = None if found["registry"] is None else str(found["registry"])
         if not found["versioned"]:
-            return Installed(bool(found["schema"]), None, sqitch=sqitch_registry)
-        row = self.read(f"select pgfence.version() as version, "
-                        f"({strip(self.files.query('fingerprint.sql'))}) as fingerprint",
-                        ["version", "fingerprint"])[0]
+            return Installed(bool(found["schema"]), None, sqitch=sqitch_registry,
+                             cron=bool(found["cron"]))
+        present = [x for x in layers if found[f"layer_{x}"]]
+        row = self.read(
+            "select pgfence.version() as version, "
+            f"({strip(self.files.query('fingerprint.sql'))}) as fingerprint"
+            + "".join(f", ({strip(self.files.query('fingerprint.sql', f'pgfence_{x}'))}) as "
+                      f"fp_{x}, ({strip(self.files.query('sqitch_registry.sql', f'pgfence_{x}'))})"
+                      f" as reg_{x}" for x in present),
+            ["version", "fingerprint", *(f"{k}_{x}" for x in present for k in ("fp", "reg"))])[0]
         v = None if row["version"] is None else str(row["version"])
         released = self.files.fingerprints().get(v) if v is not None else None
         fingerprint = None if released is None else str(row["fingerprint"])
-        return Installed(True, v, fingerprint, released, sqitch_registry)
+        return Installed(True, v, fingerprint, released, sqitch_registry, tuple(
+            Layer(x, str(row[f"fp_{x}"]), self.files.layer_release(x, str(row[f"fp_{x}"])),
+                  None if row[f"reg_{x}"] is None else str(row[f"reg_{x}"]))
+            for x in present), bool(found["health"]), bool(found["cron"]))
+
+    def known_layers(self) -> list[str]:
+        """The layers this package carries, in the order they install (pgmq before pgflow)."""
+        order = list(init.LAYERS)
+        return sorted(self.files.layers(),
+                      key=lambda x: (order.index(x) if x in order else len(order), x))
+
+    def layer_chain(self, layer: Layer, to: str) -> list[Upgrade]:
+        assert layer.release is not None
+        return self.files.layer_chain(layer.name, layer.release, to)
 
     def installed_version(self) -> str | None:
         """pgfence.version() after an install or upgrade committed: one read."""
@@ -601,9 +667,40 @@ class Cli:
                        f"{drift_detail(has)}; restore the released definitions first "
                        "(docs/upgrading.md); nothing was changed",
                        installed=has.version, fingerprint=has.fingerprint)
+        for layer in has.layers:
+            if layer.release is None:
+                raise Exit(EXIT_REFUSED, f"the pgfence_{layer.name} schema on "
+                           f"{self.transport.target} is no release of the {layer.name} layer "
+                           f"that this package records (changed by hand?): fingerprint "
+                           f"{layer.fingerprint}; restore the released definitions first "
+                           "(docs/upgrading.md); nothing was changed", layer=layer.name,
+                           fingerprint=layer.fingerprint)
+            if layer.sqitch is not None and self.layer_chain(layer, release):
+                raise Exit(EXIT_REFUSED, f"Sqitch deploys the {layer.name} layer on "
+                           f"{self.transport.target} (registry schema {layer.sqitch}): "
+                           f"{what} it with Sqitch, `cd layers/{layer.name} && sqitch deploy "
+                           f'--to @v{release} "db:$DATABASE_URL"` in a clone of pgfence, after '
+                           "pgfence itself; nothing was changed", layer=layer.name,
+                           sqitch_registry=layer.sqitch)
 
     def command(self, *words: str) -> str:
         return " ".join(["pgfence", self.target_args, *words])
+
+    def upgrade_steps(self, has: Installed, to: str) -> list[Upgrade] | None:
+        """Every file an upgrade to ``to`` runs, in order: pgfence's chain and each installed
+        layer's (a layer's file to release B needs pgfence B: each release's core file first,
+        then its layers', pgmq before pgflow). None when no chain of pgfence's files leads
+        there. A layer whose release is unknown (changed by hand) contributes nothing: it is
+        refused before this is used (refuse_other_paths)."""
+        assert has.version is not None
+        core = self.files.chain(has.version, to)
+        if core is None:
+            return None
+        steps = [(key(u.target), 0, u) for u in core]
+        for i, layer in enumerate(has.layers, 1):
+            if layer.release is not None:
+                steps += [(key(u.target), i, u) for u in self.layer_chain(layer, to)]
+        return [u for *_, u in sorted(steps, key=lambda s: (s[0], s[1]))]
 
     def version(self) -> dict[str, Any]:
         newest = self.files.newest()
@@ -611,22 +708,34 @@ class Cli:
         doc: dict[str, Any] = {"target": self.transport.target, "installed": has.version,
                                "package": newest, "state": "", "upgrade_files": [],
                                "sqitch_registry": has.sqitch, "fingerprint": has.fingerprint,
-                               "release_fingerprint": has.released}
+                               "release_fingerprint": has.released,
+                               "layers": [self.layer_doc(x, newest) for x in has.layers]}
+        layer_states = {x["state"] for x in doc["layers"]}
         if not has.schema:
             doc["state"] = "not_installed"
         elif has.version is None or not VERSION.fullmatch(has.version):
             doc["state"] = "unknown"
-        elif has.drifted:
+        elif has.drifted or "drifted" in layer_states:
             doc["state"] = "drifted"
         elif key(has.version) > key(newest):
             doc["state"] = "newer_than_package"
-        elif has.version == newest:
-            doc["state"] = "up_to_date"
         else:
-            chain = self.files.chain(has.version, newest)
-            doc["state"] = "upgrade_available" if chain is not None else "no_upgrade_path"
-            doc["upgrade_files"] = [u.name for u in chain or []]
+            steps = self.upgrade_steps(has, newest)
+            doc["state"] = ("no_upgrade_path" if steps is None else
+                            "upgrade_available" if steps else "up_to_date")
+            doc["upgrade_files"] = [u.name for u in steps or []]
         return doc
+
+    def layer_doc(self, layer: Layer, newest: str) -> dict[str, Any]:
+        """One installed layer against the package: up_to_date, upgrade_available (its files),
+        or drifted (its schema is no release this package records)."""
+        files = [] if layer.release is None else [u.name for u in self.layer_chain(layer,
+                                                                                    newest)]
+        state = ("drifted" if layer.release is None else
+                 "upgrade_available" if files else "up_to_date")
+        return {"layer": layer.name, "installed": layer.release, "state": state,
+                "upgrade_files": files, "sqitch_registry": layer.sqitch,
+                "fingerprint": layer.fingerprint}
 
     def render_version(self, d: dict[str, Any]) -> str:
         confirm = f"--confirm {self.transport.target}"
@@ -636,12 +745,22 @@ class Cli:
                         + ("is missing" if d["installed"] is None
                            else f"says {d['installed']!r}")
                         + " (older than 0.1.0, or not pgfence's)"),
-            "drifted": (f"{d['installed']}, changed by hand: the schema differs from release "
-                        f"{d['installed']} as released (fingerprint {d['fingerprint']}, the "
-                        f"release has {d['release_fingerprint']})"),
         }.get(d["state"], d["installed"])
-        lines = [f"target:    {d['target']}", f"installed: {installed}",
-                 f"package:   {d['package']} (the newest release this package installs)"]
+        if d["release_fingerprint"] is not None and d["fingerprint"] != d["release_fingerprint"]:
+            installed = (f"{d['installed']}, changed by hand: the schema differs from release "
+                         f"{d['installed']} as released (fingerprint {d['fingerprint']}, the "
+                         f"release has {d['release_fingerprint']})")
+        lines = [f"target:    {d['target']}", f"installed: {installed}"]
+        for x in d["layers"]:
+            said = {"up_to_date": f"{x['installed']}",
+                    "upgrade_available": f"{x['installed']}; {d['package']} available",
+                    "drifted": ("changed by hand: its schema is no release this package "
+                                f"records (fingerprint {x['fingerprint']})")}[x["state"]]
+            if x["sqitch_registry"] is not None:
+                said += (f"; deployed by Sqitch (registry schema {x['sqitch_registry']}): "
+                         f"upgrade it with `cd layers/{x['layer']} && sqitch deploy`")
+            lines.append(f"  {x['layer']} layer: {said}")
+        lines.append(f"package:   {d['package']} (the newest release this package installs)")
         sqitch = d["sqitch_registry"]
         if sqitch is not None:
             lines.append(f"sqitch:    deployed by Sqitch (registry schema {sqitch}): install, "
@@ -652,10 +771,10 @@ class Cli:
         lines.append({
             "not_installed": (f"to install: {self.command('install', confirm)}" if sqitch is None
                               else f"to install: {self.sqitch_command(has, d['package'])}"),
-            "up_to_date": "up to date",
+            "up_to_date": "up to date" + (", and every layer" if d["layers"] else ""),
             "drifted": ("NOT up to date: restore the released definitions (a fresh install of "
-                        f"release {d['installed']} shows them) before anything else; upgrades "
-                        "refuse this schema (docs/upgrading.md)"),
+                        "the release shows them) before anything else; upgrades refuse a "
+                        "schema changed by hand (docs/upgrading.md)"),
             "upgrade_available": (f"upgrade available ({', '.join(d['upgrade_files'])}): "
                                   f"{upgrade}"),
             "no_upgrade_path": f"this package has no upgrade files from {d['installed']}",
@@ -703,25 +822,29 @@ class Cli:
         self.refuse_other_paths(has, "upgrade", to)
         if key(v) > key(newest):
             raise Exit(EXIT_REFUSED, f"{target} has pgfence {v}, newer than {newest}, the newest "
-                       "release this package knows: install the newer pgfence package "
-                       "(scripts/build in a clone of that release); nothing was changed",
+                       "release this package knows: install a newer pgfence package "
+                       "(scripts/build in a clone that has it); nothing was changed",
                        installed=v, package=newest)
-        if v == to:
-            return {"target": target, "installed": v, "previous": v, "upgrade_files": [],
-                    "changed": False}
         if key(v) > key(to):
             raise Exit(EXIT_REFUSED, f"{target} has pgfence {v}, newer than {to}: pgfence "
                        "never downgrades; nothing was changed", installed=v)
-        chain = self.files.chain(v, to)
-        if chain is None:
+        steps = self.upgrade_steps(has, to)
+        if steps is None:
             raise Exit(EXIT_REFUSED, f"this package has no upgrade files from {v} to {to}: "
                        "nothing was changed", installed=v)
-        self.say(f"upgrade: pgfence {v} -> {to} ({', '.join(u.name for u in chain)}, "
-                 "one transaction)")
+        names = [u.name for u in steps]
+        layers = [{"layer": x.name, "previous": x.release, "installed": to}
+                  for x in has.layers if self.layer_chain(x, to)]
+        if not steps:
+            return {"target": target, "installed": v, "previous": v, "upgrade_files": [],
+                    "changed": False, "layers": []}
+        self.say((f"upgrade: pgfence {v} -> {to}" if v != to else f"upgrade: pgfence {v}")
+                 + "".join(f", {x['layer']} layer {x['previous']} -> {to}" for x in layers)
+                 + f" ({', '.join(names)}, one transaction)")
         self.confirm(given)
-        self.run_scripts([*(u.text() for u in chain), self.expect_version(to)], "upgrade")
+        self.run_scripts([*(u.text() for u in steps), self.expect_version(to)], "upgrade")
         return {"target": target, "installed": self.installed_version(), "previous": v,
-                "upgrade_files": [u.name for u in chain], "changed": True}
+                "upgrade_files": names, "changed": True, "layers": layers}
 
     @staticmethod
     def expect_version(version: str) -> str:
@@ -763,8 +886,12 @@ class Cli:
             return self.emit(doc, lambda d: (
                 f"pgfence {d['installed']} on {d['target']} is up to date: nothing to do."
                 if not d["changed"] else
-                f"pgfence on {d['target']}: {d['previous']} -> {d['installed']} "
-                f"({', '.join(d['upgrade_files'])})."))
+                f"pgfence on {d['target']}: "
+                + (f"{d['previous']} -> {d['installed']}" if d["previous"] != d["installed"]
+                   else f"{d['installed']} (unchanged)")
+                + "".join(f", {x['layer']} layer {x['previous']} -> {x['installed']}"
+                          for x in d["layers"])
+                + f" ({', '.join(d['upgrade_files'])})."))
         if a.command == "status":
             return self.emit(self.status(), lambda d: table(d["resources"]) + "\n\nopen updates:\n"
                              + table(d["open_updates"])

@@ -100,7 +100,7 @@ class Files:
         layer's (``fingerprints-LAYER``): what ``queries/fingerprint.sql`` gives on a fresh
         install of it (aimed at the layer's schema)."""
         path = self.root / "releases" / (f"fingerprints-{layer}" if layer else "fingerprints")
-        found = {}
+        found: dict[str, str] = {}
         if layer and not path.is_file():
             return found
         for line in _read(path).splitlines():
