@@ -396,18 +396,19 @@ class Cli:
                 "stale, draining_leases, pending_invocations, claimed_tasks, "
                 "open_update::text as open_update from pgfence.resource_status "
                 "order by resource", RESOURCE_COLUMNS),
-            # The token: the operator's way back to a window it lost (errors name its ref).
-            "windows": (
-                "select token::text as token, pgfence.ref(token) as ref, "
-                "array_to_string(resources, ' ') as resources, prepared_at::text as prepared_at "
-                "from pgfence.open_updates order by prepared_at",
-                ["token", "ref", "resources", "prepared_at"]),
             "present": (
                 "select pg_catalog.to_regclass('pgfence.protected_tables') is not null "
-                "as problems, pg_catalog.to_regclass('pgfence.counters') is not null as counters",
-                ["problems", "counters"])})
+                "as problems, pg_catalog.to_regclass('pgfence.counters') is not null as counters, "
+                "pg_catalog.to_regprocedure('pgfence.ref(uuid)') is not null as ref",
+                ["problems", "counters", "ref"])})
         present = first["present"][0]
-        later: dict[str, tuple[str, list[str]]] = {}
+        # The token: the operator's way back to a window it lost (errors name it by its ref,
+        # from release 0.2.0 on).
+        ref = "pgfence.ref(token)" if present["ref"] else "null::text"
+        later: dict[str, tuple[str, list[str]]] = {"windows": (
+            f"select token::text as token, {ref} as ref, array_to_string(resources, ' ') "
+            "as resources, prepared_at::text as prepared_at from pgfence.open_updates "
+            "order by prepared_at", ["token", "ref", "resources", "prepared_at"])}
         if present["problems"]:
             later["problems"] = (
                 "select table_name, array_to_string(resources, ' ') as resources, mode, problem "
@@ -419,9 +420,10 @@ class Cli:
                 "stale_results, unfenced_writes, array_to_string(queues, ' ') as queues, "
                 f"queue_depth, {seconds('oldest_ready_age')} from pgfence.counters "
                 "order by resource", COUNTER_COLUMNS)
-        second = self.read_sets(later) if later else {}
+        second = self.read_sets(later)
         return {"target": self.transport.target, "resources": first["resources"],
-                "open_updates": first["windows"], "protection_problems": second.get("problems", []),
+                "open_updates": second["windows"],
+                "protection_problems": second.get("problems", []),
                 "counters": second.get("counters", [])}
 
     def doctor(self, requeue_elsewhere: bool) -> tuple[dict[str, Any], int]:
