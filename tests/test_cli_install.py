@@ -159,7 +159,7 @@ def test_install_on_a_fresh_database(transport: str, empty: Empty,
     assert before.doc() == {"target": t.name, "installed": None, "package": newest,
                             "state": "not_installed", "upgrade_files": [],
                             "sqitch_registry": None, "fingerprint": None,
-                            "release_fingerprint": None}
+                            "release_fingerprint": None, "layers": []}
 
     out = run([*t.args, "--json", "install", "--confirm", t.name], tmp_path)
     assert out.code == 0, out.out + out.err
@@ -303,7 +303,8 @@ def test_upgrade_of_an_up_to_date_database_is_a_no_op(target: Target, tmp_path: 
     out = run([*target.args, "--json", "upgrade"], tmp_path)
     assert out.code == 0, out.out + out.err
     assert out.doc() == {"target": target.name, "installed": PACKAGE.newest(),
-                         "previous": PACKAGE.newest(), "upgrade_files": [], "changed": False}
+                         "previous": PACKAGE.newest(), "upgrade_files": [], "changed": False,
+                         "layers": []}
     human = run([*target.args, "upgrade", "--to", PACKAGE.newest()], tmp_path)
     assert human.code == 0 and "is up to date: nothing to do" in human.out
     assert fingerprint(target) == before
@@ -337,7 +338,7 @@ def test_a_database_newer_than_the_package_is_refused(target: Target, tmp_path: 
     up = run([*target.args, "upgrade", "--confirm", target.name], tmp_path)
     assert up.code == 1, up.out + up.err
     assert f"has pgfence 9.9.9, newer than {PACKAGE.newest()}" in up.err
-    assert "install the newer pgfence package" in up.err
+    assert "install a newer pgfence package" in up.err
     doc = run([*target.args, "--json", "version"], tmp_path).doc()
     assert doc["state"] == "newer_than_package" and doc["installed"] == "9.9.9"
     assert run([*target.args, "install", "--confirm", target.name], tmp_path).code == 1
