@@ -460,8 +460,8 @@ def test_the_documented_upgrade_listing_is_what_init_prints(
     assert stamp.sub("T", out) == stamp.sub("T", block.group(2))
 
 
-def test_the_supervisor_is_a_migration_after_the_cron_jobs(project: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_supervisor_is_a_migration_after_the_cron_jobs(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "init", "--supabase", str(project), "--supervise", "a b")[0] == 2
     assert run(capsys, "init", "--supabase", str(project), "--no-cron", "--supervise",
                "emails")[0] == 2
