@@ -259,14 +259,20 @@ def _normalize_remote(argv: Sequence[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class Layer:
-    """An optional layer a database has: its schema's fingerprint, the release that fingerprint
-    is (None: none this package records, so changed by hand), and the Sqitch registries that
-    track the layer's own project there."""
+    """An optional layer a database has: its release (as the database records it, from 0.3.0
+    on; before, the release whose fingerprint its schema has; None: none, so changed by hand),
+    what differs from the database's record of it, its schema's fingerprint and the Sqitch
+    registries that track the layer's own project there."""
 
     name: str
     fingerprint: str
     release: str | None
     sqitch: str | None
+    drift: str | None = None
+
+    @property
+    def drifted(self) -> bool:
+        return self.release is None or self.drift is not None
 
 
 @dataclass(frozen=True)
@@ -280,15 +286,18 @@ class Installed:
     fingerprint: str | None = None
     released: str | None = None           # the fingerprint recorded for `version`
     sqitch: str | None = None
+    drift: str | None = None              # what differs from the database's own record (0.3.0 on)
     layers: tuple[Layer, ...] = ()
     health: bool = False                  # pgfence.health() exists (0.2.0 on)
     cron: bool = False                    # pg_cron's cron.job exists
 
     @property
     def drifted(self) -> bool:
-        """The schema differs from its release as released (changed by hand, or an
-        interrupted path): never "up to date", and nothing upgrades over it."""
-        return self.released is not None and self.fingerprint != self.released
+        """The schema differs from its release as installed (the database's record, from
+        0.3.0 on) or as released (changed by hand, or an interrupted path): never "up to
+        date", and nothing upgrades over it."""
+        return self.drift is not None or (self.released is not None
+                                          and self.fingerprint != self.released)
 
 
 class Cli:
@@ -484,7 +493,9 @@ class Cli:
                 "drifted": {"status": "failed", "detail": (
                     f"schema pgfence_{x.name} is no release of the layer that this package "
                     f"records (fingerprint {x.fingerprint}): changed by hand? "
-                    "(docs/upgrading.md)")}}[doc["state"]]})
+                    "(docs/upgrading.md)") if x.release is None else (
+                    f"{x.name} layer {x.release}, changed by hand since: {x.drift}")}
+                }[doc["state"]]})
         return rows
 
     def update_status(self, token: uuid.UUID) -> Rows:
@@ -600,37 +611,65 @@ class Cli:
         version, install, upgrade and doctor all read it from here. Two reads at most, as
         each costs a Supabase CLI call: what the catalogs hold, then, only where
         pgfence.version() exists (a query naming it fails to parse elsewhere), the version, the
-        schema's fingerprint, and each installed layer's fingerprint and Sqitch registry."""
+        schema's fingerprint and drift, and each installed layer's release, drift and Sqitch
+        registry. From 0.3.0 on the database records the releases (pgfence.seal): drift is
+        named against that record. A layer that records no release (one installed before
+        0.3.0) is told by its fingerprint (Files.layer_release)."""
         layers = self.known_layers()
         found = self.read(
             f"select ({strip(self.files.query('sqitch_registry.sql'))}) as registry, "
             "to_regnamespace('pgfence') is not null as schema, "
             "to_regprocedure('pgfence.version()') is not null as versioned, "
+            "to_regprocedure('pgfence.schema_drift(name)') is not null as recorded, "
             "to_regprocedure('pgfence.health()') is not null as health, "
             "to_regclass('cron.job') is not null as cron"
             + "".join(f", to_regnamespace('pgfence_{x}') is not null as layer_{x}"
                       for x in layers),
-            ["registry", "schema", "versioned", "health", "cron",
+            ["registry", "schema", "versioned", "recorded", "health", "cron",
              *(f"layer_{x}" for x in layers)])[0]
         sqitch_registry = None if found["registry"] is None else str(found["registry"])
         if not found["versioned"]:
             return Installed(bool(found["schema"]), None, sqitch=sqitch_registry,
                              cron=bool(found["cron"]))
         present = [x for x in layers if found[f"layer_{x}"]]
+
+        def drift(schema: str) -> str:
+            return (f"(select string_agg(d.object || ' ' || d.how, '; ' order by d.object) "
+                    f"from pgfence.schema_drift('{schema}') d)")
+
+        if found["recorded"]:
+            core = ("pgfence.schema_fingerprint('pgfence') as fingerprint, "
+                    f"{drift('pgfence')} as drift")
+            recorded = "".join(f", pgfence.installed_release('pgfence_{x}') as rel_{x}, "
+                               f"{drift(f'pgfence_{x}')} as drift_{x}" for x in present)
+        else:
+            core = (f"({strip(self.files.query('fingerprint.sql'))}) as fingerprint, "
+                    "null::text as drift")
+            recorded = "".join(f", null::text as rel_{x}, null::text as drift_{x}"
+                               for x in present)
         row = self.read(
-            "select pgfence.version() as version, "
-            f"({strip(self.files.query('fingerprint.sql'))}) as fingerprint"
+            f"select pgfence.version() as version, {core}{recorded}"
             + "".join(f", ({strip(self.files.query('fingerprint.sql', f'pgfence_{x}'))}) as "
                       f"fp_{x}, ({strip(self.files.query('sqitch_registry.sql', f'pgfence_{x}'))})"
                       f" as reg_{x}" for x in present),
-            ["version", "fingerprint", *(f"{k}_{x}" for x in present for k in ("fp", "reg"))])[0]
+            ["version", "fingerprint", "drift",
+             *(f"{k}_{x}" for x in present for k in ("rel", "drift", "fp", "reg"))])[0]
         v = None if row["version"] is None else str(row["version"])
         released = self.files.fingerprints().get(v) if v is not None else None
         fingerprint = None if released is None else str(row["fingerprint"])
-        return Installed(True, v, fingerprint, released, sqitch_registry, tuple(
-            Layer(x, str(row[f"fp_{x}"]), self.files.layer_release(x, str(row[f"fp_{x}"])),
-                  None if row[f"reg_{x}"] is None else str(row[f"reg_{x}"]))
-            for x in present), bool(found["health"]), bool(found["cron"]))
+
+        def layer(x: str) -> Layer:
+            text = {k: None if row[f"{k}_{x}"] is None else str(row[f"{k}_{x}"])
+                    for k in ("rel", "drift", "fp", "reg")}
+            if text["rel"] is not None:          # sealed: the database's own record
+                return Layer(x, str(text["fp"]), text["rel"], text["reg"], text["drift"])
+            return Layer(x, str(text["fp"]), self.files.layer_release(x, str(text["fp"])),
+                         text["reg"])
+
+        return Installed(True, v, fingerprint, released, sqitch_registry,
+                         None if row["drift"] is None else str(row["drift"]),
+                         tuple(layer(x) for x in present), bool(found["health"]),
+                         bool(found["cron"]))
 
     def known_layers(self) -> list[str]:
         """The layers this package carries, in the order they install (pgmq before pgflow)."""
@@ -670,12 +709,15 @@ class Cli:
                        "(docs/upgrading.md); nothing was changed",
                        installed=has.version, fingerprint=has.fingerprint)
         for layer in has.layers:
-            if layer.release is None:
+            if layer.drifted:
+                what_differs = (f"it differs from release {layer.release} as installed: "
+                                f"{layer.drift}" if layer.drift else
+                                f"it is no release of the {layer.name} layer that this package "
+                                f"records: fingerprint {layer.fingerprint}")
                 raise Exit(EXIT_REFUSED, f"the pgfence_{layer.name} schema on "
-                           f"{self.transport.target} is no release of the {layer.name} layer "
-                           f"that this package records (changed by hand?): fingerprint "
-                           f"{layer.fingerprint}; restore the released definitions first "
-                           "(docs/upgrading.md); nothing was changed", layer=layer.name,
+                           f"{self.transport.target} was changed by hand?: {what_differs}; "
+                           "restore the released definitions first (docs/upgrading.md); "
+                           "nothing was changed", layer=layer.name,
                            fingerprint=layer.fingerprint)
             if layer.sqitch is not None and self.layer_chain(layer, release):
                 raise Exit(EXIT_REFUSED, f"Sqitch deploys the {layer.name} layer on "
@@ -710,7 +752,7 @@ class Cli:
         doc: dict[str, Any] = {"target": self.transport.target, "installed": has.version,
                                "package": newest, "state": "", "upgrade_files": [],
                                "sqitch_registry": has.sqitch, "fingerprint": has.fingerprint,
-                               "release_fingerprint": has.released,
+                               "release_fingerprint": has.released, "drift": has.drift,
                                "layers": [self.layer_doc(x, newest) for x in has.layers]}
         layer_states = {x["state"] for x in doc["layers"]}
         if not has.schema:
@@ -733,11 +775,11 @@ class Cli:
         or drifted (its schema is no release this package records)."""
         files = [] if layer.release is None else [u.name for u in self.layer_chain(layer,
                                                                                     newest)]
-        state = ("drifted" if layer.release is None else
+        state = ("drifted" if layer.drifted else
                  "upgrade_available" if files else "up_to_date")
         return {"layer": layer.name, "installed": layer.release, "state": state,
                 "upgrade_files": files, "sqitch_registry": layer.sqitch,
-                "fingerprint": layer.fingerprint}
+                "fingerprint": layer.fingerprint, "drift": layer.drift}
 
     def render_version(self, d: dict[str, Any]) -> str:
         confirm = f"--confirm {self.transport.target}"
@@ -748,15 +790,19 @@ class Cli:
                            else f"says {d['installed']!r}")
                         + " (older than 0.1.0, or not pgfence's)"),
         }.get(d["state"], d["installed"])
-        if d["release_fingerprint"] is not None and d["fingerprint"] != d["release_fingerprint"]:
+        if d["drift"] or (d["release_fingerprint"] is not None
+                          and d["fingerprint"] != d["release_fingerprint"]):
             installed = (f"{d['installed']}, changed by hand: the schema differs from release "
-                         f"{d['installed']} as released (fingerprint {d['fingerprint']}, the "
-                         f"release has {d['release_fingerprint']})")
+                         f"{d['installed']} as released ("
+                         + (d["drift"] or f"fingerprint {d['fingerprint']}, the release has "
+                                          f"{d['release_fingerprint']}") + ")")
         lines = [f"target:    {d['target']}", f"installed: {installed}"]
         for x in d["layers"]:
             said = {"up_to_date": f"{x['installed']}",
                     "upgrade_available": f"{x['installed']}; {d['package']} available",
-                    "drifted": ("changed by hand: its schema is no release this package "
+                    "drifted": (f"{x['installed']}, changed by hand: {x['drift']}"
+                                if x["drift"] else
+                                "changed by hand: its schema is no release this package "
                                 f"records (fingerprint {x['fingerprint']})")}[x["state"]]
             if x["sqitch_registry"] is not None:
                 said += (f"; deployed by Sqitch (registry schema {x['sqitch_registry']}): "
@@ -1066,6 +1112,8 @@ def seconds(column: str) -> str:
 
 
 def drift_detail(has: Installed) -> str:
+    if has.drift is not None:
+        return has.drift
     return f"schema fingerprint {has.fingerprint}, release {has.version} has {has.released}"
 
 
