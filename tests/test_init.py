@@ -15,6 +15,7 @@ import pytest
 
 from pgfence import cli, init
 from pgfence.releases import Files
+from pgfence.releases import key as release_key
 from tests.support import ROOT, package_of
 
 NOW = dt.datetime(2026, 12, 2, 7, 30, 0, tzinfo=dt.UTC)
@@ -344,7 +345,8 @@ def test_negative_control_without_the_checks_init_writes_outside(
     else:
         (project / "supabase/pgfence-init.json").write_text(json.dumps(
             {"pgfence": "0.2.1", "files": {"migration:core": {
-                "path": "../outside/x.sql", "sha256": "0" * 64, "release": "0.2.1"}}}))
+                "path": "../outside/x.sql", "sha256": "0" * 64,
+                "release": Files().newest()}}}))
     monkeypatch.setattr(init.Project, "inside", lambda self, rel: self.dir / rel)
     monkeypatch.setattr(init.Project, "expected", lambda self, key, path: True)
 
@@ -380,6 +382,19 @@ def old_project(tmp_path: Path, layers: list[str], legacy: bool = True) -> tuple
     return project, old
 
 
+def expected_upgrades(source: str, layers: list[str]) -> list[tuple[str, str]]:
+    """(migration name, upgrade file) of each upgrade from `source`, in the order they must
+    run: per release B, pgfence's file to B, then each layer's to B (it needs pgfence B)."""
+    files, v = Files(), Files().newest()
+    steps = [(release_key(u.target), 0, f"pgfence_upgrade_{u.target.replace('.', '_')}",
+              u.name) for u in files.chain(source, v) or []]
+    for i, layer in enumerate(layers, 1):
+        steps += [(release_key(u.target), i,
+                   f"pgfence_{layer}_upgrade_{u.target.replace('.', '_')}", u.name)
+                  for u in files.layer_chain(layer, source, v)]
+    return [(name, file) for *_, name, file in sorted(steps)]
+
+
 @pytest.mark.parametrize("legacy", [True, False], ids=["manifest without releases", "with"])
 def test_an_older_project_gets_upgrade_migrations(tmp_path: Path, legacy: bool) -> None:
     project, _ = old_project(tmp_path, ["pgmq", "pgflow"], legacy)
@@ -390,24 +405,25 @@ def test_an_older_project_gets_upgrade_migrations(tmp_path: Path, legacy: bool) 
                        cron=True, now=later).run(dry_run=False)
     actions = {f["path"]: f["action"] for f in doc["files"]}
     new = [p for p, a in actions.items() if a == "write"]
-    v = Files().newest()
+    expected = expected_upgrades("0.2.0", ["pgmq", "pgflow"])
+    # The pgflow layer changed in the next release: its upgrade comes right after pgfence's.
+    assert [name for name, _ in expected[:2]] == ["pgfence_upgrade_0_2_1",
+                                                  "pgfence_pgflow_upgrade_0_2_1"]
     assert [re.sub(r"\d{14}", "T", p) for p in new] == [
-        f"supabase/migrations/T_pgfence_upgrade_{v.replace('.', '_')}.sql",
-        f"supabase/migrations/T_pgfence_pgflow_upgrade_{v.replace('.', '_')}.sql"]
-    # Dated after the project's last migration (and now), in order.
+        f"supabase/migrations/T_{name}.sql" for name, _ in expected]
+    # Dated after the project's last migration (and now), one second apart, in order.
     stamps = [int(p.split("/")[-1][:14]) for p in new]
-    assert stamps == [20261205073000, 20261205073001]
+    assert stamps == list(range(20261205073000, 20261205073000 + len(new)))
     files = written(project)
-    core_upgrade, layer_upgrade = (files[p] for p in new)
-    assert core_upgrade.endswith((ROOT / "sql/upgrades/pgfence--0.2.0--0.2.1.sql").read_text())
-    assert layer_upgrade.endswith(
-        (ROOT / "sql/upgrades/pgfence-pgflow--0.2.0--0.2.1.sql").read_text())
+    for path, (_, upgrade) in zip(new, expected, strict=True):
+        assert files[path].endswith((ROOT / "sql/upgrades" / upgrade).read_text())
     # What was written (and applied) before is left alone; the grants and cron SQL is the same.
     for path, text in before.items():
         if path != "supabase/pgfence-init.json" and "/functions/" not in path:
             assert files[path] == text, path
     assert {a for p, a in actions.items() if "/migrations/" in p and p not in new} == {"keep"}
     manifest = json.loads(files["supabase/pgfence-init.json"])["files"]
+    v = Files().newest()
     assert manifest[f"migration:core@{v}"]["release"] == v
     # And again: nothing to write.
     again = init.Project(project, supabase=True, layers=["pgmq", "pgflow"],
@@ -421,8 +437,8 @@ def test_a_layer_added_to_an_older_project_comes_after_the_upgrade(tmp_path: Pat
     doc = init.Project(project, supabase=True, layers=["pgmq"], role="service_role", cron=True,
                        now=NOW).run(dry_run=False)
     new = [re.sub(r"\d{14}", "T", f["path"]) for f in doc["files"] if f["action"] == "write"]
-    assert new[:2] == ["supabase/migrations/T_pgfence_upgrade_0_2_1.sql",
-                       "supabase/migrations/T_pgfence_pgmq.sql"]
+    upgrades = [f"supabase/migrations/T_{name}.sql" for name, _ in expected_upgrades("0.2.0", [])]
+    assert new[:len(upgrades) + 1] == [*upgrades, "supabase/migrations/T_pgfence_pgmq.sql"]
 
 
 def test_a_changed_migration_of_an_older_project_is_still_refused(

@@ -48,6 +48,7 @@ from tests.support import (
     bundle_query,
     package_of,
 )
+from tests.test_init import expected_upgrades
 from tests.test_supabase_install import OWNER, SUPABASE_ROLES
 from tests.test_wheel import source_tree
 
@@ -401,7 +402,7 @@ def test_init_upgrades_a_project_an_older_release_initialized(
     """A project that pgfence init 0.2.0 wrote (core, both layers, after pgflow's own
     migrations), pushed by the real Supabase CLI, with a lease and a claimed task live; then
     this release's init writes the upgrade migrations and the next `supabase db push` applies
-    those two alone (the applied ones are left alone). After it the database is this release,
+    those alone (the applied ones are left alone). After it the database is this release,
     the pgflow layer's schema is a fresh install's, and the live lease and task carry on."""
     project = tmp_path / "app"
     migrations = project / "supabase/migrations"
@@ -443,11 +444,11 @@ def test_init_upgrades_a_project_an_older_release_initialized(
     doc = init.Project(project, supabase=True, layers=["pgmq", "pgflow"], role="service_role",
                        cron=True).run(dry_run=False)
     v = Files().newest()
-    assert [f["action"] for f in doc["files"] if "/migrations/" in f["path"]].count("write") == 2
+    upgrades = [f"{name}.sql" for name, _ in expected_upgrades("0.2.0", ["pgmq", "pgflow"])]
+    assert [f["action"] for f in doc["files"] if "/migrations/" in f["path"]].count(
+        "write") == len(upgrades)
     second = push()
-    assert [n.split("_", 1)[1] for n in second] == [
-        f"pgfence_upgrade_{v.replace('.', '_')}.sql",
-        f"pgfence_pgflow_upgrade_{v.replace('.', '_')}.sql"]
+    assert [n.split("_", 1)[1] for n in second] == upgrades
     assert sql("select pgfence.version()") == v
     assert sql(fingerprint) == fresh
     assert sql("select state from pgfence.renew('" + lease + "', '1 hour')") == "active"
