@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from pgfence import cli
-from pgfence.releases import Files
+from pgfence.releases import Files, key
 from pgfence.transport import Refused, Supabase
 from testkit.cluster import Cluster
 from testkit.harness import Database
@@ -681,22 +681,31 @@ def with_layers_at(t: Target, release: str, core_to: str | None = None) -> None:
             install_file(t, ROOT / "sql/upgrades" / step.name)
 
 
-def layer_fingerprint(t: Target, layer: str) -> str:
-    return str(t.db.one(PACKAGE.query("fingerprint.sql", f"pgfence_{layer}")))
+def next_release(after: str) -> str:
+    chain = PACKAGE.chain(after, PACKAGE.newest())
+    assert chain, f"no upgrade from {after}"
+    return chain[0].target
+
+
+NEXT = next_release("0.2.0")
 
 
 def test_a_layer_left_behind_is_reported_and_upgraded(target: Target, tmp_path: Path) -> None:
-    """pgfence upgraded alone, its pgflow layer left at 0.2.0 (the issue's case): version and
-    doctor say so, and upgrade brings the layer up, with nothing else to do after."""
+    """pgfence upgraded alone to the next release, its layers left at 0.2.0 (the issue's case):
+    version and doctor say so, and upgrade brings pgfence and the layers up in one transaction,
+    each layer's file after pgfence's of its release, with nothing left to do after."""
     newest = PACKAGE.newest()
-    with_layers_at(target, "0.2.0", core_to=newest)
+    with_layers_at(target, "0.2.0", core_to=NEXT)
     version = run([*target.args, "--json", "version"], tmp_path)
     assert version.code == 0, version.err
     doc = version.doc()
-    assert (doc["installed"], doc["state"]) == (newest, "upgrade_available")
-    assert doc["upgrade_files"] == [f"pgfence-pgflow--0.2.0--{newest}.sql"]
+    expected = upgrade_files(NEXT, {"pgmq": NEXT, "pgflow": "0.2.0"})
+    assert (doc["installed"], doc["state"], doc["upgrade_files"]) == (
+        NEXT, "upgrade_available", expected)
+    assert expected[0] == f"pgfence-pgflow--0.2.0--{NEXT}.sql"   # while pgfence is at NEXT
     assert [(x["layer"], x["installed"], x["state"]) for x in doc["layers"]] == [
-        ("pgmq", newest, "up_to_date"), ("pgflow", "0.2.0", "upgrade_available")]
+        ("pgmq", NEXT, "up_to_date" if newest == NEXT else "upgrade_available"),
+        ("pgflow", "0.2.0", "upgrade_available")]
     human = run([*target.args, "version"], tmp_path).out
     assert f"  pgflow layer: 0.2.0; {newest} available" in human
     assert "up to date" not in human
@@ -705,18 +714,26 @@ def test_a_layer_left_behind_is_reported_and_upgraded(target: Target, tmp_path: 
     rows = {c["check"]: c for c in doctor.doc()["checks"]}
     assert rows["pgflow layer release"]["status"] == "warning"
     assert f"0.2.0; {newest} available" in rows["pgflow layer release"]["detail"]
-    assert rows["pgmq layer release"]["status"] == "ok"
-    assert rows["pgfence release"]["status"] == "ok"
 
     up = run([*target.args, "--json", "upgrade", "--confirm", target.name], tmp_path)
     assert up.code == 0, up.out + up.err
-    assert up.doc()["layers"] == [{"layer": "pgflow", "previous": "0.2.0",
-                                   "installed": newest}]
-    assert layer_fingerprint(target, "pgflow") == PACKAGE.fingerprints("pgflow")[newest]
+    assert up.doc()["upgrade_files"] == expected
     after = run([*target.args, "--json", "version"], tmp_path).doc()
     assert after["state"] == "up_to_date" and after["upgrade_files"] == []
+    assert [(x["layer"], x["installed"]) for x in after["layers"]] == [
+        ("pgmq", newest), ("pgflow", newest)]
     again = run([*target.args, "upgrade", "--confirm", target.name], tmp_path)
     assert again.code == 0 and "nothing to do" in again.out
+
+
+def upgrade_files(core: str, layers: dict[str, str]) -> list[str]:
+    """What an upgrade to the newest runs, in order: per release B, pgfence's file to B, then
+    each layer's to B (pgmq before pgflow)."""
+    newest = PACKAGE.newest()
+    steps = [(key(u.target), 0, u.name) for u in PACKAGE.chain(core, newest) or []]
+    for i, (layer, release) in enumerate(layers.items(), 1):
+        steps += [(key(u.target), i, u.name) for u in PACKAGE.layer_chain(layer, release, newest)]
+    return [name for *_, name in sorted(steps)]
 
 
 def test_upgrade_carries_pgfence_and_its_layers_in_one_transaction(
@@ -725,15 +742,36 @@ def test_upgrade_carries_pgfence_and_its_layers_in_one_transaction(
     with_layers_at(target, "0.2.0")
     up = run([*target.args, "--json", "upgrade", "--confirm", target.name], tmp_path)
     assert up.code == 0, up.out + up.err
-    assert up.doc()["upgrade_files"] == [f"pgfence--0.2.0--{newest}.sql",
-                                         f"pgfence-pgflow--0.2.0--{newest}.sql"]
+    files = up.doc()["upgrade_files"]
+    assert files == upgrade_files("0.2.0", {"pgmq": "0.2.0", "pgflow": "0.2.0"})
+    assert files[:2] == [f"pgfence--0.2.0--{NEXT}.sql", f"pgfence-pgflow--0.2.0--{NEXT}.sql"]
     assert target.db.one("select pgfence.version()") == newest
-    assert layer_fingerprint(target, "pgflow") == PACKAGE.fingerprints("pgflow")[newest]
+    after = run([*target.args, "--json", "version"], tmp_path).doc()
+    assert after["state"] == "up_to_date", after
+
+
+def test_a_layer_left_behind_twice_is_refused_by_name(target: Target, tmp_path: Path) -> None:
+    """pgfence upgraded alone past the release a layer's next file needs: no file can carry
+    the layer now. version and doctor say so; upgrade refuses before anything runs."""
+    newest = PACKAGE.newest()
+    if newest == NEXT:
+        pytest.skip("needs two releases after 0.2.0")
+    with_layers_at(target, "0.2.0", core_to=newest)
+    before = fingerprint(target)
+    version = run([*target.args, "--json", "version"], tmp_path).doc()
+    assert version["state"] == "no_upgrade_path"
+    (pgflow,) = [x for x in version["layers"] if x["layer"] == "pgflow"]
+    assert pgflow["state"] == "no_upgrade_path"
+    up = run([*target.args, "upgrade", "--confirm", target.name], tmp_path)
+    assert up.code == 1 and "the pgflow layer" in up.err and "left behind" in up.err, up.err
+    doctor = run([*target.args, "doctor", "--requeue-elsewhere", "--json"], tmp_path).doc()
+    assert [c["check"] for c in doctor["checks"] if c["status"] == "failed"] == [
+        "pgflow layer release"]
+    assert fingerprint(target) == before
 
 
 def test_a_layer_changed_by_hand_is_refused(target: Target, tmp_path: Path) -> None:
-    newest = PACKAGE.newest()
-    with_layers_at(target, "0.2.0", core_to=newest)
+    with_layers_at(target, "0.2.0", core_to=NEXT)
     target.db.sql("create function pgfence_pgflow.mine() returns int language sql "
                   "as $$ select 1 $$")
     before = fingerprint(target)
@@ -756,7 +794,7 @@ def test_a_layer_sqitch_deploys_is_left_to_sqitch(empty: Empty, tmp_path: Path) 
     two tables: tests/test_install_paths.py runs the real Sqitch for pgfence's own.)"""
     t = target_for("direct", *empty)
     newest = PACKAGE.newest()
-    with_layers_at(t, "0.2.0", core_to=newest)
+    with_layers_at(t, "0.2.0", core_to=NEXT)
     t.db.sql("create schema sqitch; create table sqitch.projects (project text primary key); "
              "create table sqitch.changes (change_id text); "
              "insert into sqitch.projects values ('pgfence_pgflow')")

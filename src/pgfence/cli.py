@@ -484,12 +484,15 @@ class Cli:
                   + (f": {upgrade}" if VERSION.fullmatch(v) and key(v) < key(newest)
                      else "")})}]
         for x in has.layers:
-            doc = self.layer_doc(x, newest)
+            doc = self.layer_doc(x, has.version, newest)
             rows.append({"check": f"{x.name} layer release", "ok": None, **{
                 "up_to_date": {"status": "ok", "detail": f"{x.name} layer {x.release}"},
                 "upgrade_available": {"status": "warning", "detail": (
                     f"{x.name} layer {x.release}; {newest} available "
                     f"({', '.join(doc['upgrade_files'])}): {upgrade}")},
+                "no_upgrade_path": {"status": "failed", "detail": (
+                    f"{x.name} layer {x.release}, left behind pgfence {v}: its upgrade files run "
+                    "only on the pgfence release they come with (docs/upgrading.md)")},
                 "drifted": {"status": "failed", "detail": (
                     f"schema pgfence_{x.name} is no release of the layer that this package "
                     f"records (fingerprint {x.fingerprint}): changed by hand? "
@@ -681,6 +684,14 @@ class Cli:
         assert layer.release is not None
         return self.files.layer_chain(layer.name, layer.release, to)
 
+    def stranded(self, layer: Layer, core: str, to: str) -> Upgrade | None:
+        """The first of the layer's upgrade files that cannot run on the way from pgfence
+        ``core`` to ``to``: a layer's file to B runs only while pgfence is at B, so a layer left
+        behind a pgfence that has moved past B (upgraded alone, more than once) is stranded.
+        None when every file can run."""
+        core_path = {core, *(u.target for u in self.files.chain(core, to) or [])}
+        return next((u for u in self.layer_chain(layer, to) if u.target not in core_path), None)
+
     def installed_version(self) -> str | None:
         """pgfence.version() after an install or upgrade committed: one read."""
         v = self.read("select pgfence.version() as version", ["version"])[0]["version"]
@@ -734,8 +745,9 @@ class Cli:
         """Every file an upgrade to ``to`` runs, in order: pgfence's chain and each installed
         layer's (a layer's file to release B needs pgfence B: each release's core file first,
         then its layers', pgmq before pgflow). None when no chain of pgfence's files leads
-        there. A layer whose release is unknown (changed by hand) contributes nothing: it is
-        refused before this is used (refuse_other_paths)."""
+        there, or when an installed layer's files cannot run on the way (stranded). A layer
+        whose release is unknown (changed by hand) contributes nothing: it is refused before
+        this is used (refuse_other_paths)."""
         assert has.version is not None
         core = self.files.chain(has.version, to)
         if core is None:
@@ -743,6 +755,8 @@ class Cli:
         steps = [(key(u.target), 0, u) for u in core]
         for i, layer in enumerate(has.layers, 1):
             if layer.release is not None:
+                if self.stranded(layer, has.version, to) is not None:
+                    return None
                 steps += [(key(u.target), i, u) for u in self.layer_chain(layer, to)]
         return [u for *_, u in sorted(steps, key=lambda s: (s[0], s[1]))]
 
@@ -753,7 +767,8 @@ class Cli:
                                "package": newest, "state": "", "upgrade_files": [],
                                "sqitch_registry": has.sqitch, "fingerprint": has.fingerprint,
                                "release_fingerprint": has.released, "drift": has.drift,
-                               "layers": [self.layer_doc(x, newest) for x in has.layers]}
+                               "layers": [self.layer_doc(x, has.version, newest)
+                                          for x in has.layers]}
         layer_states = {x["state"] for x in doc["layers"]}
         if not has.schema:
             doc["state"] = "not_installed"
@@ -770,12 +785,15 @@ class Cli:
             doc["upgrade_files"] = [u.name for u in steps or []]
         return doc
 
-    def layer_doc(self, layer: Layer, newest: str) -> dict[str, Any]:
+    def layer_doc(self, layer: Layer, core: str | None, newest: str) -> dict[str, Any]:
         """One installed layer against the package: up_to_date, upgrade_available (its files),
-        or drifted (its schema is no release this package records)."""
+        no_upgrade_path (stranded behind pgfence ``core``), or drifted (its schema is no
+        release this package records, or differs from the database's record of it)."""
         files = [] if layer.release is None else [u.name for u in self.layer_chain(layer,
                                                                                     newest)]
-        state = ("drifted" if layer.drifted else
+        stuck = (None if layer.release is None or core is None or not VERSION.fullmatch(core)
+                 else self.stranded(layer, core, newest))
+        state = ("drifted" if layer.drifted else "no_upgrade_path" if stuck is not None else
                  "upgrade_available" if files else "up_to_date")
         return {"layer": layer.name, "installed": layer.release, "state": state,
                 "upgrade_files": files, "sqitch_registry": layer.sqitch,
@@ -800,6 +818,10 @@ class Cli:
         for x in d["layers"]:
             said = {"up_to_date": f"{x['installed']}",
                     "upgrade_available": f"{x['installed']}; {d['package']} available",
+                    "no_upgrade_path": (f"{x['installed']}, left behind pgfence "
+                                        f"{d['installed']}: its upgrade files run only on the "
+                                        "pgfence release they come with, which this database "
+                                        "has passed"),
                     "drifted": (f"{x['installed']}, changed by hand: {x['drift']}"
                                 if x["drift"] else
                                 "changed by hand: its schema is no release this package "
@@ -825,7 +847,9 @@ class Cli:
                         "schema changed by hand (docs/upgrading.md)"),
             "upgrade_available": (f"upgrade available ({', '.join(d['upgrade_files'])}): "
                                   f"{upgrade}"),
-            "no_upgrade_path": f"this package has no upgrade files from {d['installed']}",
+            "no_upgrade_path": (f"this package has no upgrade files from {d['installed']}"
+                                if not any(x["state"] == "no_upgrade_path" for x in d["layers"])
+                                else "no upgrade path: a layer is left behind (above)"),
             "newer_than_package": ("the database is newer than this package: upgrade the "
                                    "pgfence package before you run its commands here"),
             "unknown": "pgfence cannot install or upgrade over this schema",
@@ -877,6 +901,14 @@ class Cli:
             raise Exit(EXIT_REFUSED, f"{target} has pgfence {v}, newer than {to}: pgfence "
                        "never downgrades; nothing was changed", installed=v)
         steps = self.upgrade_steps(has, to)
+        stuck = [(x, u) for x in has.layers if (u := self.stranded(x, v, to)) is not None]
+        if stuck:
+            x, u = stuck[0]
+            raise Exit(EXIT_REFUSED, f"the {x.name} layer on {target} is at {x.release}, left "
+                       f"behind pgfence {v}: its next upgrade file ({u.name}) runs only while "
+                       f"pgfence is at {u.target}, which this database has passed; nothing was "
+                       "changed (docs/upgrading.md, \"The layers\")", installed=v,
+                       layer=x.name)
         if steps is None:
             raise Exit(EXIT_REFUSED, f"this package has no upgrade files from {v} to {to}: "
                        "nothing was changed", installed=v)
