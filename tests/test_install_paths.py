@@ -243,7 +243,7 @@ def test_the_first_change_after_every_tag_refuses_a_database_another_path_moved(
             release = tag.removeprefix("v")
             text = rules.script(entries, after).read_text()
             guard = (f"if v_found is distinct from '{release}' then" if rules.legacy(tag)
-                     else f"select pgfence.expect_release('pgfence', '{release}');")
+                     else f"perform pgfence.expect_release('pgfence', '{release}');")
             assert guard in text, (
                 f"{rules.script(entries, after).relative_to(ROOT)}, the first change after "
                 f"@v{release}, must refuse a database that does not hold {release}")
