@@ -168,7 +168,7 @@ def test_a_window_over_an_unconverted_pgflow_function_shows_its_workers(
     [row] = prep.doc()["status"]
     assert (row["resource"], row["saved_enabled"], row["enabled"], row["verdict"]) == \
         ("plain", True, False, "draining"), row
-    [seen] = json.loads(row["workers"])
+    [seen] = row["workers"]
     assert (seen["worker_id"], seen["live"], seen["started_tasks"]) == (str(worker), True, 0)
     human = run([*args, "workers", "update-status", prep.doc()["token"]], tmp_path)
     assert human.code == 0 and str(worker) in human.out and "draining" in human.out, human.out

@@ -1889,5 +1889,5 @@ grant select on pgfence.lease_status to pgfence_monitor, pgfence_operator;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-select pgfence.seal('pgfence', '0.3.0');
+do $$ begin perform pgfence.seal('pgfence', '0.3.0'); end $$;
 
