@@ -131,9 +131,9 @@ def superseded_start(db: Database, ttl: float = 0) -> dict[str, str]:
 # A layer's result or extension, inside a transaction that then idles, holds what another result
 # of the run, or the message's successor, needs: the run's row, the message's row (a lock the
 # successor takes itself, as a successor's result would, without the result's own bounded wait).
-RUN = "select count(*) = 1 from pgflow.runs where run_id = '{run}' for update"
-MESSAGE = "select count(*) = 1 from pgmq.q_jobs where msg_id = {msg} for update"
-ATTEMPT = "select count(*) = 1 from pgfence_pgmq.attempts where attempt_id = '{attempt}' for update"
+RUN = "select true from pgflow.runs where run_id = '{run}' for update"
+MESSAGE = "select true from pgmq.q_jobs where msg_id = {msg} for update"
+ATTEMPT = "select true from pgfence_pgmq.attempts where attempt_id = '{attempt}' for update"
 
 TAKEOVER = "select (pgfence.acquire('r', 'successor', '30 s')).generation is not null"
 # set_enabled waits for the resource row; its own lock_timeout longer than the bound.
