@@ -62,12 +62,12 @@ class FlowProcess:
     """clients/deno/testdata/pgflow_worker_process.ts: one worker, named, on resource fn."""
 
     def __init__(self, target: Target, env: dict[str, str], name: str,
-                 unfenced: bool = False) -> None:
+                 unfenced: bool = False, start: bool = False) -> None:
         self.name = name
         self.proc = subprocess.Popen(
             [str(DENO), "run", *PERMISSIONS, "testdata/pgflow_worker_process.ts"], cwd=CLIENT,
             env={**env, "DATABASE_URL": target.url, "RESOURCE": "fn", "NAME": name,
-                 "UNFENCED": "1" if unfenced else "0"},
+                 "UNFENCED": "1" if unfenced else "0", "START": "1" if start else "0"},
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def said(self) -> dict[str, Any]:
@@ -103,8 +103,8 @@ def processes(deno_env: dict[str, str]) -> Iterator[list[FlowProcess]]:
 
 
 def spawn(target: Target, env: dict[str, str], processes: list[FlowProcess], name: str,
-          unfenced: bool = False) -> FlowProcess:
-    p = FlowProcess(target, env, name, unfenced)
+          unfenced: bool = False, start: bool = False) -> FlowProcess:
+    p = FlowProcess(target, env, name, unfenced, start)
     processes.append(p)
     return p
 
@@ -246,6 +246,27 @@ def test_the_update_window_drains_the_worker_and_restores_exactly(
     assert run_status(db, run_id)[0] == "completed"
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_drains_the_one_line_start_and_releases(
+        target: Target, deno_env: dict[str, str], processes: list[FlowProcess],
+        signum: signal.Signals) -> None:
+    """`FlowWorker.start` in a process: the process platform's signals stop it as `stop` does
+    (0.2.1's one-line start listened to none: the signal ended the process, lease current)."""
+    db = target.db
+    run_id = two_steps(db, timeout=LONG)
+    a = spawn(target, deno_env, processes, "a", start=True)
+    assert a.said()["step"] == "first"                 # a handler in hand
+    a.proc.send_signal(signum)
+    a.unblock()
+    said = a.finish()                                  # exit status 0: it ended by itself
+    assert said == {"verdicts": {"accepted": 1, "duplicate": 0, "stale": 0}, "handled": 1,
+                    "stoppedBy": signum.name}, said
+    assert task(db, "first")[0] == "completed", "the task in hand was finished"
+    assert db.one("select status from pgflow.step_tasks where step_slug = 'second'") == "queued"
+    assert db.sql("select owner, status from pgfence.lease_status") == [("a", "released")]
+    assert run_status(db, run_id)[0] == "started"
+
+
 # -- the Edge-Function-shaped example and the startup handshake --------------------------------
 
 def free_port() -> int:
@@ -315,7 +336,9 @@ def test_pgflow_worker_tests_pass_directly_and_through_pgbouncer(
         deno_env: dict[str, str]) -> None:
     """`deno test pgflow_test.ts` on a pgflow database: a @pgflow/dsl flow compiled by pgflow's
     compiler and run end to end by FlowWorker.start; the refusal backoff and its negative
-    control."""
+    control; each handler's visibility (the step's timeout from the database, a later task of
+    a batch extended or skipped, a long handler's message kept first); beforeunload and faults
+    of the one-line start."""
     name = conninfo_to_dict(flow.dsn)["dbname"]
     assert isinstance(name, str)
     env = {**deno_env,
@@ -326,4 +349,4 @@ def test_pgflow_worker_tests_pass_directly_and_through_pgbouncer(
     said = out.stdout + out.stderr
     assert out.returncode == 0, said
     summary = re.search(r"^ok \| (\d+) passed \| 0 failed(?: \| (\d+) ignored)?", said, re.M)
-    assert summary and int(summary.group(1)) == 10 and summary.group(2) in (None, "0"), said
+    assert summary and int(summary.group(1)) == 24 and summary.group(2) in (None, "0"), said

@@ -12,44 +12,52 @@
  * ```
  *
  * The database does the fencing: `pgfence_pgflow.start_tasks` reads and starts only under the
- * current lease, in one statement, and `complete_task` / `fail_task` answer `accepted`,
- * `duplicate` or `stale` by the attempt that holds the task (I5). This class only stops
- * starting as soon as ownership is in doubt, always drains and releases, and, refused, waits
- * with capped, jittered backoff before it asks again: it never spins.
+ * current lease, in one statement, `set_vt` keeps a task's message only for the attempt that
+ * holds it, and `complete_task` / `fail_task` answer `accepted`, `duplicate` or `stale` by that
+ * attempt (I5). The loop is the client's one (`WorkerLoop`, mod.ts): it stops starting as soon
+ * as ownership is in doubt, starts no handler whose task's visibility would run out first,
+ * always drains and releases, and, refused, waits with capped, jittered backoff before it asks
+ * again: it never spins.
  *
  * @module
  */
 // What this module's public names refer to, so that its reference is complete on its own.
-export { Owner } from "./mod.ts";
+export { edgeRuntime, Owner, processRuntime, runtime, WorkerLoop } from "./mod.ts";
 export type {
+  Attempt,
   Clock,
+  HandlerContext,
+  LoopOptions,
   OwnerOptions,
   PendingQuery,
+  Platform,
   QueryOptions,
+  RefusalBackoff,
   RetryOptions,
   Row,
+  RunOptions,
   Sql,
   Step,
+  SuperviseOptions,
   TransactionSql,
   Verdict,
 } from "./mod.ts";
 import type postgres from "postgres";
 import {
-  ConnectionLost,
-  LeaseLost,
-  LeaseNotCurrent,
+  type Attempt,
+  type HandlerContext,
+  type LoopOptions,
   Owner,
   type OwnerOptions,
-  ResourceDisabled,
+  type PendingQuery,
   type Row,
-  UnfencedWrite,
-  type Verdict,
+  runtime,
+  type Sql,
+  WorkerLoop,
 } from "./mod.ts";
 
 /** One started step task: the attempt id is what its result is reported with. */
-export interface StepTask {
-  /** This attempt's id (a capability: never log it). */
-  attemptId: string;
+export interface StepTask extends Attempt {
   /** The run's id. */
   runId: string;
   /** The step's slug. */
@@ -66,13 +74,9 @@ export interface StepTask {
 /**
  * What a step handler gets beside its input: the fields of pgflow's EdgeWorker context that a
  * fenced worker can give (`env`, `shutdownSignal`, `stepTask`, `rawMessage`, `workerConfig`),
- * and this worker's own (`task`, `signal`).
+ * and this worker's own (`task`, `signal`, `deadline`, `extend`).
  */
-export interface StepContext {
-  /** The task, with its attempt id. */
-  task: StepTask;
-  /** Aborts when the owner gives the lease up (a handler past its deadline, a refusal). */
-  signal: AbortSignal;
+export interface StepContext extends HandlerContext<StepTask> {
   /** EdgeWorker's: the environment (Deno.env's variables where readable). */
   env: Record<string, string | undefined>;
   /** EdgeWorker's: aborts when the worker stops or its lease is given up. */
@@ -125,39 +129,24 @@ interface StepDefinitionLike {
 
 /** pgflow's default step timeout (seconds) when neither step nor flow sets one. */
 const PGFLOW_TIMEOUT = 60;
-
-/** How a refused worker waits before it asks again: capped exponential backoff, full jitter. */
-export interface RefusalBackoff {
-  /** Seconds: the first wait's ceiling (default 1). */
-  base?: number;
-  /** Seconds: the largest ceiling (default 30). */
-  cap?: number;
-  /** The jitter's source, in [0, 1) (default Math.random). */
-  random?: () => number;
-}
+/** Seconds a start hides a task's message beyond its step's timeout (pgflow's rule, which
+ * `pgfence_pgflow.start_tasks` applies). */
+const START_MARGIN = 2;
 
 /** The settings of a `FlowWorker`. */
-export interface FlowWorkerOptions {
-  /** The Owner whose lease the tasks are started under. */
-  owner: Owner;
+export interface FlowWorkerOptions extends LoopOptions {
   /** A flow defined with `@pgflow/dsl`: its slug, steps, handlers and timeouts. */
   flow?: FlowDefinition;
   /** Without `flow`: the flow's slug; pgflow queues its tasks on the queue of the same name. */
   flowSlug?: string;
   /** Without `flow`: one handler per step slug. */
   handlers?: Record<string, StepHandler>;
-  /** Messages per start (default 1). */
-  qty?: number;
   /** Seconds a read message stays hidden until the start sets the step's timeout + 2 s
    * (default 2). */
   visibility?: number;
-  /** Seconds to wait when the queue is empty (default 1). */
-  idleWait?: number;
-  /** Seconds per handler call on the owner's clock (default: the step's timeout, else the
-   * flow's, else pgflow's 60). */
+  /** Seconds per handler call on the owner's clock (default: the step's timeout, from the DSL
+   * flow, else from the database, where pgflow keeps the step's and the flow's). */
   handlerTimeout?: number;
-  /** The backoff after a refusal (see `supervise`). */
-  backoff?: RefusalBackoff;
   /** The handlers' `context.env` (default: Deno.env's variables, where readable). */
   env?: Record<string, string | undefined>;
 }
@@ -183,54 +172,42 @@ function readEnv(): Record<string, string | undefined> {
 }
 
 /**
- * Starts and handles the tasks of one pgflow flow while its Owner is valid; drains and
- * releases the lease when `run` ends, however it ends. `verdicts` counts the database's
- * answers to the results it reported. `supervise` (or `FlowWorker.start`) keeps a worker
- * running across leases, backing off after every refusal.
+ * Starts and handles the tasks of one pgflow flow while its Owner is valid, on the client's one
+ * worker loop (`WorkerLoop`: visibility before each handler, deadlines, drain, hand-back,
+ * release, `supervise` across leases with refusal backoff, `installShutdown`). `verdicts`
+ * counts the database's answers to the results it reported.
+ *
+ * A started task is its attempt's for its step's timeout (the start hides its message for the
+ * timeout + 2 s): that is the visibility its handler's deadline must fit in. The worker reads
+ * the steps' timeouts from the database (`pgflow.steps`, `pgflow.flows`), so it needs SELECT on
+ * them, as pgflow's own worker role has. Before each later task of a batch it extends the
+ * task's message (`pgfence_pgflow.set_vt`) when what is left would not cover the handler's
+ * deadline, and skips the task when its attempt no longer holds it.
  */
-export class FlowWorker {
-  /** The owner of the lease. */
-  readonly owner: Owner;
+export class FlowWorker extends WorkerLoop<StepTask> {
   /** The flow's slug (and queue). */
   readonly flowSlug: string;
   /** The handler of each step. */
   readonly handlers: Record<string, StepHandler>;
-  /** Messages per start. */
-  readonly qty: number;
-  /** Seconds a read message stays hidden before the start sets its own. */
-  readonly visibility: number;
-  /** Seconds to wait when the queue is empty. */
-  readonly idleWait: number;
-  /** The backoff after a refusal. */
-  readonly backoff: Readonly<Required<RefusalBackoff>>;
-  /** Handler calls so far. */
-  handled = 0;
-  /** Refusals so far: acquires refused or not granted, and terms ended by a refusal. */
-  refusals = 0;
-  /** The database's answers to the reports. */
-  readonly verdicts: Record<Verdict, number> = { accepted: 0, duplicate: 0, stale: 0 };
-  /** Resolves when `supervise` (started by `FlowWorker.start`) ends. */
-  done: Promise<void> = Promise.resolve();
-  readonly #timeouts: Record<string, number>;
+  readonly #dsl: Record<string, number>;
+  readonly #handlerTimeout: number | undefined;
   readonly #env: Record<string, string | undefined>;
-  #stop = false;
-  #stopping = new AbortController();
-  #wake: (() => void) | null = null;
+  /** The steps' timeouts in the database (what the start hides a task's message for, less 2 s). */
+  #timeouts = new Map<string, number>();
 
   /** A worker of `options.flow` (or `flowSlug` and `handlers`) under `options.owner`. */
   constructor(options: FlowWorkerOptions) {
-    this.owner = options.owner;
+    super({ ...options, visibility: options.visibility ?? 2 });
     const flow = options.flow;
+    this.#dsl = {};
     if (flow !== undefined) {
       this.flowSlug = flow.slug;
       this.handlers = {};
-      this.#timeouts = {};
       const lookup = flow as unknown as { getStepDefinition(slug: string): StepDefinitionLike };
       for (const slug of flow.stepOrder) {
         const step = lookup.getStepDefinition(slug);
         this.handlers[slug] = step.handler as unknown as StepHandler;
-        this.#timeouts[slug] = options.handlerTimeout ?? step.options.timeout ??
-          flow.options.timeout ?? PGFLOW_TIMEOUT;
+        this.#dsl[slug] = step.options.timeout ?? flow.options.timeout ?? PGFLOW_TIMEOUT;
       }
     } else {
       if (options.flowSlug === undefined || options.handlers === undefined) {
@@ -238,210 +215,108 @@ export class FlowWorker {
       }
       this.flowSlug = options.flowSlug;
       this.handlers = options.handlers;
-      this.#timeouts = {};
-      for (const slug of Object.keys(this.handlers)) {
-        this.#timeouts[slug] = options.handlerTimeout ?? PGFLOW_TIMEOUT;
-      }
     }
-    this.qty = options.qty ?? 1;
-    this.visibility = options.visibility ?? 2;
-    this.idleWait = options.idleWait ?? 1;
-    this.backoff = Object.freeze({
-      base: options.backoff?.base ?? 1,
-      cap: options.backoff?.cap ?? 30,
-      random: options.backoff?.random ?? Math.random,
-    });
+    this.#handlerTimeout = options.handlerTimeout;
     this.#env = options.env ?? readEnv();
   }
 
   /**
    * The one-line start, as pgflow's `EdgeWorker.start(flow)`: an Owner on `options.resource`
-   * and a worker of `flow`, supervised (`supervise`) until `stop`; `done` resolves then.
+   * and a worker of `flow`, supervised (`supervise`) until `stop` or the platform's shutdown
+   * (`installShutdown`: `beforeunload` in the Edge Runtime, SIGTERM and SIGINT in a process);
+   * `done` resolves then, and the Edge Runtime is kept alive until it does.
    */
   static start(flow: FlowDefinition, options: FlowWorkerStartOptions): FlowWorker {
-    const { invocationId = null, qty, visibility, idleWait, handlerTimeout, backoff, env } =
+    const { invocationId = null, resource, sql, owner: name, ttl, renewEvery, clock, retry } =
       options;
-    const owner = new Owner({
-      sql: options.sql,
-      resource: options.resource,
-      owner: options.owner,
-      ttl: options.ttl,
-      renewEvery: options.renewEvery,
-      clock: options.clock,
-      retry: options.retry,
-    });
-    const worker = new FlowWorker({
-      owner,
-      flow,
-      qty,
-      visibility,
-      idleWait,
-      handlerTimeout,
-      backoff,
-      env,
-    });
-    worker.done = worker.supervise({ invocationId });
+    const owner = new Owner({ sql, resource, owner: name, ttl, renewEvery, clock, retry });
+    const worker = new FlowWorker({ ...options, owner, flow });
+    const platform = runtime();
+    const remove = worker.installShutdown(platform);
+    worker.done = worker.supervise({ invocationId }).finally(remove);
+    platform.keepAlive(worker.done);
     return worker;
   }
 
-  /** Seconds per handler call of a step. */
-  handlerTimeout(stepSlug: string): number {
-    return this.#timeouts[stepSlug] ?? PGFLOW_TIMEOUT;
-  }
-
-  /** Drains: start nothing more, finish the handler in hand, release; `supervise` ends. */
-  stop(): void {
-    this.#stop = true;
-    this.#stopping.abort();
-    this.#wake?.();
-  }
-
-  /** SIGTERM drains (see `stop`); returns a function that removes the listener. */
-  installSigterm(): () => void {
-    const listener = () => this.stop();
-    Deno.addSignalListener("SIGTERM", listener);
-    return () => Deno.removeSignalListener("SIGTERM", listener);
-  }
-
   /**
-   * Keeps the worker running across leases until `stop`: acquire, `run`, and again. A refusal
-   * (the lease held by another, the resource disabled (PF003) in an update window, a start
-   * refused (PF001, PF007) because the lease was superseded, drained or expired) makes it wait
-   * before it asks again, `backoff.random() * min(cap, base * 2^n)` seconds after the n-th
-   * refusal in a row (at least 10 ms); a term that handled a task resets n. With an
-   * `invocationId` (the startup handshake) it acquires once, with that id, and ends with that
-   * term: a new term needs a new invocation. A resource that does not exist (PF002) throws.
+   * Seconds per handler call of a step (a task's or a slug): `handlerTimeout` if set, else the
+   * DSL step's timeout, else the step's timeout in the database (known once a task of the step
+   * was started), else pgflow's 60.
    */
-  async supervise(options: { invocationId?: string | null } = {}): Promise<void> {
-    const invocationId = options.invocationId ?? null;
-    let row = 0; // refusals in a row
-    while (!this.#stop) {
-      let acquired = false;
-      try {
-        acquired = await this.owner.acquire(invocationId);
-      } catch (e) {
-        if (!(e instanceof ResourceDisabled || e instanceof ConnectionLost)) throw e;
-      }
-      if (acquired) {
-        const before = this.handled;
-        try {
-          await this.run();
-        } catch (e) {
-          if (!(e instanceof LeaseLost)) throw e;
-        }
-        if (this.handled > before) row = 0;
-        if (this.#stop || invocationId !== null) return;
-        if (this.handled > before) continue;
-      }
-      if (invocationId !== null) return; // the invocation was refused: a new one is needed
-      this.refusals += 1;
-      await this.pause(this.refusalWait(row++));
-    }
+  handlerTimeout(task: StepTask | string): number {
+    const slug = typeof task === "string" ? task : task.stepSlug;
+    return this.#handlerTimeout ?? this.#dsl[slug] ?? this.#timeouts.get(slug) ?? PGFLOW_TIMEOUT;
   }
 
-  /** Seconds to wait after `n` refusals in a row (full jitter, at least 10 ms). */
-  refusalWait(n: number): number {
-    const ceiling = Math.min(this.backoff.cap, this.backoff.base * 2 ** n);
-    return Math.max(0.01, this.backoff.random() * ceiling);
-  }
-
-  /** Waits `seconds` of real time, or less if `stop` is called. */
-  protected pause(seconds: number): Promise<void> {
-    return new Promise((resolve) => {
-      const signal = this.#stopping.signal;
-      if (signal.aborted) return resolve();
-      const done = () => {
-        clearTimeout(timer);
-        signal.removeEventListener("abort", done);
-        resolve();
-      };
-      const timer = setTimeout(done, seconds * 1000);
-      signal.addEventListener("abort", done);
-    });
-  }
-
-  /**
-   * One term: starts and handles tasks under the Owner's current lease. It ends after
-   * `maxTasks` handler calls, on `stop`, once the lease is known lost (a start refused), or
-   * (`untilIdle`) when the flow's queue has nothing to start: the shape of an Edge Function
-   * invocation that must not idle. While the lease is in doubt (a lost connection) it starts
-   * nothing and waits for the renewer's verdict (`Owner.trust`). Drains and releases at the end.
-   */
-  async run(options: { maxTasks?: number; untilIdle?: boolean } = {}): Promise<void> {
-    const { maxTasks, untilIdle = false } = options;
-    try {
-      while (!this.#stop && (maxTasks === undefined || this.handled < maxTasks)) {
-        if (!(await this.#trusted())) break; // ownership lost: start nothing more
-        const tasks = await this.start();
-        if (tasks === null) continue; // the start's answer was lost: its tasks come back
-        if (tasks.length === 0) {
-          if (!this.owner.valid) break; // refused
-          if (untilIdle) break;
-          await this.#idle();
-          continue;
-        }
-        for (const task of tasks) {
-          // The rest come back when their visibility runs out.
-          if (this.#stop || !(await this.#trusted())) break;
-          await this.handle(task);
-        }
-      }
-    } finally {
-      try {
-        await this.owner.drain();
-      } finally {
-        await this.owner.release(); // stops the renewer even when the drain failed
-      }
-    }
-  }
-
-  async #trusted(): Promise<boolean> {
-    return this.owner.valid || await this.owner.trust(this.#stopping.signal);
+  /** The start hid the task's message for its step's timeout + 2 s (the read's `visibility`
+   * where the timeout is unknown). */
+  protected override granted(task: StepTask): number {
+    const timeout = this.#timeouts.get(task.stepSlug);
+    return timeout === undefined ? this.visibility : timeout + START_MARGIN;
   }
 
   /**
    * One fenced read and start, in one statement: nothing starts unless the lease is current.
-   * Not resent after a lost connection (null then: what it started comes back to a new
-   * attempt); a refusal (PF001, PF007) marks the lease lost and returns no task.
+   * Not resent after a lost connection (what it started comes back to a new attempt); a
+   * refusal (PF001, PF007) marks the lease lost.
    */
-  protected async start(): Promise<StepTask[] | null> {
-    const owner = this.owner;
-    let rows: Row[];
-    try {
-      rows = await owner.query(
-        "claim",
-        (sql) =>
-          sql`select attempt_id, run_id, step_slug, task_index, input, msg_id
-                from pgfence_pgflow.start_tasks(${owner.leaseId}::uuid,
-                       ${this.flowSlug}, ${this.flowSlug},
-                       make_interval(secs => ${this.visibility}), ${this.qty})`,
-      );
-    } catch (e) {
-      if (e instanceof LeaseNotCurrent || e instanceof UnfencedWrite) {
-        owner.markLost(`start under ${owner.name} refused: ${e.message}`);
-        return [];
-      }
-      if (e instanceof ConnectionLost) return null;
-      throw e;
-    }
-    return rows.map((r) => ({
+  protected claimStatement(sql: Sql): PendingQuery {
+    return sql`select attempt_id, run_id, step_slug, task_index, input, msg_id
+                 from pgfence_pgflow.start_tasks(${this.owner.leaseId}::uuid,
+                        ${this.flowSlug}, ${this.flowSlug},
+                        make_interval(secs => ${this.visibility}), ${this.qty})`;
+  }
+
+  protected async claimed(rows: Row[], sent: number): Promise<StepTask[]> {
+    const tasks = rows.map((r) => ({
       attemptId: r.attempt_id as string,
       runId: r.run_id as string,
       stepSlug: r.step_slug as string,
       taskIndex: r.task_index as number,
       input: r.input,
       msgId: BigInt(r.msg_id as string),
+      visibleUntil: sent,
     }));
+    if (tasks.some((task) => !this.#timeouts.has(task.stepSlug))) await this.#readTimeouts();
+    for (const task of tasks) task.visibleUntil = sent + this.granted(task);
+    return tasks;
+  }
+
+  /**
+   * The flow's steps' timeouts as pgflow keeps them (the step's, else the flow's): what the
+   * start hides a started task's message for (+ 2 s). Read again when a step is new to the
+   * worker. Its answer lost, the tasks keep the read's `visibility` only: each is extended (or
+   * skipped) before its handler starts.
+   */
+  async #readTimeouts(): Promise<void> {
+    try {
+      const rows = await this.owner.query(
+        "claim",
+        (sql) =>
+          sql`select s.step_slug, coalesce(s.opt_timeout, f.opt_timeout) as timeout
+                from pgflow.steps s join pgflow.flows f on f.flow_slug = s.flow_slug
+               where s.flow_slug = ${this.flowSlug}`,
+        { resend: true, until: this.owner.deadline },
+      );
+      this.#timeouts = new Map(rows.map((r) => [r.step_slug as string, Number(r.timeout)]));
+    } catch {
+      // See above: the tasks' own checks cover it.
+    }
+  }
+
+  protected call(task: StepTask, context: HandlerContext<StepTask>): unknown {
+    const handler = this.handlers[task.stepSlug];
+    if (handler === undefined) throw new Error(`no handler for step ${task.stepSlug}`);
+    return handler(task.input, this.context(task, context));
   }
 
   /** The context a step's handler gets (EdgeWorker's shape, see `StepContext`). */
-  protected context(task: StepTask): StepContext {
+  protected context(task: StepTask, base: HandlerContext<StepTask>): StepContext {
     const msgId = Number(task.msgId);
     return {
-      task,
-      signal: this.owner.signal,
+      ...base,
       env: this.#env,
-      shutdownSignal: AbortSignal.any([this.owner.signal, this.#stopping.signal]),
+      shutdownSignal: AbortSignal.any([this.owner.signal, this.stopping]),
       stepTask: {
         flow_slug: this.flowSlug,
         run_id: task.runId,
@@ -469,66 +344,34 @@ export class FlowWorker {
     };
   }
 
-  /** One task: the handler under its step's deadline, then the report. */
-  protected async handle(task: StepTask): Promise<void> {
-    const owner = this.owner;
-    const timeout = this.handlerTimeout(task.stepSlug);
-    // A hung handler must not keep the lease alive by proxy: past its deadline the owner stops
-    // renewing and drains, and its late result is judged like any other (I5).
-    owner.renewUntil(
-      owner.clock() + timeout,
-      `a step handler ran past its deadline (${timeout} s)`,
-    );
-    let kind: "complete" | "fail" = "complete";
-    let body: unknown;
-    try {
-      const handler = this.handlers[task.stepSlug];
-      if (handler === undefined) throw new Error(`no handler for step ${task.stepSlug}`);
-      body = await handler(task.input, this.context(task));
-    } catch (e) {
-      if (e instanceof LeaseLost) throw e; // the handler saw the lease go: nothing to report
-      kind = "fail";
-      body = e instanceof Error ? e.message : String(e);
-    } finally {
-      owner.renewUntil(null);
-    }
-    await this.report(kind, task.attemptId, body);
-    this.handled += 1;
+  /** pgflow records a failure's message. */
+  protected override failure(e: unknown): unknown {
+    return e instanceof Error ? e.message : String(e);
   }
 
   /**
-   * complete_task or fail_task, through `Owner.query`: 40P01 and 40001 are tried again, and a
-   * lost connection is sent again with the same attempt id (a second copy answers `duplicate`).
-   * The verdict is counted in `verdicts`.
+   * complete_task or fail_task: 40P01 and 40001 are tried again, and a lost connection is sent
+   * again with the same attempt id (a second copy answers `duplicate`).
    */
-  protected async report(
+  protected reportStatement(
+    sql: Sql,
     kind: "complete" | "fail",
     attemptId: string,
     body: unknown,
-  ): Promise<Verdict> {
-    const [row] = await this.owner.query(kind, (sql) => {
-      // sql.json: postgres.js serializes the value once; null and undefined report SQL NULL.
-      const json = body === undefined || body === null
-        ? null
-        : sql.json(body as postgres.JSONValue);
-      return kind === "complete"
-        ? sql`select pgfence_pgflow.complete_task(${attemptId}::uuid, ${json}) as verdict`
-        : sql`select pgfence_pgflow.fail_task(${attemptId}::uuid, ${String(body)}) as verdict`;
-    }, { resend: true });
-    const verdict = row.verdict as Verdict;
-    this.verdicts[verdict] += 1;
-    return verdict;
+  ): PendingQuery {
+    if (kind === "fail") {
+      return sql`select pgfence_pgflow.fail_task(${attemptId}::uuid, ${String(body)}) as verdict`;
+    }
+    // sql.json: postgres.js serializes the value once; null and undefined report SQL NULL.
+    const output = body === undefined || body === null
+      ? null
+      : sql.json(body as postgres.JSONValue);
+    return sql`select pgfence_pgflow.complete_task(${attemptId}::uuid, ${output}) as verdict`;
   }
 
-  #idle(): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.#wake = null;
-        resolve();
-      };
-      const timer = setTimeout(done, this.idleWait * 1000);
-      this.#wake = done;
-    });
+  /** `pgfence_pgflow.set_vt`: null when the attempt no longer holds the task or its message. */
+  protected extendStatement(sql: Sql, attemptId: string, visibility: number): PendingQuery {
+    return sql`select pgfence_pgflow.set_vt(${attemptId}::uuid, make_interval(secs => ${visibility}))
+                 as visible_until`;
   }
 }
