@@ -27,6 +27,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -276,57 +277,123 @@ def free_port() -> int:
         return port
 
 
-def post(port: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(f"http://{LOOPBACK}:{port}/", json.dumps(body).encode(),
-                                     {"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=HUNG) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+KEY = "service-role-key-of-the-test"
 
 
-def test_the_edge_function_starts_once_per_invocation(
-        target: Target, deno_env: dict[str, str]) -> None:
+class Entry:
+    """examples/pgflow_edge_function.ts (`FlowWorker.serve`) as a server process, the way the
+    Edge Runtime runs a function: reached at /<function>, its key in SUPABASE_SERVICE_ROLE_KEY."""
+
+    def __init__(self, target: Target, env: dict[str, str], script: str = "examples/"
+                 "pgflow_edge_function.ts", cwd: Path = CLIENT,
+                 extra: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [str(DENO), "run", *PERMISSIONS, script], cwd=cwd,
+            env={**env, "EDGE_WORKER_DB_URL": target.url, "SUPABASE_SERVICE_ROLE_KEY": KEY,
+                 "SB_EXECUTION_ID": str(uuid.uuid4()), "HOST": LOOPBACK, "PORT": str(self.port),
+                 **(extra or {})},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert "Listening on" in line, line   # Deno.serve says so once it listens
+
+    def post(self, body: bytes | dict[str, Any], key: str | None = KEY,
+             function: str = "pgflow-two") -> tuple[int, dict[str, Any]]:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        headers = {"content-type": "application/json"}
+        if key is not None:
+            headers["authorization"] = f"Bearer {key}"
+        request = urllib.request.Request(f"http://{LOOPBACK}:{self.port}/{function}", data,
+                                         headers)
+        try:
+            with urllib.request.urlopen(request, timeout=HUNG) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def stop(self) -> int:
+        """SIGTERM, as a process supervisor stops it: the exit status."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=HUNG)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def entries() -> Iterator[list[Entry]]:
+    started: list[Entry] = []
+    yield started
+    for e in started:
+        e.kill()
+
+
+def test_the_entry_refuses_what_is_not_a_fresh_invocation_and_acquires_nothing(
+        target: Target, deno_env: dict[str, str], entries: list[Entry]) -> None:
+    db = target.db
+    two_steps(db, resources=("pgflow-two",))
+    entry = Entry(target, deno_env)
+    entries.append(entry)
+    unauthorized = {"error": "Unauthorized", "message": "Unauthorized"}
+    assert entry.post({}, key=None) == (401, unauthorized)
+    assert entry.post({}, key="another key") == (401, unauthorized)
+    for body, why in ((b"{not json", "the body is not JSON"),
+                      (b"[1, 2]", "the body is not a JSON object"),
+                      ({"invocation_id": "not-a-uuid"}, "invocation_id is not a uuid")):
+        status, said = entry.post(body)
+        assert (status, said) == (400, {"error": "Bad Request", "message": why}), said
+    status, said = entry.post({})
+    assert status == 409 and said["started"] is False and "no invocation id" in said["message"]
+    status, said = entry.post({"invocation_id": str(uuid.uuid4())})   # not the pending one
+    assert status == 409 and said["started"] is False, said
+    assert db.one("select count(*) from pgfence.leases") == 0, "nothing was acquired"
+    assert db.one("select count(*) from pgflow.step_tasks where status = 'started'") == 0
+    assert entry.stop() == 0
+
+
+def test_the_entry_starts_once_per_invocation_and_marks_its_worker_stopped(
+        target: Target, deno_env: dict[str, str], entries: list[Entry],
+        pgflow_version: str) -> None:
     db = target.db
     run_id = two_steps(db, resources=("pgflow-two",))
-    port = free_port()
-    server = subprocess.Popen(
-        [str(DENO), "run", *PERMISSIONS, "examples/pgflow_edge_function.ts"], cwd=CLIENT,
-        env={**deno_env, "DATABASE_URL": target.url, "HOST": LOOPBACK, "PORT": str(port)},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        assert server.stdout is not None
-        assert "Listening on" in server.stdout.readline()   # Deno.serve says so once it listens
-        invocation = db.one("select pgfence.request_start('pgflow-two')")
-        assert invocation is not None
-        assert db.one("select pgfence.request_start('pgflow-two')") is None, \
-            "a second start while one is pending is refused"
-        # The worker is held inside its first complete_task (a session holds the run's row,
-        # which pgflow's complete_task locks), so that it is surely current meanwhile.
-        holder = db.session("holder")
-        holder.begin()
-        holder.run("select from pgflow.runs where run_id = %s for update", (run_id,))
-        assert post(port, {"invocation_id": str(invocation)})[0] == 202
-        db.wait_until("select count(*) = 1 from pg_stat_activity "
-                      "where %s = any(pg_blocking_pids(pid))", (holder.pid,))
-        assert db.one("select pgfence.request_start('pgflow-two')") is None, \
-            "no start is requested while a worker is current"
-        assert post(port, {"invocation_id": str(invocation)}) == (409, {"started": False}), \
-            "the same invocation delivered twice starts one worker"
-        holder.commit()
-        db.wait_until("select status = 'completed' from pgflow.runs where run_id = %s", (run_id,))
-        db.wait_until("select count(*) = 1 from pgfence.lease_status where status = 'released'")
-        assert db.one("select count(*) from pgfence.leases") == 1
-        assert run_status(db, run_id) == ("completed", {"second": {"from_first": {
-            "seen": {"n": 1}}}})
-        assert db.one("select count(*) from realtime.stand_in_calls "
-                      "where event = 'run:completed'") == 1
-        assert db.one("select pgfence.request_start('pgflow-two')") is not None, \
-            "once the worker is gone, the supervisor may start another"
-    finally:
-        server.kill()
-        server.wait()
+    entry = Entry(target, deno_env)
+    entries.append(entry)
+    invocation = db.one("select pgfence.request_start('pgflow-two')")
+    assert invocation is not None
+    # The worker is held inside its first complete_task (a session holds the run's row,
+    # which pgflow's complete_task locks), so that it is surely current meanwhile.
+    holder = db.session("holder")
+    holder.begin()
+    holder.run("select from pgflow.runs where run_id = %s for update", (run_id,))
+    status, said = entry.post({"invocation_id": str(invocation)})
+    assert status == 202 and said["started"] is True and said["functionName"] == "pgflow-two", \
+        said
+    db.wait_until("select count(*) = 1 from pg_stat_activity "
+                  "where %s = any(pg_blocking_pids(pid))", (holder.pid,))
+    assert db.one("select pgfence.request_start('pgflow-two')") is None, \
+        "no start is requested while a worker is current"
+    status, said = entry.post({"invocation_id": str(invocation)})
+    assert status == 409 and said["started"] is False, "a replayed invocation starts nothing"
+    holder.commit()
+    db.wait_until("select status = 'completed' from pgflow.runs where run_id = %s", (run_id,))
+    assert run_status(db, run_id) == ("completed", {"second": {"from_first": {
+        "seen": {"n": 1}}}})
+    assert db.one("select count(*) from realtime.stand_in_calls "
+                  "where event = 'run:completed'") == 1
+    if pgflow_version == "0.14.1":
+        # Registered as pgflow 0.14's worker registers its function.
+        assert db.one("select count(*) from pgflow.worker_functions "
+                      "where function_name = 'pgflow-two'") == 1
+    assert entry.stop() == 0                           # SIGTERM: drained, released, ended
+    assert db.sql("select status from pgfence.lease_status") == [("released",)]
+    mark = "stopped_at" if pgflow_version == "0.14.1" else "deprecated_at"
+    assert db.sql(f"select function_name, {mark} is not null from pgflow.workers") == [
+        ("pgflow-two", True)], "its worker row was marked as it ended"
+    assert db.one("select pgfence.request_start('pgflow-two')") is not None, \
+        "once the worker is gone, the supervisor may start another"
 
 
 # -- clients/deno/pgflow_test.ts: the drop-in worker and its backoff ---------------------------

@@ -45,11 +45,15 @@ export type {
 import type postgres from "postgres";
 import {
   type Attempt,
+  connect,
   type HandlerContext,
+  InvalidArgument,
   type LoopOptions,
   Owner,
   type OwnerOptions,
   type PendingQuery,
+  type Platform,
+  ResourceDisabled,
   type Row,
   runtime,
   type Sql,
@@ -239,6 +243,26 @@ export class FlowWorker extends WorkerLoop<StepTask> {
   }
 
   /**
+   * The drop-in entry, as pgflow's `EdgeWorker.start(flow)` in an Edge Function's `index.ts`:
+   * serves the pings of `pgfence_pgflow.ensure_workers` (pgflow 0.14's, through the startup
+   * handshake). Each ping is authenticated as pgflow's worker does (`Authorization: Bearer`
+   * `PGFLOW_AUTH_SECRET`, else `SUPABASE_SERVICE_ROLE_KEY`; none on a local Supabase: 401);
+   * a malformed body is refused (400), a ping without an invocation id, or while this
+   * isolate's worker runs, too (409), with nothing acquired. A fresh invocation id acquires
+   * the function's lease (409 when it is not the pending one, 503 while the resource is
+   * paused); then, once per isolate, the function is tracked for `ensure_workers`
+   * (`pgflow.track_worker_function`, pgflow 0.9 on) and the flow compiled or verified
+   * (`ensureFlowCompiled`: 500 naming the fix when refused, and the lease released); then the
+   * term runs (202) until the lease is lost or the platform shuts the isolate down
+   * (`beforeunload`, SIGTERM, SIGINT: the task in hand gets `shutdownGrace`), and the worker's
+   * `pgflow.workers` row is marked stopped (`pgfence_pgflow.mark_worker_stopped`). Every
+   * answer is JSON; none carries a stack.
+   */
+  static serve(flow: FlowDefinition, options: ServeOptions = {}): FlowEndpoint {
+    return serveFlow(flow, options);
+  }
+
+  /**
    * Seconds per handler call of a step (a task's or a slug): `handlerTimeout` if set, else the
    * DSL step's timeout, else the step's timeout in the database (known once a task of the step
    * was started), else pgflow's 60.
@@ -374,4 +398,402 @@ export class FlowWorker extends WorkerLoop<StepTask> {
     return sql`select pgfence_pgflow.set_vt(${attemptId}::uuid, make_interval(secs => ${visibility}))
                  as visible_until`;
   }
+}
+
+// --- the drop-in entry: an Edge Function that ensure_workers starts ---------------------------
+
+/** How the entry compiles or verifies the flow in the database (pgflow's `compilation`). */
+export type Compilation = false | {
+  /** When the database's flow differs: recompile it, deleting its runs (pgflow 0.14's
+   * `allowDataLoss`; pgflow recompiles by itself on a local Supabase). Default false. */
+  allowDataLoss?: boolean;
+};
+
+/** What `FlowWorker.serve` is set with: a one-line start's settings, and the entry's. */
+export type ServeOptions =
+  & Omit<FlowWorkerStartOptions, "sql" | "resource" | "invocationId" | "owner">
+  & {
+    /** The database (default: `connect(EDGE_WORKER_DB_URL)`, pgflow's variable; the serve
+     * then ends the pool when it stops). */
+    sql?: Sql;
+    /** The function's resource (default: its name, the request's path, which is what
+     * `ensure_workers` pings and `pgfence.register` must name). */
+    resource?: string;
+    /** Compile or verify the flow before the first term (default `{}`), or not (`false`). */
+    compilation?: Compilation;
+    /** The environment (default: Deno.env's variables): `SUPABASE_URL`,
+     * `PGFLOW_AUTH_SECRET`, `SUPABASE_SERVICE_ROLE_KEY`, `SB_EXECUTION_ID`,
+     * `EDGE_WORKER_DB_URL`. */
+    env?: Record<string, string | undefined>;
+    /** Where to listen (default: Deno.serve's; the Edge Runtime chooses its own). */
+    listen?: { hostname?: string; port?: number };
+    /** The platform (default: `runtime()`). */
+    platform?: Platform;
+  };
+
+/** A flow's compilation refused: the database's flow is missing (pgflow before 0.9) or
+ * differs from the DSL's. `message` names what differs and the command that fixes it. */
+export class FlowNotCompiled extends Error {
+  /** What differs, one line each (pgflow's `differences`). */
+  readonly differences: readonly string[];
+  /** The refusal; `differences` as above. */
+  constructor(message: string, differences: readonly string[] = []) {
+    super(message);
+    this.name = "FlowNotCompiled";
+    this.differences = differences;
+  }
+}
+
+/** The shape of a flow as pgflow 0.14's `ensure_flow_compiled` compares it. */
+interface FlowShape {
+  steps: {
+    slug: string;
+    stepType: string;
+    dependencies: string[];
+    whenUnmet: string;
+    whenExhausted: string;
+    requiredInputPattern: { defined: boolean; value?: unknown };
+    forbiddenInputPattern: { defined: boolean; value?: unknown };
+    options: Record<string, number>;
+  }[];
+  options: Record<string, number>;
+}
+
+/** A DSL step as the shape needs it. */
+interface ShapeStepLike {
+  slug: string;
+  stepType?: string;
+  dependencies: string[];
+  options: Record<string, unknown>;
+}
+
+function numbers(options: Record<string, unknown>, keys: string[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const key of keys) if (typeof options[key] === "number") out[key] = options[key] as number;
+  return out;
+}
+
+/**
+ * The flow's shape: `extractFlowShape` of the `@pgflow/dsl` the program imports where it has
+ * one (0.9 on), else read from the flow's public definition (a DSL before 0.9 has no step
+ * conditions: their patterns are undefined, their defaults pgflow's).
+ */
+async function flowShape(flow: FlowDefinition): Promise<FlowShape> {
+  const dsl = await import("@pgflow/dsl").catch(() => ({})) as Record<string, unknown>;
+  if (typeof dsl.extractFlowShape === "function") {
+    return (dsl.extractFlowShape as (flow: FlowDefinition) => FlowShape)(flow);
+  }
+  const lookup = flow as unknown as { getStepDefinition(slug: string): ShapeStepLike };
+  const undefinedPattern = { defined: false };
+  return {
+    steps: flow.stepOrder.map((slug) => {
+      const step = lookup.getStepDefinition(slug);
+      return {
+        slug,
+        stepType: step.stepType ?? "single",
+        dependencies: [...step.dependencies].sort(),
+        whenUnmet: "skip",
+        whenExhausted: "fail",
+        requiredInputPattern: undefinedPattern,
+        forbiddenInputPattern: undefinedPattern,
+        options: numbers(step.options, ["maxAttempts", "baseDelay", "timeout", "startDelay"]),
+      };
+    }),
+    options: numbers(flow.options, ["maxAttempts", "baseDelay", "timeout"]),
+  };
+}
+
+/**
+ * Compiles or verifies `flow` in the database as pgflow's worker does at its start: pgflow
+ * 0.14's `ensure_flow_compiled` (`compiled` when the flow was missing, `verified` when it
+ * matches, `recompiled` with `allowDataLoss` or on a local Supabase); a mismatch is refused
+ * (FlowNotCompiled). pgflow before 0.9 has no such function: there the flow is verified
+ * against `pgflow.steps` and `pgflow.deps`, and a missing or different one is refused, naming
+ * the command that compiles it.
+ */
+export async function ensureFlowCompiled(
+  sql: Sql,
+  flow: FlowDefinition,
+  compilation: Compilation = {},
+): Promise<"compiled" | "verified" | "recompiled" | "skipped"> {
+  if (compilation === false) return "skipped";
+  const shape = await flowShape(flow);
+  const [{ ensure }] = await sql`select to_regprocedure(
+      'pgflow.ensure_flow_compiled(text, jsonb, boolean)') is not null as ensure`;
+  if (ensure) {
+    const [{ result }] = await sql`select pgflow.ensure_flow_compiled(${flow.slug},
+        ${sql.json(shape as unknown as postgres.JSONValue)}, ${compilation.allowDataLoss ?? false})
+        as result`;
+    const { status, differences } = result as { status: string; differences: string[] };
+    if (status === "mismatch") {
+      throw new FlowNotCompiled(
+        `flow ${flow.slug} in the database differs from the worker's: ${differences.join("; ")} ` +
+          "(deploy a migration of the new flow with `pgflow compile`, or start with " +
+          "compilation: { allowDataLoss: true } to recompile it, deleting its runs)",
+        differences,
+      );
+    }
+    return status as "compiled" | "verified" | "recompiled";
+  }
+  const rows = await sql`select s.step_slug, s.step_type,
+                                coalesce(array_agg(d.dep_slug order by d.dep_slug)
+                                           filter (where d.dep_slug is not null), '{}') as deps
+                           from pgflow.steps s
+                           left join pgflow.deps d
+                             on d.flow_slug = s.flow_slug and d.step_slug = s.step_slug
+                          where s.flow_slug = ${flow.slug}
+                          group by s.step_slug, s.step_type, s.step_index
+                          order by s.step_index`;
+  const ours = shape.steps.map((s) => `${s.slug} ${s.stepType} (${s.dependencies.join(", ")})`);
+  const theirs = rows.map((r) =>
+    `${r.step_slug} ${r.step_type} (${(r.deps as string[]).join(", ")})`
+  );
+  const differences = ours.length === 0 || rows.length === 0
+    ? [`flow ${flow.slug} is not in the database`]
+    : ours.flatMap((step, i) => step === theirs[i] ? [] : [`step ${i}: ${step} != ${theirs[i]}`])
+      .concat(theirs.length > ours.length ? [`${theirs.length - ours.length} more steps`] : []);
+  if (differences.length > 0) {
+    throw new FlowNotCompiled(
+      `${differences.join("; ")}: this pgflow compiles no flow at a worker's start; ` +
+        "`npx pgflow compile <the flow's file>` writes its migration, then apply it " +
+        "(`supabase migration up`)",
+      differences,
+    );
+  }
+  return "verified";
+}
+
+/** An invocation id of `pgfence.request_start`: a uuid. */
+const INVOCATION_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+function answer(status: number, body: unknown): Response {
+  return new Response(JSON.stringify(body), {
+    status,
+    headers: { "content-type": "application/json" },
+  });
+}
+
+/** Supabase's local stack: its functions are reached through kong, and are not authenticated. */
+function isLocal(env: Record<string, string | undefined>): boolean {
+  try {
+    return new URL(env.SUPABASE_URL ?? "").host === "kong:8000";
+  } catch {
+    return false;
+  }
+}
+
+/** Equal strings, in time that depends on their length only. */
+function sameSecret(a: string, b: string): boolean {
+  const [x, y] = [new TextEncoder().encode(a), new TextEncoder().encode(b)];
+  let diff = x.length ^ y.length;
+  for (let i = 0; i < Math.max(x.length, y.length); i++) diff |= (x[i] ?? 0) ^ (y[i] ?? 0);
+  return diff === 0;
+}
+
+/**
+ * pgflow's authentication of the ping: none on a local Supabase; elsewhere
+ * `Authorization: Bearer <PGFLOW_AUTH_SECRET, else SUPABASE_SERVICE_ROLE_KEY>`, the key
+ * `ensure_workers` sends. Null when it passes, else the answer (401, or 500 when neither
+ * secret is set).
+ */
+function refuseUnauthorized(
+  request: Request,
+  env: Record<string, string | undefined>,
+): Response | null {
+  if (isLocal(env)) return null;
+  const key = env.PGFLOW_AUTH_SECRET || env.SUPABASE_SERVICE_ROLE_KEY;
+  const header = request.headers.get("authorization");
+  if (!header) return answer(401, { error: "Unauthorized", message: "Unauthorized" });
+  if (!key) {
+    return answer(500, {
+      error: "Internal Server Error",
+      message: "neither PGFLOW_AUTH_SECRET nor SUPABASE_SERVICE_ROLE_KEY is set",
+    });
+  }
+  return sameSecret(header, `Bearer ${key}`)
+    ? null
+    : answer(401, { error: "Unauthorized", message: "Unauthorized" });
+}
+
+/** The entry `FlowWorker.serve` returns. */
+export interface FlowEndpoint {
+  /** The HTTP server. */
+  readonly server: Deno.HttpServer;
+  /** The worker of the current (or last) term, null before the first. */
+  readonly worker: FlowWorker | null;
+  /** Resolves when the entry has stopped (a shutdown signal, or `stop`): its last term
+   * released, its worker marked stopped, the server closed. */
+  readonly finished: Promise<void>;
+  /** Stops: the term in hand ends (see `WorkerLoop.stop`), then the server. */
+  stop(reason?: string): void;
+}
+
+/** The body of a ping, or the answer that refuses it. */
+async function invocationOf(request: Request): Promise<string | Response | null> {
+  let body: unknown;
+  try {
+    const text = await request.text();
+    body = text.trim() === "" ? {} : JSON.parse(text);
+  } catch {
+    return answer(400, { error: "Bad Request", message: "the body is not JSON" });
+  }
+  if (body === null || typeof body !== "object" || Array.isArray(body)) {
+    return answer(400, { error: "Bad Request", message: "the body is not a JSON object" });
+  }
+  const id = (body as { invocation_id?: unknown }).invocation_id;
+  if (id === undefined || id === null) return null;
+  if (typeof id !== "string" || !INVOCATION_ID.test(id)) {
+    return answer(400, { error: "Bad Request", message: "invocation_id is not a uuid" });
+  }
+  return id;
+}
+
+/** The message of an error, ids redacted, without its stack. */
+function said(e: unknown): string {
+  const text = e instanceof Error ? e.message : String(e);
+  return text.replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi, "…");
+}
+
+/** Starts the term of one invocation; the answer to its ping. */
+async function term(
+  flow: FlowDefinition,
+  options: ServeOptions,
+  sql: Sql,
+  functionName: string,
+  invocationId: string,
+  once: { prepared: boolean },
+): Promise<{ response: Response; worker?: FlowWorker; work?: Promise<void> }> {
+  const env = options.env ?? readEnv();
+  const owner = new Owner({
+    sql,
+    resource: options.resource ?? functionName,
+    owner: `edge-${env.SB_EXECUTION_ID ?? crypto.randomUUID()}`,
+    ttl: options.ttl,
+    renewEvery: options.renewEvery,
+    clock: options.clock,
+    retry: options.retry,
+  });
+  try {
+    if (!(await owner.acquire(invocationId))) {
+      return {
+        response: answer(409, {
+          started: false,
+          message: "not the pending invocation: replayed, or another worker is current",
+        }),
+      };
+    }
+  } catch (e) {
+    if (e instanceof ResourceDisabled) {
+      return { response: answer(503, { started: false, paused: true, message: said(e) }) };
+    }
+    if (e instanceof InvalidArgument) { // an invocation id the database never issued
+      return { response: answer(409, { started: false, message: said(e) }) };
+    }
+    return { response: answer(500, { error: "Internal Server Error", message: said(e) }) };
+  }
+  try {
+    if (!once.prepared) {
+      // pgflow 0.14's worker start: the function tracked for ensure_workers, the flow compiled
+      // or verified; once per isolate.
+      const [{ tracked }] = await sql`select to_regprocedure(
+          'pgflow.track_worker_function(text)') is not null as tracked`;
+      if (tracked) await sql`select pgflow.track_worker_function(${functionName})`;
+      await ensureFlowCompiled(sql, flow, options.compilation);
+      once.prepared = true;
+    }
+  } catch (e) {
+    await owner.release().catch(() => {});
+    return { response: answer(500, { error: "Internal Server Error", message: said(e) }) };
+  }
+  const worker = new FlowWorker({ ...options, owner, flow });
+  const work = worker.run().catch(() => {
+    // A fault ended the term: its lease is released or runs out, and ensure_workers starts
+    // another invocation.
+  }).finally(async () => {
+    // pgflow's worker marks itself stopped as it ends, so ensure_workers pings at once.
+    if (owner.leaseId !== null) {
+      await sql`select pgfence_pgflow.mark_worker_stopped(${owner.leaseId}::uuid)`.catch(() => {});
+    }
+  });
+  return {
+    response: answer(202, {
+      status: "started",
+      started: true,
+      generation: String(owner.generation),
+      functionName,
+    }),
+    worker,
+    work,
+  };
+}
+
+function serveFlow(flow: FlowDefinition, options: ServeOptions): FlowEndpoint {
+  const env = options.env ?? readEnv();
+  const own = options.sql === undefined;
+  const sql = options.sql ?? connect(env.EDGE_WORKER_DB_URL ?? "");
+  const platform = options.platform ?? runtime();
+  const once = { prepared: false };
+  let current: { worker: FlowWorker; work: Promise<void> } | null = null;
+  let stopping: string | null = null;
+  let running = false;
+  let last: Promise<unknown> = Promise.resolve();
+  let finish = () => {};
+  const finished = new Promise<void>((resolve) => (finish = resolve));
+
+  const handler = async (request: Request): Promise<Response> => {
+    const refused = refuseUnauthorized(request, env);
+    if (refused !== null) return refused;
+    const invocation = await invocationOf(request);
+    if (invocation instanceof Response) return invocation;
+    if (invocation === null) {
+      return answer(409, {
+        started: false,
+        message: "no invocation id: this worker starts only through the startup handshake " +
+          "(pgfence_pgflow.ensure_workers, pgfence.request_start)",
+      });
+    }
+    if (stopping !== null || running) {
+      return answer(409, { started: false, message: "a worker is running in this isolate" });
+    }
+    const functionName = new URL(request.url).pathname.replace(/^\/+|\/+$/g, "");
+    running = true; // one term at a time: a ping meanwhile is refused above
+    const begun = term(flow, options, sql, functionName, invocation, once);
+    last = begun.then((started) => started.work);
+    const started = await begun;
+    if (started.worker !== undefined && started.work !== undefined) {
+      current = { worker: started.worker, work: started.work };
+      started.work.finally(() => (running = false));
+      platform.keepAlive(started.work);
+      if (stopping !== null) {
+        started.worker.stop({ grace: started.worker.shutdownGrace, reason: stopping });
+      }
+    } else {
+      running = false;
+    }
+    return started.response;
+  };
+  const server = options.listen === undefined
+    ? Deno.serve(handler)
+    : Deno.serve(options.listen, handler);
+
+  const stop = (reason = "stop") => {
+    if (stopping !== null) return;
+    stopping = reason;
+    current?.worker.stop({ grace: current.worker.shutdownGrace, reason });
+    (async () => {
+      await last; // the term in hand, or the one a ping is starting (stopped as it starts)
+      await server.shutdown();
+      if (own) await sql.end();
+    })().finally(finish);
+  };
+  const remove = platform.onShutdown(stop);
+  finished.finally(remove);
+  return {
+    server,
+    get worker() {
+      return current?.worker ?? null;
+    },
+    finished,
+    stop,
+  };
 }
