@@ -416,4 +416,4 @@ def test_pgflow_worker_tests_pass_directly_and_through_pgbouncer(
     said = out.stdout + out.stderr
     assert out.returncode == 0, said
     summary = re.search(r"^ok \| (\d+) passed \| 0 failed(?: \| (\d+) ignored)?", said, re.M)
-    assert summary and int(summary.group(1)) == 24 and summary.group(2) in (None, "0"), said
+    assert summary and int(summary.group(1)) == 28 and summary.group(2) in (None, "0"), said

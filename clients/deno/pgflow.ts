@@ -85,6 +85,9 @@ export interface StepContext extends HandlerContext<StepTask> {
   env: Record<string, string | undefined>;
   /** EdgeWorker's: aborts when the worker stops or its lease is given up. */
   shutdownSignal: AbortSignal;
+  /** EdgeWorker's (pgflow 0.14): the run's input, read from `pgflow.runs` when the task's
+   * input did not carry it (a map task's). */
+  readonly flowInput: Promise<unknown>;
   /** EdgeWorker's `stepTask` record. */
   stepTask: {
     flow_slug: string;
@@ -153,6 +156,14 @@ export interface FlowWorkerOptions extends LoopOptions {
   handlerTimeout?: number;
   /** The handlers' `context.env` (default: Deno.env's variables, where readable). */
   env?: Record<string, string | undefined>;
+  /**
+   * What a handler's `input` is: `with-run` (default; `FlowWorker.serve`'s is `pgflow`): the
+   * run's input under `run` beside the dependencies' outputs, on every pgflow (pgflow 0.8's
+   * shape); `pgflow`: what the pgflow in the database gives its own workers (from 0.14 a root
+   * step gets the run's input itself, another step its dependencies' outputs only, the run's
+   * input in `context.flowInput`). A map step's handler gets its item either way.
+   */
+  input?: "with-run" | "pgflow";
 }
 
 /** What `FlowWorker.start` needs: the Owner's settings and the worker's (without `owner`). */
@@ -196,8 +207,13 @@ export class FlowWorker extends WorkerLoop<StepTask> {
   readonly #dsl: Record<string, number>;
   readonly #handlerTimeout: number | undefined;
   readonly #env: Record<string, string | undefined>;
-  /** The steps' timeouts in the database (what the start hides a task's message for, less 2 s). */
-  #timeouts = new Map<string, number>();
+  /** The flow's steps as the database has them: each one's timeout (what the start hides a
+   * task's message for, less 2 s), whether it is a map step, and whether it has
+   * dependencies; `flowInput`: whether this pgflow gives a task its dependencies' outputs
+   * only (0.14's shape). */
+  #steps = new Map<string, { timeout: number; map: boolean; root: boolean }>();
+  #flowInput = false;
+  readonly #input: "with-run" | "pgflow";
 
   /** A worker of `options.flow` (or `flowSlug` and `handlers`) under `options.owner`. */
   constructor(options: FlowWorkerOptions) {
@@ -222,6 +238,7 @@ export class FlowWorker extends WorkerLoop<StepTask> {
     }
     this.#handlerTimeout = options.handlerTimeout;
     this.#env = options.env ?? readEnv();
+    this.#input = options.input ?? "with-run";
   }
 
   /**
@@ -269,13 +286,14 @@ export class FlowWorker extends WorkerLoop<StepTask> {
    */
   handlerTimeout(task: StepTask | string): number {
     const slug = typeof task === "string" ? task : task.stepSlug;
-    return this.#handlerTimeout ?? this.#dsl[slug] ?? this.#timeouts.get(slug) ?? PGFLOW_TIMEOUT;
+    return this.#handlerTimeout ?? this.#dsl[slug] ?? this.#steps.get(slug)?.timeout ??
+      PGFLOW_TIMEOUT;
   }
 
   /** The start hid the task's message for its step's timeout + 2 s (the read's `visibility`
    * where the timeout is unknown). */
   protected override granted(task: StepTask): number {
-    const timeout = this.#timeouts.get(task.stepSlug);
+    const timeout = this.#steps.get(task.stepSlug)?.timeout;
     return timeout === undefined ? this.visibility : timeout + START_MARGIN;
   }
 
@@ -292,7 +310,7 @@ export class FlowWorker extends WorkerLoop<StepTask> {
   }
 
   protected async claimed(rows: Row[], sent: number): Promise<StepTask[]> {
-    const tasks = rows.map((r) => ({
+    const tasks: StepTask[] = rows.map((r) => ({
       attemptId: r.attempt_id as string,
       runId: r.run_id as string,
       stepSlug: r.step_slug as string,
@@ -301,31 +319,65 @@ export class FlowWorker extends WorkerLoop<StepTask> {
       msgId: BigInt(r.msg_id as string),
       visibleUntil: sent,
     }));
-    if (tasks.some((task) => !this.#timeouts.has(task.stepSlug))) await this.#readTimeouts();
-    for (const task of tasks) task.visibleUntil = sent + this.granted(task);
+    if (tasks.some((task) => !this.#steps.has(task.stepSlug))) await this.#readSteps();
+    for (const task of tasks) {
+      task.visibleUntil = sent + this.granted(task);
+      this.#shape(task);
+    }
     return tasks;
   }
 
   /**
-   * The flow's steps' timeouts as pgflow keeps them (the step's, else the flow's): what the
-   * start hides a started task's message for (+ 2 s). Read again when a step is new to the
-   * worker. Its answer lost, the tasks keep the read's `visibility` only: each is extended (or
-   * skipped) before its handler starts.
+   * The flow's steps as pgflow keeps them: each one's timeout (the step's, else the flow's),
+   * what the start hides a started task's message for (+ 2 s); its type and dependencies (for
+   * `input: "pgflow"`). Read again when a step is new to the worker. Its answer lost, the tasks
+   * keep the read's `visibility` only: each is extended (or skipped) before its handler starts.
    */
-  async #readTimeouts(): Promise<void> {
+  async #readSteps(): Promise<void> {
     try {
       const rows = await this.owner.query(
         "claim",
         (sql) =>
-          sql`select s.step_slug, coalesce(s.opt_timeout, f.opt_timeout) as timeout
+          sql`select s.step_slug, coalesce(s.opt_timeout, f.opt_timeout) as timeout,
+                     s.step_type = 'map' as map,
+                     not exists (select from pgflow.deps d
+                                  where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug)
+                       as root,
+                     exists (select from pg_catalog.pg_attribute a
+                              where a.attrelid = 'pgflow.step_task_record'::regclass
+                                and a.attname = 'flow_input' and not a.attisdropped)
+                       as flow_input
                 from pgflow.steps s join pgflow.flows f on f.flow_slug = s.flow_slug
                where s.flow_slug = ${this.flowSlug}`,
         { resend: true, until: this.owner.deadline },
       );
-      this.#timeouts = new Map(rows.map((r) => [r.step_slug as string, Number(r.timeout)]));
+      this.#steps = new Map(rows.map((r) => [r.step_slug as string, {
+        timeout: Number(r.timeout),
+        map: r.map as boolean,
+        root: r.root as boolean,
+      }]));
+      this.#flowInput = rows.some((r) => r.flow_input as boolean);
     } catch {
       // See above: the tasks' own checks cover it.
     }
+  }
+
+  /** Run inputs of the tasks whose input carried it (see `#shape`). */
+  #runInputs = new WeakMap<StepTask, unknown>();
+
+  /**
+   * `input: "pgflow"` on a pgflow that gives a task its dependencies' outputs only (0.14): the
+   * layer's input (the run's under `run`, beside them) in that shape, the run's input kept for
+   * `context.flowInput`. A root step's handler gets the run's input itself; a map step's its
+   * item, as on every pgflow.
+   */
+  #shape(task: StepTask): void {
+    const step = this.#steps.get(task.stepSlug);
+    if (step === undefined || step.map) return;
+    const { run, ...outputs } = task.input as { run?: unknown } & Record<string, unknown>;
+    this.#runInputs.set(task, run);
+    if (this.#input !== "pgflow" || !this.#flowInput) return;
+    task.input = step.root ? run : outputs;
   }
 
   protected call(task: StepTask, context: HandlerContext<StepTask>): unknown {
@@ -337,8 +389,19 @@ export class FlowWorker extends WorkerLoop<StepTask> {
   /** The context a step's handler gets (EdgeWorker's shape, see `StepContext`). */
   protected context(task: StepTask, base: HandlerContext<StepTask>): StepContext {
     const msgId = Number(task.msgId);
+    const runInputs = this.#runInputs;
+    const sql = this.owner.sql;
+    let flowInput: Promise<unknown> | undefined;
     return {
       ...base,
+      get flowInput(): Promise<unknown> {
+        flowInput ??= runInputs.has(task)
+          ? Promise.resolve(runInputs.get(task))
+          : sql`select input from pgflow.runs where run_id = ${task.runId}::uuid`.then((rows) =>
+            rows[0]?.input
+          );
+        return flowInput;
+      },
       env: this.#env,
       shutdownSignal: AbortSignal.any([this.owner.signal, this.stopping]),
       stepTask: {
@@ -705,7 +768,7 @@ async function term(
     await owner.release().catch(() => {});
     return { response: answer(500, { error: "Internal Server Error", message: said(e) }) };
   }
-  const worker = new FlowWorker({ ...options, owner, flow });
+  const worker = new FlowWorker({ ...options, owner, flow, input: options.input ?? "pgflow" });
   const work = worker.run().catch(() => {
     // A fault ended the term: its lease is released or runs out, and ensure_workers starts
     // another invocation.

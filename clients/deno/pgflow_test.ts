@@ -8,9 +8,17 @@
  * @module
  */
 import { compileFlow, Flow } from "@pgflow/dsl";
-import { FlowWorker, type StepContext } from "./pgflow.ts";
+import { ensureFlowCompiled, FlowNotCompiled, FlowWorker, type StepContext } from "./pgflow.ts";
 import { ConnectionLost, Owner } from "./mod.ts";
-import { assert, assertEquals, FakeClock, gate, type Target, test } from "./test_support.ts";
+import {
+  assert,
+  assertEquals,
+  FakeClock,
+  gate,
+  rejects,
+  type Target,
+  test,
+} from "./test_support.ts";
 
 /** A slug of this test's own: pgflow's slugs allow letters, digits and underscores. */
 function slug(t: Target, base: string): string {
@@ -501,4 +509,67 @@ test("no fault of the connection or inside the driver ends a supervised worker",
   );
   assertEquals([worker.faults, owner.faults.size], [1, 0]);
   assert(worker.lastFault?.startsWith("ConnectionLost") === true, `${worker.lastFault}`);
+});
+
+// --- the drop-in entry's start: compile or verify, pgflow's input ------------------------------
+
+/** Whether the database's pgflow compiles flows itself (0.14: ensure_flow_compiled). */
+async function compiles(t: Target): Promise<boolean> {
+  const [{ ok }] = await t.admin`select to_regprocedure(
+      'pgflow.ensure_flow_compiled(text, jsonb, boolean)') is not null as ok`;
+  return ok as boolean;
+}
+
+test("the flow is compiled or verified as pgflow's worker does, a mismatch refused", async (t) => {
+  const flowSlug = slug(t, "compile");
+  const flow = dslFlow(flowSlug, {}) as unknown as Flow;
+  const other = new Flow({ slug: flowSlug }).step({ slug: "first" }, () => 1)
+    .step({ slug: "other", dependsOn: ["first"] }, () => 2) as unknown as Flow;
+  if (await compiles(t)) {
+    // pgflow 0.14: compiled when missing, then verified; a different flow refused.
+    assertEquals(await ensureFlowCompiled(t.sql, flow), "compiled");
+    assertEquals(await ensureFlowCompiled(t.sql, flow), "verified");
+  } else {
+    // pgflow 0.8 compiles nothing at a worker's start: a missing flow is refused, naming the
+    // command that compiles it; once compiled (by pgflow's compiler), it is verified.
+    const refused = await rejects(ensureFlowCompiled(t.sql, flow), FlowNotCompiled);
+    assert(String(refused).includes("npx pgflow compile"), String(refused));
+    await install(t, flow);
+    assertEquals(await ensureFlowCompiled(t.sql, flow), "verified");
+  }
+  const mismatch = await rejects(ensureFlowCompiled(t.sql, other), FlowNotCompiled);
+  assert((mismatch as FlowNotCompiled).differences.length > 0, String(mismatch));
+  assertEquals(await ensureFlowCompiled(t.sql, other, false), "skipped");
+});
+
+test("input: pgflow gives handlers the shape the database's pgflow gives its own", async (t) => {
+  const [resource, flowSlug] = [t.name("fn"), slug(t, "shape")];
+  const seen: Record<string, unknown> = {};
+  const flow = new Flow<{ n: number }>({ slug: flowSlug })
+    .step({ slug: "first" }, async (input, context) => {
+      seen.first = [input, await (context as unknown as StepContext).flowInput];
+      return { m: 2 };
+    })
+    .step({ slug: "second", dependsOn: ["first"] }, async (input, context) => {
+      seen.second = [input, await (context as unknown as StepContext).flowInput];
+      return null;
+    });
+  await install(t, flow as unknown as Flow);
+  await t.admin`select pgfence.register(${resource})`;
+  await t.admin`select pgflow.start_flow(${flowSlug}, '{"n": 1}')`;
+  const owner = new Owner({ sql: t.sql, resource });
+  assert(await owner.acquire());
+  const worker = new FlowWorker({ owner, flow: flow as unknown as Flow, input: "pgflow" });
+  await worker.run({ untilIdle: true });
+  const [{ ok: new14 }] = await t.admin`select exists (select from pg_attribute
+      where attrelid = 'pgflow.step_task_record'::regclass and attname = 'flow_input') as ok`;
+  assertEquals(
+    seen,
+    new14
+      ? { first: [{ n: 1 }, { n: 1 }], second: [{ first: { m: 2 } }, { n: 1 }] } // 0.14's
+      : {
+        first: [{ run: { n: 1 } }, { n: 1 }],
+        second: [{ run: { n: 1 }, first: { m: 2 } }, { n: 1 }],
+      },
+  );
 });
