@@ -20,14 +20,10 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import subprocess
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,7 +31,14 @@ from psycopg.conninfo import conninfo_to_dict
 
 from testkit.cluster import LOOPBACK, USER, Cluster, PgBouncer
 from testkit.harness import Database
-from tests.support import DENO, HUNG, LONG, ROOT
+from tests.support import (
+    DENO,
+    HUNG,
+    LONG,
+    ROOT,
+    DenoServer,
+    refuses_what_is_not_a_fresh_invocation,
+)
 from tests.test_pgflow import run_status, task, two_steps
 
 CLIENT = ROOT / "clients/deno"
@@ -270,97 +273,49 @@ def test_a_signal_drains_the_one_line_start_and_releases(
 
 # -- the Edge-Function-shaped example and the startup handshake --------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 KEY = "service-role-key-of-the-test"
+AUTHORIZED = {"authorization": f"Bearer {KEY}"}
 
 
-class Entry:
-    """examples/pgflow_edge_function.ts (`FlowWorker.serve`) as a server process, the way the
-    Edge Runtime runs a function: reached at /<function>, its key in SUPABASE_SERVICE_ROLE_KEY."""
-
-    def __init__(self, target: Target, env: dict[str, str], script: str = "examples/"
-                 "pgflow_edge_function.ts", cwd: Path = CLIENT,
-                 extra: dict[str, str] | None = None) -> None:
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [str(DENO), "run", *PERMISSIONS, script], cwd=cwd,
-            env={**env, "EDGE_WORKER_DB_URL": target.url, "SUPABASE_SERVICE_ROLE_KEY": KEY,
-                 "SB_EXECUTION_ID": str(uuid.uuid4()), "HOST": LOOPBACK, "PORT": str(self.port),
-                 **(extra or {})},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert "Listening on" in line, line   # Deno.serve says so once it listens
-
-    def post(self, body: bytes | dict[str, Any], key: str | None = KEY,
-             function: str = "pgflow-two") -> tuple[int, dict[str, Any]]:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        headers = {"content-type": "application/json"}
-        if key is not None:
-            headers["authorization"] = f"Bearer {key}"
-        request = urllib.request.Request(f"http://{LOOPBACK}:{self.port}/{function}", data,
-                                         headers)
-        try:
-            with urllib.request.urlopen(request, timeout=HUNG) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
-
-    def stop(self) -> int:
-        """SIGTERM, as a process supervisor stops it: the exit status."""
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=HUNG)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+def entry(target: Target, env: dict[str, str]) -> DenoServer:
+    """examples/pgflow_edge_function.ts (`FlowWorker.serve`), as the Edge Runtime runs a
+    function: reached at /pgflow-two, its key in SUPABASE_SERVICE_ROLE_KEY."""
+    return DenoServer("examples/pgflow_edge_function.ts", CLIENT, {
+        **env, "EDGE_WORKER_DB_URL": target.url, "SUPABASE_SERVICE_ROLE_KEY": KEY,
+        "SB_EXECUTION_ID": str(uuid.uuid4())})
 
 
 @pytest.fixture
-def entries() -> Iterator[list[Entry]]:
-    started: list[Entry] = []
+def servers() -> Iterator[list[DenoServer]]:
+    started: list[DenoServer] = []
     yield started
-    for e in started:
-        e.kill()
+    for server in started:
+        server.kill()
 
 
 def test_the_entry_refuses_what_is_not_a_fresh_invocation_and_acquires_nothing(
-        target: Target, deno_env: dict[str, str], entries: list[Entry]) -> None:
+        target: Target, deno_env: dict[str, str], servers: list[DenoServer]) -> None:
     db = target.db
     two_steps(db, resources=("pgflow-two",))
-    entry = Entry(target, deno_env)
-    entries.append(entry)
+    server = entry(target, deno_env)
+    servers.append(server)
     unauthorized = {"error": "Unauthorized", "message": "Unauthorized"}
-    assert entry.post({}, key=None) == (401, unauthorized)
-    assert entry.post({}, key="another key") == (401, unauthorized)
-    for body, why in ((b"{not json", "the body is not JSON"),
-                      (b"[1, 2]", "the body is not a JSON object"),
-                      ({"invocation_id": "not-a-uuid"}, "invocation_id is not a uuid")):
-        status, said = entry.post(body)
-        assert (status, said) == (400, {"error": "Bad Request", "message": why}), said
-    status, said = entry.post({})
-    assert status == 409 and said["started"] is False and "no invocation id" in said["message"]
-    status, said = entry.post({"invocation_id": str(uuid.uuid4())})   # not the pending one
-    assert status == 409 and said["started"] is False, said
+    assert server.post({}, "/pgflow-two") == (401, unauthorized)
+    assert server.post({}, "/pgflow-two", {"authorization": "Bearer another key"}) == (
+        401, unauthorized)
+    refuses_what_is_not_a_fresh_invocation(server, "/pgflow-two", AUTHORIZED)
     assert db.one("select count(*) from pgfence.leases") == 0, "nothing was acquired"
     assert db.one("select count(*) from pgflow.step_tasks where status = 'started'") == 0
-    assert entry.stop() == 0
+    assert server.stop() == 0
 
 
 def test_the_entry_starts_once_per_invocation_and_marks_its_worker_stopped(
-        target: Target, deno_env: dict[str, str], entries: list[Entry],
+        target: Target, deno_env: dict[str, str], servers: list[DenoServer],
         pgflow_version: str) -> None:
     db = target.db
     run_id = two_steps(db, resources=("pgflow-two",))
-    entry = Entry(target, deno_env)
-    entries.append(entry)
+    server = entry(target, deno_env)
+    servers.append(server)
     invocation = db.one("select pgfence.request_start('pgflow-two')")
     assert invocation is not None
     # The worker is held inside its first complete_task (a session holds the run's row,
@@ -368,14 +323,14 @@ def test_the_entry_starts_once_per_invocation_and_marks_its_worker_stopped(
     holder = db.session("holder")
     holder.begin()
     holder.run("select from pgflow.runs where run_id = %s for update", (run_id,))
-    status, said = entry.post({"invocation_id": str(invocation)})
+    status, said = server.post({"invocation_id": str(invocation)}, "/pgflow-two", AUTHORIZED)
     assert status == 202 and said["started"] is True and said["functionName"] == "pgflow-two", \
         said
     db.wait_until("select count(*) = 1 from pg_stat_activity "
                   "where %s = any(pg_blocking_pids(pid))", (holder.pid,))
     assert db.one("select pgfence.request_start('pgflow-two')") is None, \
         "no start is requested while a worker is current"
-    status, said = entry.post({"invocation_id": str(invocation)})
+    status, said = server.post({"invocation_id": str(invocation)}, "/pgflow-two", AUTHORIZED)
     assert status == 409 and said["started"] is False, "a replayed invocation starts nothing"
     holder.commit()
     db.wait_until("select status = 'completed' from pgflow.runs where run_id = %s", (run_id,))
@@ -387,7 +342,7 @@ def test_the_entry_starts_once_per_invocation_and_marks_its_worker_stopped(
         # Registered as pgflow 0.14's worker registers its function.
         assert db.one("select count(*) from pgflow.worker_functions "
                       "where function_name = 'pgflow-two'") == 1
-    assert entry.stop() == 0                           # SIGTERM: drained, released, ended
+    assert server.stop() == 0                          # SIGTERM: drained, released, ended
     assert db.sql("select status from pgfence.lease_status") == [("released",)]
     mark = "stopped_at" if pgflow_version == "0.14.1" else "deprecated_at"
     assert db.sql(f"select function_name, {mark} is not null from pgflow.workers") == [

@@ -908,6 +908,52 @@ export function runtime(): Platform {
   return edgeRuntimeGlobal() !== undefined ? edgeRuntime : processRuntime;
 }
 
+// --- the startup handshake over HTTP -----------------------------------------------------------
+
+/** A JSON answer (`content-type: application/json`). */
+export function jsonResponse(status: number, body: unknown): Response {
+  return new Response(JSON.stringify(body) + "\n", {
+    status,
+    headers: { "content-type": "application/json" },
+  });
+}
+
+/** An invocation id of `pgfence.request_start`: a uuid. */
+const INVOCATION_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * The invocation id a start request carries (`{"invocation_id": "<uuid>"}`, the body a
+ * supervisor sends with an id of `pgfence.request_start`; `pgfence_pgflow.ensure_workers`
+ * sends it so), or the JSON answer that refuses the request before anything is acquired: 400
+ * for a body that is not a JSON object or an id that is not a uuid, 409 for a request without
+ * an id (a worker starts only through the handshake). No answer carries a stack. Whether the id
+ * is the pending one, `Owner.acquire` tells (false, or 22023 for an id never issued: 409 too).
+ */
+export async function invocationOf(request: Request): Promise<string | Response> {
+  let body: unknown;
+  try {
+    const text = await request.text();
+    body = text.trim() === "" ? {} : JSON.parse(text);
+  } catch {
+    return jsonResponse(400, { error: "Bad Request", message: "the body is not JSON" });
+  }
+  if (body === null || typeof body !== "object" || Array.isArray(body)) {
+    return jsonResponse(400, { error: "Bad Request", message: "the body is not a JSON object" });
+  }
+  const id = (body as { invocation_id?: unknown }).invocation_id;
+  if (id === undefined || id === null) {
+    return jsonResponse(409, {
+      started: false,
+      message: "no invocation id: this worker starts only through the startup handshake " +
+        "(pgfence.request_start)",
+    });
+  }
+  if (typeof id !== "string" || !INVOCATION_ID.test(id)) {
+    return jsonResponse(400, { error: "Bad Request", message: "invocation_id is not a uuid" });
+  }
+  return id;
+}
+
 // --- Worker -------------------------------------------------------------------------------
 
 /** The database's answer to a complete or fail (I5). */

@@ -48,6 +48,8 @@ import {
   connect,
   type HandlerContext,
   InvalidArgument,
+  invocationOf,
+  jsonResponse,
   type LoopOptions,
   Owner,
   type OwnerOptions,
@@ -536,30 +538,32 @@ function numbers(options: Record<string, unknown>, keys: string[]): Record<strin
   return out;
 }
 
+/** An input pattern of the shape: a step condition (`if`, `ifNot`), or none. */
+function pattern(value: unknown): { defined: boolean; value?: unknown } {
+  return value === undefined ? { defined: false } : { defined: true, value };
+}
+
 /**
- * The flow's shape: `extractFlowShape` of the `@pgflow/dsl` the program imports where it has
- * one (0.9 on), else read from the flow's public definition (a DSL before 0.9 has no step
- * conditions: their patterns are undefined, their defaults pgflow's).
+ * The flow's shape, as pgflow 0.14's `ensure_flow_compiled` reads it (its `_get_flow_shape`
+ * and `_compare_flow_shapes`), from the flow's public definition: each step in order, its type
+ * and sorted dependencies, its conditions (`if`, `ifNot`, `whenUnmet`, `whenExhausted`, with
+ * pgflow's defaults where the DSL has none, as before 0.14) and its options.
  */
-async function flowShape(flow: FlowDefinition): Promise<FlowShape> {
-  const dsl = await import("@pgflow/dsl").catch(() => ({})) as Record<string, unknown>;
-  if (typeof dsl.extractFlowShape === "function") {
-    return (dsl.extractFlowShape as (flow: FlowDefinition) => FlowShape)(flow);
-  }
+function flowShape(flow: FlowDefinition): FlowShape {
   const lookup = flow as unknown as { getStepDefinition(slug: string): ShapeStepLike };
-  const undefinedPattern = { defined: false };
   return {
     steps: flow.stepOrder.map((slug) => {
       const step = lookup.getStepDefinition(slug);
+      const options = step.options;
       return {
         slug,
         stepType: step.stepType ?? "single",
         dependencies: [...step.dependencies].sort(),
-        whenUnmet: "skip",
-        whenExhausted: "fail",
-        requiredInputPattern: undefinedPattern,
-        forbiddenInputPattern: undefinedPattern,
-        options: numbers(step.options, ["maxAttempts", "baseDelay", "timeout", "startDelay"]),
+        whenUnmet: typeof options.whenUnmet === "string" ? options.whenUnmet : "skip",
+        whenExhausted: typeof options.whenExhausted === "string" ? options.whenExhausted : "fail",
+        requiredInputPattern: pattern(options.if),
+        forbiddenInputPattern: pattern(options.ifNot),
+        options: numbers(options, ["maxAttempts", "baseDelay", "timeout", "startDelay"]),
       };
     }),
     options: numbers(flow.options, ["maxAttempts", "baseDelay", "timeout"]),
@@ -580,7 +584,7 @@ export async function ensureFlowCompiled(
   compilation: Compilation = {},
 ): Promise<"compiled" | "verified" | "recompiled" | "skipped"> {
   if (compilation === false) return "skipped";
-  const shape = await flowShape(flow);
+  const shape = flowShape(flow);
   const [{ ensure }] = await sql`select to_regprocedure(
       'pgflow.ensure_flow_compiled(text, jsonb, boolean)') is not null as ensure`;
   if (ensure) {
@@ -626,15 +630,7 @@ export async function ensureFlowCompiled(
   return "verified";
 }
 
-/** An invocation id of `pgfence.request_start`: a uuid. */
-const INVOCATION_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-function answer(status: number, body: unknown): Response {
-  return new Response(JSON.stringify(body), {
-    status,
-    headers: { "content-type": "application/json" },
-  });
-}
+const answer = jsonResponse;
 
 /** Supabase's local stack: its functions are reached through kong, and are not authenticated. */
 function isLocal(env: Record<string, string | undefined>): boolean {
@@ -689,26 +685,6 @@ export interface FlowEndpoint {
   readonly finished: Promise<void>;
   /** Stops: the term in hand ends (see `WorkerLoop.stop`), then the server. */
   stop(reason?: string): void;
-}
-
-/** The body of a ping, or the answer that refuses it. */
-async function invocationOf(request: Request): Promise<string | Response | null> {
-  let body: unknown;
-  try {
-    const text = await request.text();
-    body = text.trim() === "" ? {} : JSON.parse(text);
-  } catch {
-    return answer(400, { error: "Bad Request", message: "the body is not JSON" });
-  }
-  if (body === null || typeof body !== "object" || Array.isArray(body)) {
-    return answer(400, { error: "Bad Request", message: "the body is not a JSON object" });
-  }
-  const id = (body as { invocation_id?: unknown }).invocation_id;
-  if (id === undefined || id === null) return null;
-  if (typeof id !== "string" || !INVOCATION_ID.test(id)) {
-    return answer(400, { error: "Bad Request", message: "invocation_id is not a uuid" });
-  }
-  return id;
 }
 
 /** The message of an error, ids redacted, without its stack. */
@@ -808,13 +784,6 @@ function serveFlow(flow: FlowDefinition, options: ServeOptions): FlowEndpoint {
     if (refused !== null) return refused;
     const invocation = await invocationOf(request);
     if (invocation instanceof Response) return invocation;
-    if (invocation === null) {
-      return answer(409, {
-        started: false,
-        message: "no invocation id: this worker starts only through the startup handshake " +
-          "(pgfence_pgflow.ensure_workers, pgfence.request_start)",
-      });
-    }
     if (stopping !== null || running) {
       return answer(409, { started: false, message: "a worker is running in this isolate" });
     }
