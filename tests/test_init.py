@@ -50,7 +50,9 @@ def test_supabase_layout_in_order_after_the_last_migration(project: Path) -> Non
         "supabase/migrations/21000101000004_pgfence_cron.sql",
         "supabase/functions/_shared/pgfence/mod.ts",
         "supabase/functions/_shared/pgfence/pgflow.ts",
-        "supabase/functions/pgfence-worker/index.ts"]
+        "supabase/functions/pgfence-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/deno.json"]
     files = written(project)
     core = files["supabase/migrations/21000101000000_pgfence.sql"]
     assert core.endswith((ROOT / "sql/pgfence.sql").read_text())
@@ -65,7 +67,16 @@ def test_supabase_layout_in_order_after_the_last_migration(project: Path) -> Non
     manifest = json.loads(files["supabase/pgfence-init.json"])
     assert set(manifest["files"]) == {"migration:core", "migration:pgmq", "migration:pgflow",
                                       "migration:grants", "migration:cron", "deno:mod.ts",
-                                      "deno:pgflow.ts", "worker"}
+                                      "deno:pgflow.ts", "worker", "flow-worker",
+                                      "flow-worker:deno.json"}
+    # The pgflow worker: FlowWorker.serve, its imports through its own deno.json.
+    flow_worker = files["supabase/functions/pgfence-flow-worker/index.ts"]
+    assert 'from "pgfence/pgflow";' in flow_worker and "FlowWorker.serve(" in flow_worker
+    imports = json.loads(files["supabase/functions/pgfence-flow-worker/deno.json"]
+                         .split("\n", 1)[1])["imports"]
+    assert imports["pgfence/pgflow"] == "../_shared/pgfence/pgflow.ts"
+    assert imports["pgfence"] == "../_shared/pgfence/mod.ts"
+    assert imports["@pgflow/dsl"].startswith("npm:@pgflow/dsl@")
 
 
 def test_dated_now_when_the_last_migration_is_older(project: Path) -> None:
@@ -177,8 +188,10 @@ def test_dry_run_lists_the_files_and_writes_nothing(project: Path,
         "supabase/migrations/T_pgfence_pgflow.sql", "supabase/migrations/T_pgfence_grants.sql",
         "supabase/migrations/T_pgfence_cron.sql", "supabase/functions/_shared/pgfence/mod.ts",
         "supabase/functions/_shared/pgfence/pgflow.ts",
-        "supabase/functions/pgfence-worker/index.ts"]
-    assert out.rstrip().endswith("dry run: 8 files, nothing was written")
+        "supabase/functions/pgfence-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/deno.json"]
+    assert out.rstrip().endswith("dry run: 10 files, nothing was written")
 
 
 def test_plain_layout_without_a_role_has_no_grants(tmp_path: Path) -> None:

@@ -98,6 +98,26 @@ def worker_file(version: str, mod: str) -> str:
             + text.replace('from "pgfence";', f'from "{mod}";'))
 
 
+def flow_worker_file(version: str) -> str:
+    """The example pgflow worker (FlowWorker.serve), its imports through its deno.json."""
+    text = (DENO / "examples/pgflow_edge_function.ts").read_text()
+    return (f"// Written by pgfence init (pgfence {version}): an example to make your own.\n"
+            + text)
+
+
+def flow_import_map(version: str, client: str) -> str:
+    """The flow worker's deno.json: what its imports name (the pgflow DSL, postgres.js, the
+    client init wrote into ``client``), pinned as clients/deno/deno.json pins them."""
+    imports = json.loads((DENO / "deno.json").read_text())["imports"]
+    return (f"// Written by pgfence init (pgfence {version}); {MANIFEST} records it. Set "
+            "@pgflow/dsl to the pgflow your project runs.\n" + json.dumps({"imports": {
+                "@pgflow/dsl": imports["@pgflow/dsl"],
+                "postgres": imports["postgres"],
+                "pgfence": f"{client}/mod.ts",
+                "pgfence/pgflow": f"{client}/pgflow.ts",
+            }}, indent=2) + "\n")
+
+
 class Project:
     """One run of init over DIR: what it would write, checked against what is there."""
 
@@ -224,6 +244,19 @@ class Project:
         planned.append(Planned("worker", worker[0], worker_file(v, worker[1]),
                                "an example worker (startup handshake, fenced claim/complete)",
                                False))
+        if "pgflow" in self.layers:
+            # pgflow's worker layout: a function of its own with its deno.json (import map).
+            if self.supabase:
+                flow_dir, client_dir = "supabase/functions/pgfence-flow-worker", \
+                    "../_shared/pgfence"
+            else:
+                flow_dir, client_dir = "pgfence/deno/flow-worker", ".."
+            planned.append(Planned("flow-worker", f"{flow_dir}/index.ts", flow_worker_file(v),
+                                   "an example pgflow worker (FlowWorker.serve: what "
+                                   "ensure_workers starts)", False))
+            planned.append(Planned("flow-worker:deno.json", f"{flow_dir}/deno.json",
+                                   flow_import_map(v, client_dir),
+                                   "the pgflow worker's import map", False))
         return planned
 
     # Migration names: Supabase's are timestamps (after the project's last migration, one
