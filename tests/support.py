@@ -307,10 +307,11 @@ class DenoServer:
     """`deno run SCRIPT` in ``cwd`` listening on a free loopback port (HOST, PORT), started
     once Deno.serve says it listens; ``post`` sends a request as a supervisor or pg_net would."""
 
-    def __init__(self, script: str, cwd: Path, env: dict[str, str]) -> None:
+    def __init__(self, script: str, cwd: Path, env: dict[str, str],
+                 flags: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [str(DENO), "run", *DENO_PERMISSIONS, script], cwd=cwd,
+            [str(DENO), "run", *DENO_PERMISSIONS, *flags, script], cwd=cwd,
             env={**env, "HOST": "127.0.0.1", "PORT": str(self.port)},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.proc.stdout is not None

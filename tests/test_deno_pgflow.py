@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import shutil
 import signal
 import subprocess
+import sys
+import textwrap
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +36,8 @@ from psycopg.conninfo import conninfo_to_dict
 
 from testkit.cluster import LOOPBACK, USER, Cluster, PgBouncer
 from testkit.harness import Database
+from tests.pgflow14 import CRON_DATABASE, install_pgflow14
+from tests.pgflow14 import migrations as pgflow14_migrations
 from tests.support import (
     DENO,
     HUNG,
@@ -39,6 +46,7 @@ from tests.support import (
     DenoServer,
     refuses_what_is_not_a_fresh_invocation,
 )
+from tests.test_docs import example
 from tests.test_pgflow import run_status, task, two_steps
 
 CLIENT = ROOT / "clients/deno"
@@ -372,3 +380,129 @@ def test_pgflow_worker_tests_pass_directly_and_through_pgbouncer(
     assert out.returncode == 0, said
     summary = re.search(r"^ok \| (\d+) passed \| 0 failed(?: \| (\d+) ignored)?", said, re.M)
     assert summary and int(summary.group(1)) == 28 and summary.group(2) in (None, "0"), said
+
+
+# -- docs/pgflow.md, "Moving from pgflow's EdgeWorker (0.14)": a pgflow 0.14 project converted --
+
+# A pgflow 0.14 project as `npx pgflow install` lays one out: its migrations, a flow in
+# supabase/flows/ whose handlers take pgflow 0.14's inputs (a root step the run's input, a
+# dependent one its dependencies' outputs), and a worker function started by EdgeWorker.start,
+# with its deno.json. @pgflow/dsl 0.14.1 is not on the npm registry this machine reaches: the
+# project's import map names 0.8.1, whose Flow builds the same definition at run time (its
+# types differ, so the function runs without type-checking, as `deno run` does by default).
+ORIGINAL = {
+    "supabase/flows/order-total.ts": """import { Flow } from "@pgflow/dsl";
+
+export const OrderTotal = new Flow<{ items: number[] }>({ slug: "orderTotal" })
+  .step({ slug: "subtotal" }, (order) => order.items.reduce((a, b) => a + b, 0))
+  .step({ slug: "total", dependsOn: ["subtotal"] }, (deps) => deps.subtotal * 2);
+""",
+    "supabase/functions/order-worker/index.ts": """import { EdgeWorker } from "@pgflow/edge-worker";
+import { OrderTotal } from "../../flows/order-total.ts";
+
+EdgeWorker.start(OrderTotal);
+""",
+    "supabase/functions/order-worker/deno.json": json.dumps({"imports": {
+        "@pgflow/edge-worker": "jsr:@pgflow/edge-worker@0.14.1",
+        "@pgflow/dsl": "npm:@pgflow/dsl@0.8.1"}}, indent=2),
+}
+
+
+# Time passes for pgflow's debounce of a function's pings.
+DEBOUNCED = "update pgflow.worker_functions set last_invoked_at = now() - interval '1 minute'"
+
+
+def migration_block(marker: str, lang: str) -> str:
+    return textwrap.dedent(example("docs/pgflow.md", f"pgflow migration: {marker}", lang))
+
+
+def test_a_pgflow_014_project_converted_by_the_docs_runs_fenced_under_ensure_workers(
+        cluster14: Cluster, deno_env: dict[str, str], tmp_path: Path) -> None:
+    project = tmp_path / "app"
+    for name, text in ORIGINAL.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    (project / "supabase/migrations").mkdir()
+    for m in pgflow14_migrations():
+        shutil.copy(m, project / "supabase/migrations")
+    # The steps, as written: 1. pgfence init.
+    command = shlex.split(migration_block("init", "console").strip().removeprefix("$ "))
+    assert command[:2] == ["pgfence", "init"], command
+    out = subprocess.run([str(Path(sys.executable).parent / "pgfence"), *command[1:]],
+                         cwd=project, capture_output=True, text=True, timeout=HUNG)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # 2. the worker's import map names the client; 3. its index.ts serves the flow.
+    deno_json = project / "supabase/functions/order-worker/deno.json"
+    config = json.loads(deno_json.read_text())
+    config["imports"].update(json.loads(migration_block("deno.json", "json"))["imports"])
+    deno_json.write_text(json.dumps(config, indent=2))
+    (project / "supabase/functions/order-worker/index.ts").write_text(
+        migration_block("index.ts", "ts"))
+    # 4. the database: pgflow's migrations (with the stand-ins for pg_net and Vault), then the
+    # ones init wrote, in name order, then the step's migration.
+    cluster14.drop_database(CRON_DATABASE)
+    cluster14.create_database(CRON_DATABASE)
+    cluster14.psql(CRON_DATABASE, "-c", "do $$ begin if not exists (select from pg_roles "
+                   "where rolname = 'service_role') then create role service_role; end if; "
+                   "end $$")
+    install_pgflow14(cluster14, CRON_DATABASE, tmp_path)
+    vendored = {m.name for m in pgflow14_migrations()}
+    for m in sorted((project / "supabase/migrations").glob("*.sql")):
+        if m.name not in vendored:
+            cluster14.psql(CRON_DATABASE, "--single-transaction", "-f", m)
+    db = Database(cluster14.dsn(CRON_DATABASE))
+    try:
+        db.sql(migration_block("sql", "sql"))
+        db.sql("update cron.job set active = false")   # the test runs the job, as pg_cron would
+        db.sql("insert into vault.decrypted_secrets values ('supabase_project_id', 'testproj'), "
+               "('supabase_service_role_key', %s)", (KEY,))
+        # The function, as the Edge Runtime runs it with its own deno.json (offline here: the
+        # project's node_modules).
+        (project / "node_modules").symlink_to(ROOT / ".tools/node_modules")
+        (project / "package.json").write_text("{}")
+        server = DenoServer(
+            "supabase/functions/order-worker/index.ts", project,
+            {**deno_env, "EDGE_WORKER_DB_URL": f"postgres://{USER}@{LOOPBACK}:{cluster14.port}/"
+                                               f"{CRON_DATABASE}",
+             "SUPABASE_URL": "https://testproj.supabase.co", "SUPABASE_SERVICE_ROLE_KEY": KEY,
+             "SB_EXECUTION_ID": str(uuid.uuid4())},
+            flags=("--config", "supabase/functions/order-worker/deno.json",
+                   "--node-modules-dir=manual"))
+        try:
+            # pgflow's cron job, pointed at the layer: one ping, with an invocation id.
+            ensure_workers = str(db.one("select command from cron.job "
+                                        "where jobname = 'pgflow_ensure_workers'"))
+            db.sql(ensure_workers)
+            [(url, headers, body)] = db.sql("select url, headers, body from net.stand_in_calls")
+            assert url == "https://testproj.supabase.co/functions/v1/order-worker"
+            # What pg_net sends, through Supabase's gateway (which strips /functions/v1).
+            status, said = server.post(body, "/order-worker",
+                                       {"authorization": headers["Authorization"]})
+            assert status == 202 and said["started"] is True, said
+            assert db.one("select count(*) from pgflow.worker_functions "
+                          "where function_name = 'order-worker'") == 1, "tracked"
+            # The flow was compiled by the worker's start (pgflow 0.14's ensure_flow_compiled).
+            run_id = db.one("select run_id from pgflow.start_flow('orderTotal', "
+                            "'{\"items\": [2, 3]}')")
+            db.wait_until("select status = 'completed' from pgflow.runs where run_id = %s",
+                          (run_id,))
+            assert db.one("select output from pgflow.runs where run_id = %s", (run_id,)) == {
+                "total": 10}, "pgflow 0.14's inputs: the run's input, then the dependency's"
+            assert db.sql("select count(*) from pgfence_pgflow.attempts") == [(2,)], "fenced"
+            db.sql(DEBOUNCED)
+            db.sql(ensure_workers)
+            assert db.one("select count(*) from net.stand_in_calls") == 1, \
+                "no ping while its worker is current"
+            assert server.stop() == 0
+        finally:
+            server.kill()
+        assert db.sql("select status from pgfence.lease_status") == [("released",)]
+        assert db.sql("select function_name, stopped_at is not null from pgflow.workers") == [
+            ("order-worker", True)]
+        db.sql(DEBOUNCED)
+        db.sql(ensure_workers)
+        assert db.one("select count(*) from net.stand_in_calls") == 2, \
+            "its worker gone, the next ping starts another"
+    finally:
+        db.close()
+        cluster14.drop_database(CRON_DATABASE)

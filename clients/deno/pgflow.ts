@@ -79,14 +79,18 @@ export interface StepTask extends Attempt {
 
 /**
  * What a step handler gets beside its input: the fields of pgflow's EdgeWorker context that a
- * fenced worker can give (`env`, `shutdownSignal`, `stepTask`, `rawMessage`, `workerConfig`),
- * and this worker's own (`task`, `signal`, `deadline`, `extend`).
+ * fenced worker can give (`env`, `sql`, `shutdownSignal`, `flowInput`, `stepTask`, `rawMessage`,
+ * `workerConfig`; not `supabase`: make that client yourself), and this worker's own (`task`,
+ * `signal`, `deadline`, `extend`).
  */
 export interface StepContext extends HandlerContext<StepTask> {
   /** EdgeWorker's: the environment (Deno.env's variables where readable). */
   env: Record<string, string | undefined>;
   /** EdgeWorker's: aborts when the worker stops or its lease is given up. */
   shutdownSignal: AbortSignal;
+  /** EdgeWorker's `sql`: the worker's pool. Writes through it are not fenced: fence them with
+   * `task`'s owner (`Owner.fenced`), or make them idempotent by the task's key. */
+  sql: Sql;
   /** EdgeWorker's (pgflow 0.14): the run's input, read from `pgflow.runs` when the task's
    * input did not carry it (a map task's). */
   readonly flowInput: Promise<unknown>;
@@ -405,6 +409,7 @@ export class FlowWorker extends WorkerLoop<StepTask> {
         return flowInput;
       },
       env: this.#env,
+      sql,
       shutdownSignal: AbortSignal.any([this.owner.signal, this.stopping]),
       stepTask: {
         flow_slug: this.flowSlug,
@@ -488,9 +493,10 @@ export type ServeOptions =
     compilation?: Compilation;
     /** The environment (default: Deno.env's variables): `SUPABASE_URL`,
      * `PGFLOW_AUTH_SECRET`, `SUPABASE_SERVICE_ROLE_KEY`, `SB_EXECUTION_ID`,
-     * `EDGE_WORKER_DB_URL`. */
+     * `EDGE_WORKER_DB_URL`, `HOST`, `PORT`. */
     env?: Record<string, string | undefined>;
-    /** Where to listen (default: Deno.serve's; the Edge Runtime chooses its own). */
+    /** Where to listen (default: `HOST` and `PORT` from the environment, else Deno.serve's
+     * 0.0.0.0:8000; the Edge Runtime chooses its own). */
     listen?: { hostname?: string; port?: number };
     /** The platform (default: `runtime()`). */
     platform?: Platform;
@@ -804,9 +810,8 @@ function serveFlow(flow: FlowDefinition, options: ServeOptions): FlowEndpoint {
     }
     return started.response;
   };
-  const server = options.listen === undefined
-    ? Deno.serve(handler)
-    : Deno.serve(options.listen, handler);
+  const port = env.PORT === undefined ? undefined : Number(env.PORT);
+  const server = Deno.serve(options.listen ?? { hostname: env.HOST, port }, handler);
 
   const stop = (reason = "stop") => {
     if (stopping !== null) return;

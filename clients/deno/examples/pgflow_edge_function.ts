@@ -26,10 +26,8 @@ const TwoSteps = new Flow<{ n: number }>({ slug: Deno.env.get("FLOW") ?? "two" }
   .step({ slug: "first" }, (input) => ({ seen: input.run }))
   .step({ slug: "second", dependsOn: ["first"] }, (input) => ({ from_first: input.first }));
 
-const port = Deno.env.get("PORT");
 FlowWorker.serve(TwoSteps, {
   // The DSL this example pins (@pgflow/dsl 0.8.1) types a handler's input as pgflow 0.8 gave it,
   // the run's input under `run`; with @pgflow/dsl 0.14, leave `input` out (pgflow's own shape).
   input: "with-run",
-  listen: port === undefined ? undefined : { hostname: Deno.env.get("HOST"), port: Number(port) },
 });
