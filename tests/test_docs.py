@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
+import textwrap
 from typing import Any
 
 from testkit.harness import Database
 from tests.support import ROOT
+from tests.test_pgflow import two_steps
 
 
 def example(doc: str, marker: str, lang: str) -> str:
@@ -104,3 +106,14 @@ def test_python_client_examples_run(db: Database) -> None:
     assert rows == [(f"{k}-{n}@example.org", True) for k in ("sync", "async") for n in range(2)]
     assert db.sql("select status from pgfence.lease_status") == [("released",), ("released",)]
 
+
+
+def test_pgflow_rollout_block_runs_as_written(flow: Database) -> None:
+    """docs/pgflow.md's rollout: both tables of flow `two` protected in observe, on pgflow
+    0.8.1 and 0.14.1 (the flow fixture's)."""
+    two_steps(flow, resources=("my-flow-worker", "other-flow-worker"))
+    flow.sql(textwrap.dedent(example("docs/pgflow.md", "pgflow rollout", "sql")))
+    assert flow.sql("select table_name::text, mode, resources from pgfence.protected_tables "
+                    "order by 1") == [
+        ("pgflow.step_tasks", "observe", ["my-flow-worker", "other-flow-worker"]),
+        ("pgmq.q_two", "observe", ["my-flow-worker"])]
