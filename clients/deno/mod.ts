@@ -1503,7 +1503,9 @@ function json(sql: Sql, body: unknown) {
 /**
  * Claims and handles tasks of one pgfence queue while its Owner is valid (the loop:
  * `WorkerLoop`). Each handler call runs under `handlerTimeout` seconds on the owner's clock
- * (default: `visibility`, after which the task may be handed to someone else anyway).
+ * (default: `visibility`, after which the task may be handed to someone else anyway). No
+ * handler starts unless its task's remaining visibility covers that deadline: the worker
+ * extends the task first, and skips it when the extend finds the attempt superseded.
  */
 export class Worker extends WorkerLoop<Task> {
   /** The queue worked. */
@@ -1532,6 +1534,7 @@ export class Worker extends WorkerLoop<Task> {
                                     make_interval(secs => ${this.visibility}))`;
   }
 
+  /** The claim's rows as tasks, each visible for `visibility` from when the claim was sent. */
   protected claimed(rows: Row[], sent: number): Task[] {
     return rows.map((r) => ({
       taskId: BigInt(r.task_id as string),
@@ -1556,10 +1559,12 @@ export class Worker extends WorkerLoop<Task> {
     }
   }
 
+  /** The queue's handler, with the task's payload. */
   protected call(task: Task, context: HandlerContext): unknown {
     return this.handler(task.payload, context);
   }
 
+  /** `pgfence.complete` or `pgfence.fail`: one row, `verdict`. */
   protected reportStatement(
     sql: Sql,
     kind: "complete" | "fail",
@@ -1571,6 +1576,7 @@ export class Worker extends WorkerLoop<Task> {
       : sql`select pgfence.fail(${attemptId}::uuid, ${json(sql, body)}) as verdict`;
   }
 
+  /** `pgfence.extend`: one row, `visible_until` (null when the attempt no longer holds it). */
   protected extendStatement(sql: Sql, attemptId: string, visibility: number): PendingQuery {
     return sql`select pgfence.extend(${attemptId}::uuid, make_interval(secs => ${visibility}))
                  as visible_until`;

@@ -39,6 +39,7 @@ export type {
   Sql,
   Step,
   SuperviseOptions,
+  Task,
   TransactionSql,
   Verdict,
 } from "./mod.ts";
@@ -315,6 +316,8 @@ export class FlowWorker extends WorkerLoop<StepTask> {
                         make_interval(secs => ${this.visibility}), ${this.qty})`;
   }
 
+  /** The start's rows as tasks, each visible for its step's timeout + 2 s from when the start
+   * was sent; their inputs in the shape `input` asks for. */
   protected async claimed(rows: Row[], sent: number): Promise<StepTask[]> {
     const tasks: StepTask[] = rows.map((r) => ({
       attemptId: r.attempt_id as string,
@@ -386,6 +389,7 @@ export class FlowWorker extends WorkerLoop<StepTask> {
     task.input = step.root ? run : outputs;
   }
 
+  /** The step's handler, with the task's input and the EdgeWorker-shaped context. */
   protected call(task: StepTask, context: HandlerContext<StepTask>): unknown {
     const handler = this.handlers[task.stepSlug];
     if (handler === undefined) throw new Error(`no handler for step ${task.stepSlug}`);
