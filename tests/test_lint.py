@@ -107,7 +107,8 @@ def test_pgspot_finds_nothing_in_an_upgrade_over_its_release(upgrade: Path) -> N
     before = [ROOT / f"sql/releases/pgfence--{old}.sql"]
     if name != "pgfence":
         layers = ["pgfence-pgmq"] + (["pgfence-pgflow"] if name == "pgfence-pgflow" else [])
-        before = [ROOT / f"sql/releases/pgfence--{new}.sql",
+        core = ROOT / f"sql/releases/pgfence--{new}.sql"  # the head's, before B is tagged:
+        before = [core if core.is_file() else ROOT / "sql/pgfence.sql",
                   *(ROOT / f"sql/releases/{layer}--{old}.sql" for layer in layers)]
     out = pgspot(*before, upgrade, append=True)
     report = out.stdout + out.stderr
