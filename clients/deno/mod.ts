@@ -1269,7 +1269,7 @@ export abstract class WorkerLoop<T extends Attempt> {
         const tasks = await this.claim();
         if (tasks === null) continue; // the claim's answer was lost: its tasks come back
         if (tasks.length === 0) {
-          if (!owner.valid) break; // refused
+          if (owner.lost !== null) break; // the claim was refused
           const requeued = await this.requeue();
           if (requeued === 0) {
             if (untilIdle) break;
