@@ -46,10 +46,18 @@ def test_the_pgmq_example_follows_its_handshake(
         refuses_what_is_not_a_fresh_invocation(server)
         assert mq.one("select count(*) from pgfence.leases") == 0, "nothing was acquired"
         invocation = str(mq.one("select pgfence.request_start('jobs-worker')"))
+        # The worker is held inside its archive (a session holds the archive table), so that it
+        # is surely current while the invocation is delivered again.
+        holder = mq.session("holder")
+        holder.begin()
+        holder.run("lock table pgmq.a_jobs in exclusive mode")
         status, said = server.post({"invocation_id": invocation})
         assert status == 202 and said["started"] is True, said
+        mq.wait_until("select count(*) = 1 from pg_stat_activity "
+                      "where %s = any(pg_blocking_pids(pid))", (holder.pid,))
         assert server.post({"invocation_id": invocation}) == (409, {"started": False}), \
-            "a replayed invocation starts nothing"
+            "a replayed invocation starts nothing while its worker is current"
+        holder.commit()
         mq.wait_until("select count(*) = 1 from pgfence.lease_status where status = 'released'")
         assert mq.one("select count(*) from pgmq.a_jobs") == 1, "the message was archived"
         assert mq.one("select count(*) from pgfence.leases") == 1
