@@ -269,6 +269,7 @@ def test_a_signal_drains_the_one_line_start_and_releases(
     a = spawn(target, deno_env, processes, "a", start=True)
     assert a.said()["step"] == "first"                 # a handler in hand
     a.proc.send_signal(signum)
+    assert a.said() == {"stopped": signum.name}        # heard, then the handler returns
     a.unblock()
     said = a.finish()                                  # exit status 0: it ended by itself
     assert said == {"verdicts": {"accepted": 1, "duplicate": 0, "stale": 0}, "handled": 1,

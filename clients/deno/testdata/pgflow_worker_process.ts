@@ -91,6 +91,11 @@ if (Deno.env.get("START") === "1") {
     idleWait: 0.05,
     shutdownGrace: Infinity, // the task in hand finishes, however long the test takes
   });
+  // Says when a signal has stopped it, so that the test lets the handler return only then.
+  worker.stopping?.addEventListener(
+    "abort",
+    () => console.log(JSON.stringify({ stopped: worker.stoppedBy })),
+  );
   try {
     await worker.done;
   } finally {
