@@ -237,5 +237,5 @@ grant execute on function pgfence_pgflow.mark_worker_stopped(uuid) to pgfence_wo
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-select pgfence.seal('pgfence_pgflow', '0.3.0');
+do $$ begin perform pgfence.seal('pgfence_pgflow', '0.3.0'); end $$;
 
