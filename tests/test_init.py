@@ -386,12 +386,15 @@ def old_project(tmp_path: Path, layers: list[str], legacy: bool = True) -> tuple
     old = Files(package_of("0.2.0", tmp_path / "package-0.2.0"))
     init.Project(project, supabase=True, layers=layers, role="service_role", cron=True,
                  files=old, now=NOW).run(dry_run=False)
+    manifest = project / "supabase/pgfence-init.json"
+    doc = json.loads(manifest.read_text())
+    for key in ("flow-worker", "flow-worker:deno.json"):   # init 0.2.0 wrote no pgflow worker
+        if (entry := doc["files"].pop(key, None)) is not None:
+            (project / entry["path"]).unlink()
     if legacy:
-        manifest = project / "supabase/pgfence-init.json"
-        doc = json.loads(manifest.read_text())
         for entry in doc["files"].values():
             del entry["release"]
-        manifest.write_text(json.dumps(doc))
+    manifest.write_text(json.dumps(doc))
     return project, old
 
 
@@ -417,7 +420,10 @@ def test_an_older_project_gets_upgrade_migrations(tmp_path: Path, legacy: bool) 
     doc = init.Project(project, supabase=True, layers=["pgmq", "pgflow"], role="service_role",
                        cron=True, now=later).run(dry_run=False)
     actions = {f["path"]: f["action"] for f in doc["files"]}
-    new = [p for p, a in actions.items() if a == "write"]
+    new = [p for p, a in actions.items() if a == "write" and "/migrations/" in p]
+    assert [p for p, a in actions.items() if a == "write" and p not in new] == [
+        "supabase/functions/pgfence-flow-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/deno.json"], "new since init 0.2.0"
     expected = expected_upgrades("0.2.0", ["pgmq", "pgflow"])
     # The pgflow layer changed in the next release: its upgrade comes right after pgfence's.
     assert [name for name, _ in expected[:2]] == ["pgfence_upgrade_0_2_1",
