@@ -1,7 +1,7 @@
 /**
  * A supervised pgflow worker as a process of its own, for tests/test_deno_pgflow.py (a process
  * worker across an update window): it works flow `two` for $RESOURCE at $DATABASE_URL, kept
- * across leases by `supervise()` until SIGTERM, backing off briefly after each refusal (PF003
+ * across leases by `supervise()` until SIGTERM (`installShutdown`), backing off briefly after each refusal (PF003
  * while the window is open). It prints `{"acquired": generation, "code": $CODE}` for each lease
  * it gets, and each handler `{"started": step, "code": $CODE}`, then waits for a line on stdin
  * before it returns: $CODE stands for the binary's version.
@@ -41,7 +41,7 @@ const worker = new FlowWorker({
   idleWait: 0.05,
   backoff: { base: 0.05, cap: 0.2 },
 });
-worker.installSigterm();
+worker.installShutdown(); // SIGTERM or SIGINT: it stops (drains, releases) and supervise returns
 await worker.supervise();
 await sql.end({ timeout: 5 });
 console.log(JSON.stringify({ stopped: true, code }));
