@@ -511,10 +511,13 @@ def test_only_pgfence_worker_may_call_the_layer(flow: Database) -> None:
         ("pgfence_pgflow.in_flight()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.job_problem(regprocedure,text)", False, False, False, SEARCH_PATH),
         ("pgfence_pgflow.leases()", False, False, True, SEARCH_PATH),
+        # Issue 42's worker: pgflow's mark for a fenced worker's row, a pgflow attempt's set_vt.
+        ("pgfence_pgflow.mark_worker_stopped(uuid)", False, True, True, SEARCH_PATH),
         ("pgfence_pgflow.open_starts()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.prune(interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.prune_workers(interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.requeue_stalled_tasks()", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.set_vt(uuid,interval)", False, True, True, SEARCH_PATH),
         ("pgfence_pgflow.setup_cron()", False, False, False, SEARCH_PATH),
         ("pgfence_pgflow.stalled(timestamp with time zone,integer,boolean,boolean)", False, False,
          False, []),
