@@ -950,9 +950,9 @@ revoke all on function pgfence_pgflow.window_prepare(uuid, text[]), pgfence_pgfl
                        pgfence_pgflow.window_finish(uuid)
   from public;
 update pgfence.layers
-   set window_prepare = 'pgfence_pgflow.window_prepare(uuid, text[])',
-       window_status = 'pgfence_pgflow.window_status(uuid, text[])',
-       window_finish = 'pgfence_pgflow.window_finish(uuid)'
+   set window_prepare = 'pgfence_pgflow.window_prepare(uuid, text[])'::regprocedure::text,
+       window_status = 'pgfence_pgflow.window_status(uuid, text[])'::regprocedure::text,
+       window_finish = 'pgfence_pgflow.window_finish(uuid)'::regprocedure::text
  where schema_name = 'pgfence_pgflow';
 
 
@@ -1039,7 +1039,7 @@ comment on function pgfence_pgflow.enabled_changed(text[]) is
 revoke all on function pgfence_pgflow.enabled_changed(text[]) from public;
 
 drop trigger if exists pgfence_pgflow_worker_functions on pgfence.resources;
-update pgfence.layers set enabled_changed = 'pgfence_pgflow.enabled_changed(text[])'
+update pgfence.layers set enabled_changed = 'pgfence_pgflow.enabled_changed(text[])'::regprocedure::text
  where schema_name = 'pgfence_pgflow';
 do $$
 begin

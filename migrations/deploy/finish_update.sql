@@ -71,7 +71,7 @@ begin
   end if;
   -- The names a layer took into the window (window_prepare), restored by the layer by the
   -- same rules.
-  for v_layer in select l.window_finish::oid::regproc from pgfence.layers l
+  for v_layer in select l.window_finish::regprocedure::oid::regproc from pgfence.layers l
                   where l.window_finish is not null order by l.schema_name loop
     return query execute format('select f.resource, f.enabled, f.outcome from %s($1) f', v_layer)
       using finish_update.token;

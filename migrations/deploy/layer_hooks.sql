@@ -29,11 +29,14 @@ set local lock_timeout = '5s';
 -- table(lease_id uuid, kind text, in_flight bigint): the layer's work still in flight, per
 -- lease it was started under; the core judges the leases (pgfence.layer_work). A layer of 0.2
 -- still answers per resource (in_flight (resources text[])) until it is upgraded.
+-- The hooks are named as text (a regprocedure's text, schema-qualified), not regprocedure as
+-- the table's older columns: pg_upgrade refuses a table with reg* columns (docs/operations.md),
+-- and these should not add to what its steps turn into text and back.
 alter table pgfence.layers
-  add column enabled_changed regprocedure,
-  add column window_prepare regprocedure,
-  add column window_status regprocedure,
-  add column window_finish regprocedure;
+  add column enabled_changed text,
+  add column window_prepare text,
+  add column window_status text,
+  add column window_finish text;
 comment on table pgfence.layers is
   'The optional layers installed, each with its in_flight, leases, prune and health functions and its hooks for '
   'enabled changes and update windows. Written by layer installs.';
@@ -49,7 +52,7 @@ as $$
 declare
   v_hook regproc;
 begin
-  for v_hook in select l.enabled_changed::oid::regproc from pgfence.layers l
+  for v_hook in select l.enabled_changed::regprocedure::oid::regproc from pgfence.layers l
                  where l.enabled_changed is not null order by l.schema_name loop
     execute format('select %s($1)', v_hook) using enabled_changed.resources;
   end loop;
@@ -102,7 +105,7 @@ as $$
 declare
   v_hook regproc;
 begin
-  for v_hook in select l.window_status::oid::regproc from pgfence.layers l
+  for v_hook in select l.window_status::regprocedure::oid::regproc from pgfence.layers l
                  where l.window_status is not null order by l.schema_name loop
     for resource, saved_enabled, enabled, verdict, heartbeat, in_flight, pending, workers in
       execute format('select s.resource, s.saved_enabled, s.enabled, s.verdict, s.heartbeat, '

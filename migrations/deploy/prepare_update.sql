@@ -82,7 +82,7 @@ begin
   -- A name that is no resource may be a layer's (an unconverted pgflow worker function): each
   -- layer's window_prepare takes those it manages, saving and pausing them by the same rules,
   -- in this transaction. What nobody takes is unknown, and everything is rolled back.
-  for v_layer in select l.window_prepare::oid::regproc from pgfence.layers l
+  for v_layer in select l.window_prepare::regprocedure::oid::regproc from pgfence.layers l
                   where l.window_prepare is not null order by l.schema_name loop
     exit when v_missing is null;
     execute format('select array(select n from %s($1, $2) n)', v_layer) into v_taken using v_token, v_missing;

@@ -1169,11 +1169,14 @@ set local lock_timeout = '5s';
 -- table(lease_id uuid, kind text, in_flight bigint): the layer's work still in flight, per
 -- lease it was started under; the core judges the leases (pgfence.layer_work). A layer of 0.2
 -- still answers per resource (in_flight (resources text[])) until it is upgraded.
+-- The hooks are named as text (a regprocedure's text, schema-qualified), not regprocedure as
+-- the table's older columns: pg_upgrade refuses a table with reg* columns (docs/operations.md),
+-- and these should not add to what its steps turn into text and back.
 alter table pgfence.layers
-  add column enabled_changed regprocedure,
-  add column window_prepare regprocedure,
-  add column window_status regprocedure,
-  add column window_finish regprocedure;
+  add column enabled_changed text,
+  add column window_prepare text,
+  add column window_status text,
+  add column window_finish text;
 comment on table pgfence.layers is
   'The optional layers installed, each with its in_flight, leases, prune and health functions and its hooks for '
   'enabled changes and update windows. Written by layer installs.';
@@ -1189,7 +1192,7 @@ as $$
 declare
   v_hook regproc;
 begin
-  for v_hook in select l.enabled_changed::oid::regproc from pgfence.layers l
+  for v_hook in select l.enabled_changed::regprocedure::oid::regproc from pgfence.layers l
                  where l.enabled_changed is not null order by l.schema_name loop
     execute format('select %s($1)', v_hook) using enabled_changed.resources;
   end loop;
@@ -1242,7 +1245,7 @@ as $$
 declare
   v_hook regproc;
 begin
-  for v_hook in select l.window_status::oid::regproc from pgfence.layers l
+  for v_hook in select l.window_status::regprocedure::oid::regproc from pgfence.layers l
                  where l.window_status is not null order by l.schema_name loop
     for resource, saved_enabled, enabled, verdict, heartbeat, in_flight, pending, workers in
       execute format('select s.resource, s.saved_enabled, s.enabled, s.verdict, s.heartbeat, '
@@ -1437,7 +1440,7 @@ begin
   -- A name that is no resource may be a layer's (an unconverted pgflow worker function): each
   -- layer's window_prepare takes those it manages, saving and pausing them by the same rules,
   -- in this transaction. What nobody takes is unknown, and everything is rolled back.
-  for v_layer in select l.window_prepare::oid::regproc from pgfence.layers l
+  for v_layer in select l.window_prepare::regprocedure::oid::regproc from pgfence.layers l
                   where l.window_prepare is not null order by l.schema_name loop
     exit when v_missing is null;
     execute format('select array(select n from %s($1, $2) n)', v_layer) into v_taken using v_token, v_missing;
@@ -1568,7 +1571,7 @@ begin
   end if;
   -- The names a layer took into the window (window_prepare), restored by the layer by the
   -- same rules.
-  for v_layer in select l.window_finish::oid::regproc from pgfence.layers l
+  for v_layer in select l.window_finish::regprocedure::oid::regproc from pgfence.layers l
                   where l.window_finish is not null order by l.schema_name loop
     return query execute format('select f.resource, f.enabled, f.outcome from %s($1) f', v_layer)
       using finish_update.token;

@@ -227,9 +227,9 @@ revoke all on function pgfence_pgflow.window_prepare(uuid, text[]), pgfence_pgfl
                        pgfence_pgflow.window_finish(uuid)
   from public;
 update pgfence.layers
-   set window_prepare = 'pgfence_pgflow.window_prepare(uuid, text[])',
-       window_status = 'pgfence_pgflow.window_status(uuid, text[])',
-       window_finish = 'pgfence_pgflow.window_finish(uuid)'
+   set window_prepare = 'pgfence_pgflow.window_prepare(uuid, text[])'::regprocedure::text,
+       window_status = 'pgfence_pgflow.window_status(uuid, text[])'::regprocedure::text,
+       window_finish = 'pgfence_pgflow.window_finish(uuid)'::regprocedure::text
  where schema_name = 'pgfence_pgflow';
 
 commit;

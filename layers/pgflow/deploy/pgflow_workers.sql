@@ -81,7 +81,7 @@ comment on function pgfence_pgflow.enabled_changed(text[]) is
 revoke all on function pgfence_pgflow.enabled_changed(text[]) from public;
 
 drop trigger if exists pgfence_pgflow_worker_functions on pgfence.resources;
-update pgfence.layers set enabled_changed = 'pgfence_pgflow.enabled_changed(text[])'
+update pgfence.layers set enabled_changed = 'pgfence_pgflow.enabled_changed(text[])'::regprocedure::text
  where schema_name = 'pgfence_pgflow';
 do $$
 begin
