@@ -156,6 +156,6 @@ def test_negative_control_the_unkeyed_reference_is_not_the_keyed_one(
 def test_negative_control_a_reference_cut_from_the_id_shows_it(db: Database,
                                                              cluster: Cluster) -> None:
     db.replace_in_function(REF, KEYED, "left(replace(ref.id::text, '-', ''), 12)")
-    named, refs, said = references(db, cluster)
+    _, refs, said = references(db, cluster)
     flat = said.replace("-", "")
     assert any(p in flat for id_ in refs.values() for p in pieces(id_))
