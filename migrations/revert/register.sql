@@ -1,4 +1,7 @@
--- Revert pgfence:register: back to its definition of release 0.1.0
+-- Deploy pgfence:register
+-- requires: limit_idle
+-- requires: resources
+-- requires: checks
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -20,6 +23,8 @@ begin
   insert into pgfence.resources (resource, enabled)
   values (register.resource, register.enabled)
   on conflict on constraint resources_pkey do nothing;
+  -- A new row, uncommitted, makes every other register of the name wait for it.
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
 end
 $$;
 comment on function pgfence.register(text, boolean) is
