@@ -934,7 +934,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_to int[];
-  v_found text[] := '{}';
+  v_found text[] := '{}'::text[];
   v_n bigint;
   v_list text;
 begin
