@@ -699,7 +699,8 @@ def next_release(after: str) -> str:
 NEXT = next_release("0.2.0")
 
 
-def test_a_layer_left_behind_is_reported_and_upgraded(target: Target, tmp_path: Path) -> None:
+def test_a_layer_left_behind_is_reported_and_upgraded(
+        target: Target, tmp_path: Path, reads_cluster_roles: None) -> None:
     """pgfence upgraded alone to the next release, its layers left at 0.2.0 (the issue's case):
     version and doctor say so, and upgrade brings pgfence and the layers up in one transaction,
     each layer's file after pgfence's of its release, with nothing left to do after."""
@@ -759,7 +760,8 @@ def test_upgrade_carries_pgfence_and_its_layers_in_one_transaction(
     assert after["state"] == "up_to_date", after
 
 
-def test_a_layer_left_behind_twice_is_refused_by_name(target: Target, tmp_path: Path) -> None:
+def test_a_layer_left_behind_twice_is_refused_by_name(
+        target: Target, tmp_path: Path, reads_cluster_roles: None) -> None:
     """pgfence upgraded alone past the release a layer's next file needs: no file can carry
     the layer now. version and doctor say so; upgrade refuses before anything runs."""
     newest = PACKAGE.newest()
@@ -779,7 +781,8 @@ def test_a_layer_left_behind_twice_is_refused_by_name(target: Target, tmp_path: 
     assert fingerprint(target) == before
 
 
-def test_a_layer_changed_by_hand_is_refused(target: Target, tmp_path: Path) -> None:
+def test_a_layer_changed_by_hand_is_refused(
+        target: Target, tmp_path: Path, reads_cluster_roles: None) -> None:
     with_layers_at(target, "0.2.0", core_to=NEXT)
     target.db.sql("create function pgfence_pgflow.mine() returns int language sql "
                   "as $$ select 1 $$")
