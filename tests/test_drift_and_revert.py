@@ -22,9 +22,10 @@ import pytest
 from pgfence import cli
 from pgfence.connection import connect
 from pgfence.releases import Files
+from testkit import install
+from testkit.install import sqitch as sqitch_ok
 from tests import test_install_paths as paths
-from tests.support import HUNG, ROOT, install_bundle
-from tests.support import sqitch as sqitch_ok
+from tests.support import HUNG, ROOT
 from tests.test_install_paths import HEAD, RELEASE_0_1_0, Db, sqitch
 
 make = paths.make  # the databases of that module's tests, a fixture (pytest finds it by name)
@@ -40,7 +41,7 @@ def version(db: Db) -> tuple[int, dict[str, Any]]:
 
 def test_the_head_fingerprint_is_recorded(make: Any) -> None:
     db = make()
-    install_bundle(db.cluster, db.name)
+    install.core(db.cluster, db.name)
     found = db.psql("-At", "-f", ROOT / "sql/queries/fingerprint.sql").strip()
     assert Files().fingerprints().get(HEAD) == found, (
         f"record `{HEAD} {found}` in sql/releases/fingerprints (the head's line)")
@@ -55,7 +56,7 @@ def test_the_head_fingerprint_is_recorded(make: Any) -> None:
 def test_a_drifted_schema_is_named_never_up_to_date(make: Any, release: str, change: str) -> None:
     db = make()
     if release == HEAD:
-        install_bundle(db.cluster, db.name)
+        install.core(db.cluster, db.name)
     else:
         db.psql("--single-transaction", "-f", RELEASE_0_1_0)
         change = change.replace("complete_many(uuid[], jsonb[])", "extend(uuid, interval)")
@@ -81,7 +82,7 @@ def test_negative_control_without_the_heads_fingerprint_drift_looks_up_to_date(
                               if not ln.startswith(HEAD)))
     monkeypatch.setattr(cli.Cli, "files", Files(root))
     db = make()
-    install_bundle(db.cluster, db.name)
+    install.core(db.cluster, db.name)
     db.psql("-c", "drop function pgfence.complete_many(uuid[], jsonb[])")
     assert cli.main(["--db-url", db.url, "version"]) == 0
     assert "up to date" in capsys.readouterr().out

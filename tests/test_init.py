@@ -15,6 +15,7 @@ import pytest
 
 from pgfence import cli, init
 from pgfence.releases import Files
+from testkit import layers
 from tests.support import ROOT
 
 NOW = dt.datetime(2026, 12, 2, 7, 30, 0, tzinfo=dt.UTC)
@@ -252,3 +253,26 @@ def test_the_documented_dry_run_listing_is_what_init_prints(
     stamp = re.compile(r"\d{14}")
     assert stamp.sub("T", out.replace(f"project {project} ", "project . ")) == stamp.sub(
         "T", block.group(1))
+
+
+def test_inits_layers_are_the_repositorys() -> None:
+    # The wheel ships no manifest: init's own list is the manifests' (testkit.layers), in the
+    # same install order and with the same needs, and refuses a layer without what it needs.
+    assert list(init.LAYERS.items()) == [(layer.name, layer.needs) for layer in layers.discover()]
+    for layer in layers.discover():
+        assert init.parse_layers(",".join([*layer.needs, layer.name])) == [*layer.needs, layer.name]
+        for need in layer.needs:
+            with pytest.raises(init.InitError, match=f"needs the {need} layer"):
+                init.parse_layers(",".join(n for n in [*layer.needs, layer.name] if n != need))
+
+
+def test_negative_control_a_layer_init_does_not_know_is_seen(tmp_path: Path) -> None:
+    # A new folder with a manifest is a new layer, for the repository at once, and the tie
+    # above fails until init knows it too.
+    shutil.copytree(ROOT / "layers", tmp_path / "layers")
+    (tmp_path / "layers/jobs").mkdir()
+    (tmp_path / "layers/jobs/layer.toml").write_text(
+        'name = "jobs"\nschema = "pgfence_jobs"\nneeds = ["pgmq"]\n')
+    found = [(layer.name, layer.needs) for layer in layers.discover(tmp_path)]
+    assert ("jobs", ("pgmq",)) in found
+    assert list(init.LAYERS.items()) != found

@@ -20,15 +20,10 @@ import psycopg
 import pytest
 
 from pgfence.connection import connect
+from testkit import install
 from testkit.cluster import Cluster
-from tests.support import (
-    bundle_query,
-    install_bundle,
-    install_pgflow,
-    install_pgflow_layer,
-    install_pgmq_layer,
-    sqitch,
-)
+from testkit.install import sqitch
+from tests.support import bundle_query
 from tests.test_upgrade import (
     HEAD,
     RELEASES,
@@ -91,7 +86,7 @@ def dbs(cluster: Cluster) -> Iterator[Databases]:
 def install_release_with_layers(dbs: Databases, database: str, release: str) -> None:
     """pgmq and pgflow, then pgfence `release` and its layers, from the release files, and
     the queue and the flow of the live state."""
-    install_pgflow(dbs.cluster, database)
+    install.prerequisites(dbs.cluster, database, ["pgflow"])
     dbs.install_release(database, release)
     for layer in LAYERS:
         dbs.psql(database, "--single-transaction", "-f",
@@ -104,10 +99,8 @@ def head_with_layers(dbs: Databases) -> str:
     """A fresh install of the head and its layers (after pgmq and pgflow), with the queue and
     the flow the live state makes, whose tables pgmq and pgflow create."""
     head = dbs.fresh("head")
-    install_pgflow(dbs.cluster, head)
-    install_bundle(dbs.cluster, head)
-    install_pgmq_layer(dbs.cluster, head)
-    install_pgflow_layer(dbs.cluster, head)
+    install.prerequisites(dbs.cluster, head, ["pgflow"])
+    install.install(dbs.cluster, head, ["pgflow"], with_prerequisites=False)
     with connect(dbs.dsn(head), "head") as conn:
         queue_and_flow(conn)
     return head
@@ -202,7 +195,7 @@ def test_sqitch_reverts_the_layers_to_their_release_and_deploys_again(dbs: Datab
                                                                        start: str) -> None:
     name, release = dbs.fresh("lrev"), dbs.fresh("lrel")
     install_release_with_layers(dbs, release, start)
-    install_pgflow(dbs.cluster, name)
+    install.prerequisites(dbs.cluster, name, ["pgflow"])
     sqitch("deploy", "--to", f"@v{start}", f"db:pg:{name}")
     for layer in LAYERS:
         sqitch("deploy", "--to", f"@v{start}", f"db:pg:{name}", layer=layer)
@@ -283,8 +276,8 @@ def test_layer_upgrade_refuses_a_layer_changed_by_hand(dbs: Databases, layer: st
 def test_layer_upgrade_refuses_a_database_without_the_layer(dbs: Databases, layer: str,
                                                             start: str) -> None:
     name = dbs.fresh("lnone")
-    install_pgflow(dbs.cluster, name)
-    install_bundle(dbs.cluster, name)
+    install.prerequisites(dbs.cluster, name, ["pgflow"])
+    install.core(dbs.cluster, name)
     err = refusal(dbs, name, layer_chain(layer, start)[0])
     assert f"no {layer} layer in this database" in err, err
 
@@ -293,7 +286,7 @@ def test_layer_upgrade_refuses_a_database_without_the_layer(dbs: Databases, laye
 def test_layer_upgrade_refuses_a_layer_that_sqitch_deploys(dbs: Databases, layer: str,
                                                            start: str) -> None:
     name = dbs.fresh("lsqitch")
-    install_pgflow(dbs.cluster, name)
+    install.prerequisites(dbs.cluster, name, ["pgflow"])
     sqitch("deploy", f"db:pg:{name}")
     for each in LAYERS:
         sqitch("deploy", "--to", f"@v{start}", f"db:pg:{name}", layer=each)
@@ -311,7 +304,7 @@ def test_negative_control_pgfences_own_registry_does_not_stop_a_layer_upgrade(
         pytest.skip("no layer upgrade file yet")
     layer, start = FILES[0]
     name = dbs.fresh("lother")
-    install_pgflow(dbs.cluster, name)
+    install.prerequisites(dbs.cluster, name, ["pgflow"])
     sqitch("deploy", "--to", f"@v{start}", f"db:pg:{name}")
     for each in LAYERS:
         dbs.psql(name, "--single-transaction", "-f", RELEASES / f"pgfence-{each}--{start}.sql")

@@ -145,10 +145,6 @@ def test_negative_control_core_catches_a_check_without_its_lock(db: Database, wo
     assert any("after generation" in v for _, found in report.violations for v in found)
 
 
-PGMQ_LAYER = (ROOT / "layers/pgmq").is_dir()
-
-
-@pytest.mark.skipif(not PGMQ_LAYER, reason="the pgmq layer is not in this tree")
 @pytest.mark.parametrize("mutant", [None, "pgmq-read-check-without-lock"])
 def test_core_every_interleaving_of_a_pgmq_read(request: pytest.FixtureRequest,
                                                  mutant: str | None) -> None:

@@ -1,5 +1,5 @@
 """The pgflow layer against the real pgflow (npm @pgflow/core 0.8.1, its migrations applied by
-tests/support.install_pgflow, and 0.14.1, tests/pgflow14.py: every test on both, the fixture
+testkit.install, and 0.14.1, tests/pgflow14.py: every test on both, the fixture
 pgflow_version of tests/conftest.py) on the real pgmq, directly and through PgBouncer in transaction
 mode: pgflow's worker protocol under a lease, each scenario with a negative control that breaks
 the mechanism it rests on (or uses pgflow's own, unfenced protocol) and sees the scenario fail.
@@ -19,17 +19,10 @@ from typing import Any
 
 import pytest
 
+from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database, Lease, Session, sqlstate
-from tests.support import (
-    ROOT,
-    acquired,
-    install_bundle,
-    install_pgflow,
-    install_pgflow_layer,
-    install_pgmq,
-    install_pgmq_layer,
-)
+from tests.support import ROOT, acquired
 from tests.test_install import schema_dump
 
 START = "pgfence_pgflow.start_tasks(uuid,text,text,interval,integer)"
@@ -536,14 +529,12 @@ def test_the_layer_refuses_without_what_it_needs(cluster: Cluster, missing: str)
     name = f"t_{uuid.uuid4().hex[:12]}"
     cluster.create_database(name)
     try:
-        install_pgmq(cluster, name)
-        if missing != "pgflow":
-            install_pgflow(cluster, name)
-        install_bundle(cluster, name)
+        install.prerequisites(cluster, name, ["pgflow" if missing != "pgflow" else "pgmq"])
+        install.core(cluster, name)
         if missing != "the pgmq layer":
-            install_pgmq_layer(cluster, name)
+            install.layer(cluster, name, "pgmq")
         with pytest.raises(Exception, match=f"needs {missing}"):
-            install_pgflow_layer(cluster, name)
+            install.layer(cluster, name, "pgflow")
         assert cluster.psql(name, "-At", "-c", "select to_regnamespace('pgfence_pgflow') is null"
                             ).strip() == "t"
     finally:
@@ -557,13 +548,11 @@ def test_sqitch_and_the_bundle_install_the_same_layer(
         # by_sqitch: what `sqitch deploy` of the core made (a clone), then pgmq and pgflow
         for name, template in ((by_sqitch, sqitch_template("")), (by_bundle, None)):
             cluster.create_database(name, template)
-            install_pgflow(cluster, name)
+            install.prerequisites(cluster, name, ["pgflow"])
         for top in (ROOT / "layers/pgmq", ROOT / "layers/pgflow"):
             subprocess.run(["sqitch", "deploy", f"db:pg:{by_sqitch}"], cwd=top, check=True,
                            capture_output=True)
-        install_bundle(cluster, by_bundle)
-        install_pgmq_layer(cluster, by_bundle)
-        install_pgflow_layer(cluster, by_bundle)
+        install.install(cluster, by_bundle, ["pgflow"], with_prerequisites=False)
         assert schema_dump(by_sqitch) == schema_dump(by_bundle)
         assert "pgfence_pgflow.start_tasks" in schema_dump(by_bundle)
         for step in (["verify"], ["revert", "-y"]):

@@ -16,9 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database, Lease, Session, Step, sqlstate
-from tests.support import ROOT, acquired, install_bundle, install_pgmq, install_pgmq_layer
+from tests.support import PGMQ_SQL, ROOT, acquired
 from tests.test_install import schema_dump
 
 READ = "pgfence_pgmq.read(uuid,text,interval,integer)"
@@ -431,9 +432,11 @@ def test_the_layer_installs_on_either_form_of_pgmq(cluster: Cluster, how: str) -
     name = f"t_{uuid.uuid4().hex[:12]}"
     cluster.create_database(name)
     try:
-        install_pgmq(cluster, name, how)
-        install_bundle(cluster, name)
-        install_pgmq_layer(cluster, name)
+        if how == "extension":
+            install.prerequisites(cluster, name, ["pgmq"])
+        else:
+            cluster.psql(name, "-f", PGMQ_SQL)   # pgmq's own SQL install, not the extension
+        install.install(cluster, name, ["pgmq"], with_prerequisites=False)
         db = Database(cluster.dsn(name))
         try:
             queue(db, 1)
@@ -452,11 +455,11 @@ def test_the_layer_refuses_without_what_it_needs(cluster: Cluster, missing: str)
     cluster.create_database(name)
     try:
         if missing != "pgmq":
-            install_pgmq(cluster, name)
+            install.prerequisites(cluster, name, ["pgmq"])
         if missing != "pgfence":
-            install_bundle(cluster, name)
+            install.core(cluster, name)
         with pytest.raises(Exception, match=f"needs {missing}"):
-            install_pgmq_layer(cluster, name)
+            install.layer(cluster, name, "pgmq")
         assert cluster.psql(name, "-At", "-c",
                             "select count(*) from pg_proc where proname like 'pgmq\\_%'"
                             " and pronamespace::regnamespace::text = 'pgfence'").strip() == "0"
@@ -471,11 +474,10 @@ def test_sqitch_and_the_bundle_install_the_same_layer(
         # by_sqitch: what `sqitch deploy` of the core made (a clone), then pgmq
         for name, template in ((by_sqitch, sqitch_template("")), (by_bundle, None)):
             cluster.create_database(name, template)
-            install_pgmq(cluster, name)
+            install.prerequisites(cluster, name, ["pgmq"])
         subprocess.run(["sqitch", "deploy", f"db:pg:{by_sqitch}"], cwd=ROOT / "layers/pgmq",
                        check=True, capture_output=True)
-        install_bundle(cluster, by_bundle)
-        install_pgmq_layer(cluster, by_bundle)
+        install.install(cluster, by_bundle, ["pgmq"], with_prerequisites=False)
         assert schema_dump(by_sqitch) == schema_dump(by_bundle)
         assert "pgfence_pgmq" in schema_dump(by_bundle)
         for step in (["verify"], ["revert", "-y"]):

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
+from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database
 from testkit.permutations import Scenario, Step, count, run
-from tests.support import ROOT, install_bundle
+from tests.support import ROOT
 
 MUTANTS = {m["id"]: m for m in tomllib.loads(
     (ROOT / "tests/mutation/mutants.toml").read_text())["mutant"]}
@@ -134,7 +135,7 @@ def cron_cluster(cluster: Cluster) -> Iterator[tuple[Cluster, str]]:
                        "max_worker_processes=20"])
     try:
         c.create_database("cron")
-        install_bundle(c, "cron")
+        install.core(c, "cron")
         yield c, "cron"
     finally:
         c.remove()

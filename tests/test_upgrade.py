@@ -22,16 +22,10 @@ from psycopg.types.json import Jsonb
 
 import pgfence
 from pgfence.connection import connect
+from testkit import install, layers
 from testkit.cluster import Cluster, ClusterError
-from tests.support import (
-    ROOT,
-    SQITCH_ENV,
-    install_bundle,
-    install_pgflow,
-    install_pgflow_layer,
-    install_pgmq_layer,
-    sqitch,
-)
+from testkit.install import SQITCH_ENV, sqitch
+from tests.support import ROOT
 from tests.test_install import schema_dump as dump
 
 RELEASES = ROOT / "sql/releases"
@@ -100,7 +94,7 @@ class Databases:
     def head_dump(self) -> str:
         """The schema of a fresh install of the head."""
         head = self.fresh("head")
-        install_bundle(self.cluster, head)
+        install.core(self.cluster, head)
         return schema_dump(head)
 
 
@@ -278,20 +272,20 @@ def test_upgrade_to_the_release_with_live_state_then_its_layers(dbs: Databases, 
     release = released()[-1]
     name, fresh = dbs.fresh("layers"), dbs.fresh("target")
     for db in (name, fresh):
-        install_pgflow(dbs.cluster, db)
+        install.prerequisites(dbs.cluster, db, ["all"])
     dbs.install_release(name, start)
     live = make_live_state(dbs, name)
     if path == "file":
         dbs.upgrade_by_file(name, start)
-        for layer in ("pgmq", "pgflow"):
+        for layer in layers.names():
             install_layer_release(dbs, name, layer, release)
     else:
         sqitch("deploy", "--log-only", "--to", f"@v{start}", f"db:pg:{name}")
         sqitch("deploy", "--to", f"@v{release}", f"db:pg:{name}")
-        for layer in ("pgmq", "pgflow"):
+        for layer in layers.names():
             sqitch("deploy", "--to", f"@v{release}", f"db:pg:{name}", layer=layer)
     dbs.install_release(fresh, release)
-    for layer in ("pgmq", "pgflow"):
+    for layer in layers.names():
         install_layer_release(dbs, fresh, layer, release)
     assert dbs.version(name) == release
     assert schema_dump(name) == schema_dump(fresh)
@@ -314,17 +308,18 @@ def test_upgrade_to_the_release_with_live_state_then_its_layers(dbs: Databases, 
 
 @pytest.mark.parametrize("start", OLDER)
 def test_pgtap_suite_passes_on_an_upgraded_database(dbs: Databases, start: str) -> None:
-    # With pgmq and pgflow beside the release, and pgfence's pgmq and pgflow layers installed
-    # onto the upgrade (the layers' tests are in the suite).
+    # With what every layer stands on beside the release, and every layer installed onto the
+    # upgrade (their pgTAP files are in the suite).
     name = dbs.fresh("pgtap")
-    install_pgflow(dbs.cluster, name)
+    install.prerequisites(dbs.cluster, name, ["all"])
     dbs.install_release(name, start)
     make_live_state(dbs, name)
     dbs.upgrade_by_file(name, start)
-    install_pgmq_layer(dbs.cluster, name)
-    install_pgflow_layer(dbs.cluster, name)
-    dbs.psql(name, "-c", "create extension pgtap", "-f", ROOT / "pgtap/helpers/pgfence_test.sql")
-    files = sorted(str(p) for p in (ROOT / "pgtap").rglob("*.sql") if "helpers" not in p.parts)
+    for layer in layers.names():
+        install.layer(dbs.cluster, name, layer)
+    install.helpers(dbs.cluster, name, pgtap=True)
+    files = [*sorted(str(p) for p in (ROOT / "pgtap").rglob("*.sql") if "helpers" not in p.parts),
+             *(str(p) for layer in layers.discover() for p in layer.pgtap)]
     prove = subprocess.run(["pg_prove", "-d", name, *files], capture_output=True, text=True)
     assert prove.returncode == 0, prove.stdout[-3000:] + prove.stderr[-2000:]
     assert "Result: PASS" in prove.stdout
@@ -385,7 +380,7 @@ def refused(database: str, path: Path, *flags: str) -> subprocess.CompletedProce
 @pytest.mark.parametrize("start", OLDER)
 def test_upgrade_refuses_another_version(dbs: Databases, start: str) -> None:
     name = dbs.fresh("wrongver")
-    install_bundle(dbs.cluster, name)  # already the head
+    install.core(dbs.cluster, name)  # already the head
     before = schema_dump(name)
     out = refused(name, chain(start)[0], "--single-transaction")
     assert out.returncode != 0 and f"but the database has pgfence {HEAD}" in out.stderr, out.stderr
@@ -445,7 +440,8 @@ def test_negative_control_without_the_guard_psql_installs_unhardened(dbs: Databa
 
 def copy_repo(tmp_path: Path) -> Path:
     copy = tmp_path / "repo"
-    for item in ["scripts/bundle", "migrations", "layers", "sql", "sqitch.plan", "sqitch.conf"]:
+    for item in ["scripts/bundle", "testkit", "migrations", "layers", "sql", "sqitch.plan",
+                 "sqitch.conf"]:
         src, dst = ROOT / item, copy / item
         dst.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
@@ -472,7 +468,7 @@ def test_editing_a_released_deploy_script_is_refused(tmp_path: Path) -> None:
     assert f"sql/releases/pgfence--{released()[-1]}.sql is out of date" in out.stderr, out.stderr
 
 
-@pytest.mark.parametrize("layer", ["pgmq", "pgflow"])
+@pytest.mark.parametrize("layer", layers.names())
 def test_editing_a_released_layer_script_is_refused(tmp_path: Path, layer: str) -> None:
     copy = copy_repo(tmp_path)
     plan = (copy / "layers" / layer / "sqitch.plan").read_text()

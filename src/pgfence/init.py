@@ -19,7 +19,10 @@ from typing import Any
 
 from pgfence.releases import Files
 
-LAYERS = ("pgmq", "pgflow")          # in the order their migrations run
+# The optional layers, in the order their migrations run, each with the layers it needs: the
+# repository's manifests (layers/NAME/layer.toml) say the same, which the wheel does not ship
+# (tests/test_init.py ties the two).
+LAYERS: dict[str, tuple[str, ...]] = {"pgmq": (), "pgflow": ("pgmq",)}
 MANIFEST = "pgfence-init.json"
 DENO = Path(__file__).resolve().parent / "deno"
 # Roles that requests through the Data API run as: a lease id is a capability, never theirs.
@@ -71,8 +74,11 @@ def parse_layers(value: str | None) -> list[str]:
     if unknown:
         raise InitError(2, f"--layers: unknown layer {', '.join(unknown)} (known: "
                            f"{', '.join(LAYERS)})")
-    if "pgflow" in asked and "pgmq" not in asked:
-        raise InitError(2, "--layers pgflow needs the pgmq layer under it: --layers pgmq,pgflow")
+    for layer in asked:
+        missing = [n for n in LAYERS[layer] if n not in asked]
+        if missing:
+            raise InitError(2, f"--layers {layer} needs the {' and '.join(missing)} layer under "
+                               f"it: --layers {','.join([*missing, layer])}")
     return [layer for layer in LAYERS if layer in asked]
 
 
