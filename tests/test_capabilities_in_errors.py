@@ -88,9 +88,6 @@ def test_the_clients_lease_lost_names_no_id(db: Database) -> None:
 
 
 def test_negative_control_the_released_message_names_the_lease(db: Database) -> None:
-    db.replace_in_function(
-        "pgfence.lease_not_current(uuid,timestamp with time zone)",
-        "detail = format('lease ref %s', pgfence.ref(lease_not_current.lease_id))",
-        "detail = format('lease %s', lease_not_current.lease_id)")
+    db.install_mutant("pf001-names-the-lease-id")
     texts, ids = errors_of(db)
     assert any(id_ in t for t in texts for id_ in ids)

@@ -215,9 +215,7 @@ def test_the_role_checked_is_the_one_set_not_the_session_user(flow: Database,
 
 def test_negative_control_without_the_check_the_layer_widens_pgmqs_grants(flow: Database,
                                                                           worker_role: str) -> None:
-    flow.replace_in_function("pgfence_pgmq.check_allowed(text,text,boolean)",
-                             "  if not coalesce(pg_catalog.has_schema_privilege",
-                             "  if false and coalesce(pg_catalog.has_schema_privilege")
+    flow.install_mutant("pgmq-allowed-unchecked")
     flow_and_queue(flow)
     w = as_role(flow, worker_role)
     lease = acquired(w.acquire("r1"))
@@ -351,9 +349,7 @@ def test_prune_drops_old_finished_reads_never_an_open_one(flow: Database) -> Non
 
 
 def test_negative_control_a_prune_blind_to_outcomes_loses_an_open_read(flow: Database) -> None:
-    flow.replace_in_function("pgfence_pgmq.prune(interval)",
-                             "where x.outcome is not null and x.finished_at < v_cutoff",
-                             "where x.read_at < v_cutoff")
+    flow.install_mutant("pgmq-prune-open-reads")
     w, open_read = prune_setup(flow)
     flow.sql("select * from pgfence_pgmq.prune('1 day')")
     assert sqlstate(lambda: w.one("select pgfence_pgmq.archive(%s)", (open_read,))) == "22023"
@@ -409,8 +405,7 @@ def test_prune_keeps_the_lease_an_open_layer_read_names(flow: Database) -> None:
 
 def test_negative_control_a_prune_blind_to_the_layers_leases_refuses_a_valid_late_result(
         flow: Database) -> None:
-    flow.replace_in_function("pgfence.prune(interval)",
-                             "v_needed := v_needed || v_more;", "v_more := null;")
+    flow.install_mutant("prune-ignores-layer-leases")
     w, late = late_read_after_prune(flow)
     assert flow.one("select count(*) from pgfence.leases where state = 'superseded'") == 0
     # The guard sees no lease behind the write: refused as unfenced.

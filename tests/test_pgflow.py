@@ -26,13 +26,6 @@ from tests.support import ROOT, acquired
 from tests.test_install import schema_dump
 
 START = "pgfence_pgflow.start_tasks(uuid,text,text,interval,integer)"
-FINISH = "pgfence_pgflow.finish(uuid,text,jsonb,text)"
-PROTECT = "pgfence.protect(regclass,text[],text,boolean)"
-# The unfenced variant of start_tasks's read: pgmq's own read, no lease, no mark.
-UNFENCED_READ = ("(select m.msg_id, gen_random_uuid() as attempt_id "
-                 "from pgmq.read(start_tasks.queue, 30, start_tasks.qty) m) r")
-FENCED_READ = ("pgfence_pgmq.read(start_tasks.lease_id, start_tasks.queue, start_tasks.vt, "
-               "start_tasks.qty) r")
 
 
 def two_steps(db: Database, resources: tuple[str, ...] = ("fn",),
@@ -111,7 +104,7 @@ def test_a_stale_worker_starts_nothing(any_flow: Database) -> None:
 
 
 def test_negative_control_a_start_without_the_fenced_read(flow: Database) -> None:
-    flow.replace_in_function(START, FENCED_READ, UNFENCED_READ)
+    flow.install_mutant("pgflow-start-unfenced-read")
     two_steps(flow)
     a, b = flow.session("a"), flow.session("b")
     la = acquired(a.acquire("fn"))
@@ -154,8 +147,7 @@ def test_a_task_taken_over_keeps_only_the_new_attempts_result(any_flow: Database
 
 
 def test_negative_control_without_the_takeover_the_task_is_stuck(flow: Database) -> None:
-    flow.replace_in_function(START, "set status = 'queued', started_at = null",
-                             "set status = st.status")
+    flow.install_mutant("pgflow-no-takeover")
     two_steps(flow)
     a, b = flow.session("a"), flow.session("b")
     la = acquired(a.acquire("fn"))
@@ -168,9 +160,7 @@ def test_negative_control_without_the_takeover_the_task_is_stuck(flow: Database)
 
 def test_negative_control_judged_without_attempts_count_the_stale_result_lands(
         flow: Database) -> None:
-    flow.replace_in_function(
-        FINISH, "st.status = 'started' and st.attempts_count = v_attempt.attempts_count",
-        "st.status = 'started'")
+    flow.install_mutant("pgflow-finish-ignores-attempts-count")
     two_steps(flow)
     a, b = flow.session("a"), flow.session("b")
     la = acquired(a.acquire("fn"))
@@ -232,11 +222,7 @@ def test_a_late_result_nobody_overtook_is_kept(any_flow: Database, mode: str) ->
 
 
 def test_negative_control_a_late_result_judged_by_its_lease(flow: Database) -> None:
-    flow.replace_in_function(FINISH, "  if v_attempt.outcome is not null and not "
-                                     "coalesce(v_superseded, false) then",
-                             "  perform pgfence.hold_current(v_attempt.lease_id);\n"
-                             "  if v_attempt.outcome is not null and not coalesce(v_superseded, "
-                             "false) then")
+    flow.install_mutant("pgflow-finish-needs-live-lease")
     two_steps(flow)
     a, b = flow.session("a"), flow.session("b")
     la = acquired(a.acquire("fn"))
@@ -247,9 +233,7 @@ def test_negative_control_a_late_result_judged_by_its_lease(flow: Database) -> N
 
 
 def test_negative_control_a_late_result_without_its_marker_is_refused(flow: Database) -> None:
-    flow.replace_in_function(FINISH,
-                             "select pgfence.mark_fenced(l.resource, k.hmac_key) into v_was",
-                             "select '' into v_was")
+    flow.install_mutant("pgflow-finish-unmarked")
     two_steps(flow)
     protect(flow, "enforce")
     a = flow.session("a")
@@ -364,9 +348,7 @@ def test_a_late_result_and_a_takeover_never_deadlock(flow: Database) -> None:
 
 
 def test_negative_control_task_before_message_deadlocks(flow: Database) -> None:
-    flow.replace_in_function(FINISH, "execute format('select from pgmq.%I m where m.msg_id = $1 "
-                             "for update',", "execute format('select from pgmq.%I m where "
-                             "m.msg_id = $1',")
+    flow.install_mutant("pgflow-finish-message-unlocked")
     run_id = two_steps(flow)
     a, b, c = flow.session("a"), flow.session("b"), flow.session("c")
     la = acquired(a.acquire("fn"))
@@ -421,7 +403,7 @@ def test_an_unconverted_worker_is_seen_then_refused(any_flow: Database) -> None:
 
 
 def test_negative_control_step_tasks_guarded_against_producers(flow: Database) -> None:
-    flow.replace_in_function(PROTECT, "if protect.consumers_only then", "if false then")
+    flow.install_mutant("protect-consumers-only-ignored")
     two_steps(flow)
     protect(flow, "enforce")
     assert sqlstate(lambda: flow.session("producer").run(
@@ -450,9 +432,7 @@ def test_the_update_window_drains_and_restores_exactly(any_flow: Database) -> No
 
 def test_negative_control_a_draining_worker_judged_live_starts_during_the_window(
         flow: Database) -> None:
-    flow.replace_in_function("pgfence.hold_current(uuid)",
-                             "not pgfence.is_current(v_lease.state, v_lease.expires_at)",
-                             "not pgfence.is_live(v_lease.state, v_lease.expires_at)")
+    flow.install_mutant("hold-current-live")
     two_steps(flow)
     w = flow.session("w")
     lease = acquired(w.acquire("fn"))
@@ -592,5 +572,5 @@ def test_a_tasks_input_has_the_run_input_and_its_dependencies_outputs(
 def test_negative_control_pgflow_014s_input_as_it_is(flow: Database, pgflow_version: str) -> None:
     if pgflow_version != "0.14.1":
         pytest.skip("pgflow 0.8.1's own input already has the run input: nothing to break")
-    flow.replace_in_function(START, "case when v_flow_input and", "case when false and")
+    flow.install_mutant("pgflow-start-014-input-without-run")
     assert inputs_of_a_run(flow) == [("first", {}), ("second", {"first": {"x": 1}})]

@@ -22,11 +22,6 @@ from testkit.harness import Database, Lease, Session, Step, sqlstate
 from tests.support import PGMQ_SQL, ROOT, acquired
 from tests.test_install import schema_dump
 
-READ = "pgfence_pgmq.read(uuid,text,interval,integer)"
-FINISH = "pgfence_pgmq.finish(uuid[],text)"
-HOLD = "pgfence.hold_current(uuid)"
-PROTECT = "pgfence.protect(regclass,text[],text,boolean)"
-
 
 def queue(db: Database, messages: int = 3, resources: tuple[str, ...] = ("r1",)) -> None:
     """Queue `jobs` with `messages` messages, and the resources that serve it."""
@@ -74,9 +69,7 @@ def test_a_stale_owner_reads_nothing(any_mq: Database) -> None:
 
 
 def test_negative_control_a_read_without_the_lease_check(mq: Database) -> None:
-    mq.replace_in_function(READ, "v_lease := pgfence.hold_current(read.lease_id);",
-                           "select l.* into v_lease from pgfence.leases l "
-                           "where l.lease_id = read.lease_id;")
+    mq.install_mutant("pgmq-read-no-lease-check")
     queue(mq)
     a, la, _, _ = taken_over(mq)
     assert len(read(a, la)) == 1, "without the check the stale owner reads"
@@ -106,8 +99,7 @@ def test_the_stale_result_of_a_message_read_again_is_recorded(any_mq: Database, 
 
 
 def test_negative_control_without_the_read_count_the_stale_archive_lands(mq: Database) -> None:
-    mq.replace_in_function(FINISH, "'m.msg_id = $1 and m.read_ct = $2 and m.enqueued_at = $3';",
-                           "'m.msg_id = $1 and $2 = $2 and m.enqueued_at = $3';")
+    mq.install_mutant("pgmq-finish-ignores-read-ct")
     queue(mq, 1)
     a, b = mq.session("a"), mq.session("b")
     la = acquired(a.acquire("r1"))
@@ -145,9 +137,7 @@ def test_a_late_result_nobody_overtook_is_kept(any_mq: Database, mode: str) -> N
 
 
 def test_negative_control_a_late_result_judged_by_its_lease(mq: Database) -> None:
-    mq.replace_in_function(FINISH, "    v_table := pgfence_pgmq.queue_table(v_queue);",
-                           "    perform pgfence.hold_current(l) from unnest(v_leases) l;\n"
-                           "    v_table := pgfence_pgmq.queue_table(v_queue);")
+    mq.install_mutant("pgmq-finish-needs-live-lease")
     queue(mq, 1)
     a, b = mq.session("a"), mq.session("b")
     la = acquired(a.acquire("r1"))
@@ -158,8 +148,7 @@ def test_negative_control_a_late_result_judged_by_its_lease(mq: Database) -> Non
 
 
 def test_negative_control_a_late_result_without_its_marker_is_refused(mq: Database) -> None:
-    mq.replace_in_function(FINISH, "v_mark := pgfence_pgmq.mark(v_table, v_lease);",
-                           "v_mark := null;")
+    mq.install_mutant("pgmq-finish-unmarked")
     queue(mq, 1)
     mq.sql("select pgfence.protect('pgmq.q_jobs', array['r1'], 'enforce', consumers_only => true)")
     a = mq.session("a")
@@ -203,9 +192,7 @@ def test_two_resources_on_one_queue_read_in_parallel(mq: Database) -> None:
 
 def test_negative_control_readers_that_wait_for_each_other(mq: Database) -> None:
     # One lock per queue, as a reader that serialized its readers would take.
-    mq.replace_in_function(READ, "  v_lease := pgfence.hold_current(read.lease_id);",
-                           "  perform pg_advisory_xact_lock(hashtext(read.queue));\n"
-                           "  v_lease := pgfence.hold_current(read.lease_id);")
+    mq.install_mutant("pgmq-read-serialized")
     queue(mq, 4, resources=("r1", "r2"))
     a, b = mq.session("a"), mq.session("b")
     la, lb = acquired(a.acquire("r1")), acquired(b.acquire("r2"))
@@ -250,8 +237,7 @@ def test_a_reader_killed_mid_read_loses_nothing(mq: Database) -> None:
 
 
 def test_negative_control_a_read_that_never_gives_the_message_back(mq: Database) -> None:
-    mq.replace_in_function(READ, "ceil(date_part('epoch', read.vt))::int",
-                           "ceil(date_part('epoch', read.vt))::int * 1000")
+    mq.install_mutant("pgmq-read-vt-in-ms")
     queue(mq, 1)
     a = mq.session("a")
     [(_, msg, _)] = read(a, acquired(a.acquire("r1")))
@@ -272,7 +258,7 @@ def test_a_read_inside_a_longer_transaction_holds_off_a_takeover(any_mq: Databas
 
 
 def test_negative_control_a_read_that_does_not_hold_its_lock(mq: Database) -> None:
-    mq.replace_in_function(HOLD, "     for key share;", "     ;")
+    mq.install_mutant("hold-current-no-lock")
     queue(mq)
     a, b = mq.session("a"), mq.session("b")
     la = acquired(a.acquire("r1"))
@@ -286,19 +272,6 @@ def test_negative_control_a_read_that_does_not_hold_its_lock(mq: Database) -> No
 
 
 # -- batches ------------------------------------------------------------------------------------
-
-ORDERED_LOCK = """    from (select a.attempt_id, a.outcome, a.queue, a.lease_id,
-                 a.msg_id, a.read_ct, a.enqueued_at
-            from pgfence_pgmq.attempts a
-           where a.attempt_id = any (finish.attempt_ids)
-           order by a.attempt_id
-             for update) l;"""
-# The attempts locked one by one in the order the caller gave them.
-CALLERS_ORDER = """    from unnest(finish.attempt_ids) with ordinality u(attempt_id, n),
-         lateral (select a.attempt_id, a.outcome, a.queue, a.lease_id,
-                         a.msg_id, a.read_ct, a.enqueued_at
-                    from pgfence_pgmq.attempts a where a.attempt_id = u.attempt_id for update) l;"""
-
 
 def opposite_order_archives(db: Database) -> tuple[list[tuple[Any, ...]] | str,
                                                    list[tuple[Any, ...]] | str,
@@ -349,7 +322,7 @@ def test_opposite_order_batches_never_deadlock(mq: Database) -> None:
 
 
 def test_negative_control_locking_in_the_callers_order_deadlocks(mq: Database) -> None:
-    mq.replace_in_function(FINISH, ORDERED_LOCK, CALLERS_ORDER)
+    mq.install_mutant("pgmq-finish-callers-order")
     got_a, got_b, _, _, _ = opposite_order_archives(mq)
     assert "40P01" in (got_a, got_b)
 
@@ -380,8 +353,7 @@ def test_an_old_binary_polling_directly_is_seen_then_refused(any_mq: Database) -
 
 
 def test_negative_control_a_guard_blind_to_consumers(mq: Database) -> None:
-    mq.replace_in_function(PROTECT, "v_events := 'update or delete or truncate';",
-                           "v_events := 'truncate';")
+    mq.install_mutant("protect-consumers-only-blind")
     queue(mq, 1)
     mq.sql("select pgfence.protect('pgmq.q_jobs', array['r1'], 'observe', consumers_only => true)")
     mq.session("old").run("select * from pgmq.read('jobs', 30, 1)")

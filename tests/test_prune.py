@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,6 @@ from testkit.cluster import Cluster
 from testkit.harness import Database
 from testkit.permutations import Scenario, Step, count, run
 from tests.support import ROOT
-
-MUTANTS = {m["id"]: m for m in tomllib.loads(
-    (ROOT / "tests/mutation/mutants.toml").read_text())["mutant"]}
 
 AGE = """
 update pgfence.leases set ended_at = ended_at - interval '2 hours' where owner = 'old';
@@ -108,8 +104,7 @@ def test_prune_every_interleaving(db: Database) -> None:
 
 
 def test_negative_control_prune_by_age_alone_removes_a_live_task(db: Database) -> None:
-    m = MUTANTS["prune-live-tasks"]
-    db.replace_in_function("pgfence.prune(interval)", m["text"], m["replacement"])
+    db.install_mutant("prune-live-tasks")
     report = run(db, scenario())
     assert any("the in-flight task was pruned" in v for _, found in report.violations
                for v in found)
