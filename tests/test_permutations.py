@@ -28,7 +28,7 @@ def write(lease: str) -> str:
 
 
 def claim(lease: str) -> str:
-    return (f"insert into pgfence_perm.claims select %({lease})s, c.task_id, c.attempt,"
+    return (f"insert into pgfence_perm.claimed select %({lease})s, c.task_id, c.attempt,"
             f" c.attempt_id, statement_timestamp() from pgfence.claim(%({lease})s, 'q') c"
             " returning attempt_id")
 
@@ -79,7 +79,7 @@ C_STEPS = {
 
 def pgmq_read(lease: str) -> str:
     """A read of the pgmq layer, recorded as a claim (its message and read count)."""
-    return (f"insert into pgfence_perm.claims select %({lease})s, r.msg_id, r.read_ct,"
+    return (f"insert into pgfence_perm.claimed select %({lease})s, r.msg_id, r.read_ct,"
             f" r.attempt_id, statement_timestamp()"
             f" from pgfence_pgmq.read(%({lease})s, 'jobs', '30 seconds') r returning attempt_id")
 
@@ -206,7 +206,7 @@ def expiring(work: str, level: str, ttl_ms: int = 100,
 
     def check(db: Database, ctx: dict[str, Any]) -> list[str]:
         if landed is not None:
-            table = "writes" if work == "write" else "claims"
+            table = "writes" if work == "write" else "claimed"
             landed.append(bool(db.one(f"select exists (select from pgfence_perm.{table} "
                                       "where lease_id = %s)", (ctx["la"],))))
         return []

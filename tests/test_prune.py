@@ -85,7 +85,7 @@ def scenario() -> Scenario:
                   "b": (Step("b_takeover", "select pgfence_perm.takeover(%(la)s, %(a1)s, 'b')",
                              "lb"),
                         Step("b_requeue", "select pgfence.requeue_expired()"),
-                        Step("b_claim", "insert into pgfence_perm.claims select %(lb)s, "
+                        Step("b_claim", "insert into pgfence_perm.claimed select %(lb)s, "
                              "c.task_id, c.attempt, c.attempt_id, statement_timestamp() "
                              "from pgfence.claim(%(lb)s, 'q') c returning attempt_id", "a2")),
                   "p": (Step("p_prune", "select sum(rows) from pgfence.prune('1 hour')",
