@@ -45,12 +45,17 @@ def sqitch(*args: str, layer: str = "",
 def prerequisites(cluster: Cluster, database: str, chosen: Iterable[str]) -> None:
     """What the chosen layers (and those they need) stand on, as their manifests install it."""
     for layer in layers.with_needs(chosen):
-        for prerequisite in layer.prerequisites:
-            for step in prerequisite.install:
-                if step.sql:
-                    cluster.psql(database, "-c", step.sql)
-                for path in step.paths() if step.files else ():
-                    cluster.psql(database, "--single-transaction", "-f", path)
+        for found in layer.prerequisites:
+            prerequisite(cluster, database, found)
+
+
+def prerequisite(cluster: Cluster, database: str, found: layers.Prerequisite) -> None:
+    """One prerequisite of a layer, by the steps of its manifest."""
+    for step in found.install:
+        if step.sql:
+            cluster.psql(database, "-c", step.sql)
+        for path in step.paths() if step.files else ():
+            cluster.psql(database, "--single-transaction", "-f", path)
 
 
 def core(cluster: Cluster, database: str, how: str = "bundle") -> None:

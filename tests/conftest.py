@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -60,8 +60,9 @@ VERSIONS: dict[str, tuple[str, str]] = {
     "test_supabase_rpc.py": (PER_VERSION, "set local role and request settings in SQL"),
     "test_updates.py": (PER_VERSION, "update windows under interleavings"),
     "test_upgrade.py": (PER_VERSION, "every release upgraded to head on this server"),
-    "test_layer_upgrade.py": (PER_VERSION, "each layer release upgraded to head with live "
-                                           "state, and Sqitch's revert, on this server"),
+    "test_layer_conformance.py": (PER_VERSION, "every layer's SQL on the server: installs, "
+                                               "grants, idle bounds, windows, upgrades with "
+                                               "live state and Sqitch's revert"),
     "test_wedge.py": (PER_VERSION, "lock_timeout, SKIP LOCKED / NOWAIT of the server"),
     "test_work_boundary.py": (PER_VERSION, "claim and completion under interleavings"),
     # what tests something else than the server: once
@@ -96,9 +97,9 @@ VERSIONS: dict[str, tuple[str, str]] = {
     "test_mutation.py": (ONCE, "tests the tests (scripts/mutate), not the server"),
     "test_suite_plan.py": (ONCE, "reads this table, the test files and the docs"),
     "test_client_pgmq.py": (ONCE, "the pgmq consumer's loop in the clients; the layer's SQL is "
-                                  "per version in test_pgmq and test_layers"),
+                                  "per version in test_pgmq and test_layer_conformance"),
     "test_deno_pgmq.py": (ONCE, "the Deno pgmq consumer; the layer's SQL is per version in "
-                                "test_pgmq and test_layers"),
+                                "test_pgmq and test_layer_conformance"),
     "test_quickstart.py": (ONCE, "the README's commands (pip, pgfence init, Supabase CLI, Deno); "
                                  "the SQL they apply is per version in test_install"),
     "test_meetings.py": (ONCE, "testkit.permutations' choice of interleavings; no server"),
@@ -389,6 +390,18 @@ def any_db(request: pytest.FixtureRequest, cluster: Cluster, template: str) -> I
     """A fresh database, reached directly or through PgBouncer in transaction pooling mode."""
     with fresh(request, cluster, template, request.param) as database:
         yield database
+
+
+@pytest.fixture
+def layered(request: pytest.FixtureRequest, cluster: Cluster,
+            templates: Callable[..., str]) -> Iterator[Callable[..., Database]]:
+    """``layered(name, how="direct")``: a fresh database with that layer (with the layers it
+    needs and what they stand on), reached directly or through PgBouncer; for the layer
+    conformance suite, which runs over every layer."""
+    with ExitStack() as stack:
+        def make(name: str, how: str = "direct") -> Database:
+            return stack.enter_context(fresh(request, cluster, templates(name), how))
+        yield make
 
 
 @pytest.fixture

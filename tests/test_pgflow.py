@@ -12,18 +12,13 @@ observed with pg_blocking_pids(), never waited out.
 
 from __future__ import annotations
 
-import subprocess
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from testkit import install
-from testkit.cluster import Cluster
 from testkit.harness import Database, Lease, Session, sqlstate
-from tests.support import ROOT, acquired
-from tests.test_install import schema_dump
+from tests.support import acquired
 
 START = "pgfence_pgflow.start_tasks(uuid,text,text,interval,integer)"
 
@@ -502,47 +497,6 @@ def test_the_worker_row_never_shows_the_lease_id(flow: Database) -> None:
     assert function_name == "fn" and worker != lease.lease_id
     assert flow.one("select last_worker_id from pgflow.step_tasks where step_slug = 'first'") \
         == worker
-
-
-@pytest.mark.parametrize("missing", ["pgflow", "the pgmq layer"])
-def test_the_layer_refuses_without_what_it_needs(cluster: Cluster, missing: str) -> None:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    cluster.create_database(name)
-    try:
-        install.prerequisites(cluster, name, ["pgflow" if missing != "pgflow" else "pgmq"])
-        install.core(cluster, name)
-        if missing != "the pgmq layer":
-            install.layer(cluster, name, "pgmq")
-        with pytest.raises(Exception, match=f"needs {missing}"):
-            install.layer(cluster, name, "pgflow")
-        assert cluster.psql(name, "-At", "-c", "select to_regnamespace('pgfence_pgflow') is null"
-                            ).strip() == "t"
-    finally:
-        cluster.drop_database(name)
-
-
-def test_sqitch_and_the_bundle_install_the_same_layer(
-        cluster: Cluster, sqitch_template: Callable[[str], str]) -> None:
-    by_sqitch, by_bundle = (f"t_{uuid.uuid4().hex[:12]}" for _ in range(2))
-    try:
-        # by_sqitch: what `sqitch deploy` of the core made (a clone), then pgmq and pgflow
-        for name, template in ((by_sqitch, sqitch_template("")), (by_bundle, None)):
-            cluster.create_database(name, template)
-            install.prerequisites(cluster, name, ["pgflow"])
-        for top in (ROOT / "layers/pgmq", ROOT / "layers/pgflow"):
-            subprocess.run(["sqitch", "deploy", f"db:pg:{by_sqitch}"], cwd=top, check=True,
-                           capture_output=True)
-        install.install(cluster, by_bundle, ["pgflow"], with_prerequisites=False)
-        assert schema_dump(by_sqitch) == schema_dump(by_bundle)
-        assert "pgfence_pgflow.start_tasks" in schema_dump(by_bundle)
-        for step in (["verify"], ["revert", "-y"]):
-            subprocess.run(["sqitch", *step, f"db:pg:{by_sqitch}"], cwd=ROOT / "layers/pgflow",
-                           check=True, capture_output=True)
-        gone = "select to_regnamespace('pgfence_pgflow') is null"
-        assert cluster.psql(by_sqitch, "-At", "-c", gone).strip() == "t"
-    finally:
-        cluster.drop_database(by_sqitch)
-        cluster.drop_database(by_bundle)
 
 
 # -- the task's input, the same on every pgflow --------------------------------------------------

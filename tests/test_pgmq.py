@@ -8,9 +8,7 @@ pg_blocking_pids(), never waited out.
 
 from __future__ import annotations
 
-import subprocess
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -19,8 +17,7 @@ import pytest
 from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database, Lease, Session, Step, sqlstate
-from tests.support import PGMQ_SQL, ROOT, acquired
-from tests.test_install import schema_dump
+from tests.support import PGMQ_SQL, acquired
 
 
 def queue(db: Database, messages: int = 3, resources: tuple[str, ...] = ("r1",)) -> None:
@@ -421,58 +418,86 @@ def test_the_layer_installs_on_either_form_of_pgmq(cluster: Cluster, how: str) -
         cluster.drop_database(name)
 
 
-@pytest.mark.parametrize("missing", ["pgmq", "pgfence"])
-def test_the_layer_refuses_without_what_it_needs(cluster: Cluster, missing: str) -> None:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    cluster.create_database(name)
-    try:
-        if missing != "pgmq":
-            install.prerequisites(cluster, name, ["pgmq"])
-        if missing != "pgfence":
-            install.core(cluster, name)
-        with pytest.raises(Exception, match=f"needs {missing}"):
-            install.layer(cluster, name, "pgmq")
-        assert cluster.psql(name, "-At", "-c",
-                            "select count(*) from pg_proc where proname like 'pgmq\\_%'"
-                            " and pronamespace::regnamespace::text = 'pgfence'").strip() == "0"
-    finally:
-        cluster.drop_database(name)
+def test_every_queue_name_pgmq_accepts_is_accepted(mq: Database) -> None:
+    mq.sql("select pgmq.create('Queue-Hyphened_2')")
+    mq.sql("select pgmq.send('Queue-Hyphened_2', '{}')")
+    mq.sql("select pgfence.register('r1')")
+    s = mq.session("s")
+    [(attempt,)] = s.run("select attempt_id from pgfence_pgmq.read(%s, 'Queue-Hyphened_2', "
+                         "'30 seconds', 1)", (acquired(s.acquire("r1")).lease_id,))
+    assert finish(s, "delete", attempt) == "accepted"
 
 
-def test_sqitch_and_the_bundle_install_the_same_layer(
-        cluster: Cluster, sqitch_template: Callable[[str], str]) -> None:
-    by_sqitch, by_bundle = (f"t_{uuid.uuid4().hex[:12]}" for _ in range(2))
-    try:
-        # by_sqitch: what `sqitch deploy` of the core made (a clone), then pgmq
-        for name, template in ((by_sqitch, sqitch_template("")), (by_bundle, None)):
-            cluster.create_database(name, template)
-            install.prerequisites(cluster, name, ["pgmq"])
-        subprocess.run(["sqitch", "deploy", f"db:pg:{by_sqitch}"], cwd=ROOT / "layers/pgmq",
-                       check=True, capture_output=True)
-        install.install(cluster, by_bundle, ["pgmq"], with_prerequisites=False)
-        assert schema_dump(by_sqitch) == schema_dump(by_bundle)
-        assert "pgfence_pgmq" in schema_dump(by_bundle)
-        for step in (["verify"], ["revert", "-y"]):
-            subprocess.run(["sqitch", *step, f"db:pg:{by_sqitch}"], cwd=ROOT / "layers/pgmq",
-                           check=True, capture_output=True)
-        gone = "select count(*) from pg_namespace where nspname = 'pgfence_pgmq'"
-        assert cluster.psql(by_sqitch, "-At", "-c", gone).strip() == "0"
-    finally:
-        cluster.drop_database(by_sqitch)
-        cluster.drop_database(by_bundle)
+# -- what update windows see of the layer (the conformance suite counts its work in flight) ---
+
+def window(db: Database, resource: str) -> uuid.UUID:
+    return uuid.UUID(str(db.session("op").one("select pgfence.prepare_update(array[%s], %s)",
+                                               (resource, uuid.uuid4()))))
 
 
-def test_the_layer_leaves_pgfences_fingerprint_alone(mq: Database, db: Database) -> None:
-    # pgfence's next upgrade checks the schema against its release's fingerprint: the layer's
-    # objects (schema pgfence_pgmq) must not make a database with the layer look changed by hand.
-    query = (ROOT / "migrations/fingerprint.sql").read_text()
-    assert mq.one(query) == db.one(query)
-    assert mq.one("select count(*) from pg_proc "
-                  "where pronamespace = 'pgfence_pgmq'::regnamespace") > 0
+def status(db: Database, token: uuid.UUID) -> tuple[str, dict[str, int], list[dict[str, Any]]]:
+    [(verdict, in_flight, writes)] = db.sql(
+        "select verdict, in_flight, unfenced_writes from pgfence.update_status(%s)", (token,))
+    return verdict, in_flight, writes
 
 
-def test_negative_control_a_fingerprint_that_counts_the_layer(mq: Database, db: Database) -> None:
-    query = (ROOT / "migrations/fingerprint.sql").read_text().replace(
-        "p.pronamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace",
-        "p.pronamespace::pg_catalog.regnamespace::pg_catalog.text like 'pgfence%'")
-    assert mq.one(query) != db.one(query)
+def test_a_message_visible_again_is_no_longer_in_flight(mq: Database) -> None:
+    queue(mq)
+    w = mq.session("w")
+    lease = acquired(w.acquire("r1"))
+    [(_, msg, _)] = read(w, lease)
+    w.release(lease)
+    token = window(mq, "r1")
+    assert status(mq, token)[:2] == ("draining", {"tasks": 0, "pgmq": 1})
+    mq.sql("select pgfence_test.expire_message('jobs', %s)", (msg,))
+    assert status(mq, token)[:2] == ("drained", {"tasks": 0})
+
+
+def test_unfenced_writes_since_the_window_opened_are_listed(any_mq: Database) -> None:
+    queue(any_mq)
+    any_mq.sql("select pgfence.protect('pgmq.q_jobs', array['r1'], 'observe', consumers_only "
+               "=> true)")
+    old = any_mq.session("old-binary")
+    old.run("select * from pgmq.read('jobs', 30, 1)")  # before the window: not this window's
+    token = window(any_mq, "r1")
+    assert status(any_mq, token)[2] == []
+    old.run("select * from pgmq.read('jobs', 30, 1)")
+    [verdict, _, [write]] = status(any_mq, token)
+    assert (write["table"], write["operation"], write["writes"]) == ("pgmq.q_jobs", "UPDATE", 1)
+    assert verdict == "drained", "an unconverted writer is named; the window waits for no write"
+
+
+# -- the layer's own prune (the conformance suite runs it with the core's) ----------------------
+
+def prune_setup(db: Database) -> tuple[Session, uuid.UUID]:
+    """Two reads, one archived long ago; returns the session and the open read's attempt."""
+    queue(db)
+    w = db.session("w")
+    lease = acquired(w.acquire("r1"))
+    [(done, _, _)] = read(w, lease)
+    [(open_read, _, _)] = read(w, lease)
+    assert finish(w, "archive", done) == "accepted"
+    db.sql("update pgfence_pgmq.attempts set read_at = read_at - interval '2 days', "
+           "finished_at = finished_at - interval '2 days'")
+    return w, open_read
+
+
+def test_prune_drops_old_finished_reads_never_an_open_one(mq: Database) -> None:
+    w, open_read = prune_setup(mq)
+    assert mq.sql("select * from pgfence_pgmq.prune('1 day')") == [
+        ("pgfence_pgmq.stale_results", 0), ("pgfence_pgmq.attempts", 1)]
+    assert finish(w, "archive", open_read) == "accepted"
+
+
+def test_the_cores_prune_drops_them_too(mq: Database) -> None:
+    w, open_read = prune_setup(mq)
+    pruned = dict(mq.sql("select * from pgfence.prune('1 day')"))
+    assert pruned["pgfence_pgmq.attempts"] == 1 and pruned["pgfence_pgmq.stale_results"] == 0
+    assert finish(w, "archive", open_read) == "accepted"
+
+
+def test_negative_control_a_prune_blind_to_outcomes_loses_an_open_read(mq: Database) -> None:
+    mq.install_mutant("pgmq-prune-open-reads")
+    w, open_read = prune_setup(mq)
+    mq.sql("select * from pgfence_pgmq.prune('1 day')")
+    assert sqlstate(lambda: finish(w, "archive", open_read)) == "22023"

@@ -22,8 +22,9 @@ from psycopg.types.json import Jsonb
 
 import pgfence
 from pgfence.connection import connect
-from testkit import install, layers
+from testkit import conformance, install, layers
 from testkit.cluster import Cluster, ClusterError
+from testkit.harness import Database
 from testkit.install import SQITCH_ENV, sqitch
 from tests.support import ROOT
 from tests.test_install import schema_dump as dump
@@ -265,14 +266,15 @@ def install_layer_release(dbs: Databases, database: str, layer: str, version: st
 def test_upgrade_to_the_release_with_live_state_then_its_layers(dbs: Databases, start: str,
                                                                 path: str) -> None:
     """A database of an older release with live state (a lease, claimed tasks, a window, a
-    protected table), pgmq and pgflow beside it, upgraded to the newest release, then the
-    layers of that release installed: the schema is a fresh install's of the release and its
-    layers, and a lease acquired before the upgrade reads pgmq and starts pgflow tasks through
-    the layers, the core's live state still working after."""
+    protected table), what every layer stands on beside it, upgraded to the newest release,
+    then the layers of that release installed: the schema is a fresh install's of the release
+    and its layers, and a lease acquired before the upgrade starts and finishes work through
+    each layer (its conformance driver, layers/NAME/conformance.py), the core's live state
+    still working after."""
     release = released()[-1]
     name, fresh = dbs.fresh("layers"), dbs.fresh("target")
-    for db in (name, fresh):
-        install.prerequisites(dbs.cluster, db, ["all"])
+    for each in (name, fresh):
+        install.prerequisites(dbs.cluster, each, ["all"])
     dbs.install_release(name, start)
     live = make_live_state(dbs, name)
     if path == "file":
@@ -289,20 +291,17 @@ def test_upgrade_to_the_release_with_live_state_then_its_layers(dbs: Databases, 
         install_layer_release(dbs, fresh, layer, release)
     assert dbs.version(name) == release
     assert schema_dump(name) == schema_dump(fresh)
-    with connect(dbs.dsn(name), "layers") as conn:
-        conn.execute("select pgmq.create('jobs')")
-        conn.execute("select pgmq.send('jobs', '{\"n\": 1}')")
-        read = one(conn, "select attempt_id from pgfence_pgmq.read(%s, 'jobs', '1 hour')",
-                   live.current)
-        assert one(conn, "select pgfence_pgmq.archive(%s)", read) == "accepted"
-        assert one(conn, "select pgfence_pgmq.archive(%s)", read) == "duplicate"
-        conn.execute("select pgflow.create_flow('one')")
-        conn.execute("select pgflow.add_step('one', 'only')")
-        conn.execute("select pgflow.start_flow('one', '{}')")
-        started = one(conn, "select attempt_id from pgfence_pgflow.start_tasks(%s, 'one', 'one', "
-                            "'1 hour', 1)", live.current)
-        assert one(conn, "select pgfence_pgflow.complete_task(%s, '{}')", started) == "accepted"
-        assert one(conn, "select status from pgflow.runs") == "completed"
+    db = Database(dbs.dsn(name))
+    try:
+        s = db.session("layers")
+        for found in layers.discover():
+            d = conformance.driver(found)
+            d.prepare(db, f"after-{found.name}")
+            attempt = d.start(s, live.current)
+            assert d.finish(s, attempt) == "accepted"
+            assert d.finish(s, attempt) == "duplicate"
+    finally:
+        db.close()
     check_live_state(dbs, name, live)
 
 
