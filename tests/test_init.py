@@ -258,7 +258,8 @@ def test_the_documented_dry_run_listing_is_what_init_prints(
 def test_inits_layers_are_the_repositorys() -> None:
     # The wheel ships no manifest: init's own list is the manifests' (testkit.layers), in the
     # same install order and with the same needs, and refuses a layer without what it needs.
-    assert list(init.LAYERS.items()) == [(layer.name, layer.needs) for layer in layers.discover()]
+    assert [(name, layer.needs) for name, layer in init.LAYERS.items()] == [
+        (layer.name, layer.needs) for layer in layers.discover()]
     for layer in layers.discover():
         assert init.parse_layers(",".join([*layer.needs, layer.name])) == [*layer.needs, layer.name]
         for need in layer.needs:
@@ -275,4 +276,4 @@ def test_negative_control_a_layer_init_does_not_know_is_seen(tmp_path: Path) -> 
         'name = "jobs"\nschema = "pgfence_jobs"\nneeds = ["pgmq"]\n')
     found = [(layer.name, layer.needs) for layer in layers.discover(tmp_path)]
     assert ("jobs", ("pgmq",)) in found
-    assert list(init.LAYERS.items()) != found
+    assert [(name, layer.needs) for name, layer in init.LAYERS.items()] != found

@@ -19,10 +19,21 @@ from typing import Any
 
 from pgfence.releases import Files
 
-# The optional layers, in the order their migrations run, each with the layers it needs: the
-# repository's manifests (layers/NAME/layer.toml) say the same, which the wheel does not ship
+
+@dataclass(frozen=True)
+class Layer:
+    needs: tuple[str, ...]   # the layers it installs onto
+    after: str               # what its migration comes after, for its header
+    first: str = ""          # SQL its migration runs first (what it stands on, if init can)
+
+
+# The optional layers, in the order their migrations run: the repository's manifests
+# (layers/NAME/layer.toml) say the same of their names and needs, which the wheel does not ship
 # (tests/test_init.py ties the two).
-LAYERS: dict[str, tuple[str, ...]] = {"pgmq": (), "pgflow": ("pgmq",)}
+LAYERS: dict[str, Layer] = {
+    "pgmq": Layer((), "pgmq itself (Supabase Queues)", "create extension if not exists pgmq;\n\n"),
+    "pgflow": Layer(("pgmq",), "pgflow's own migrations (npx pgflow install)"),
+}
 MANIFEST = "pgfence-init.json"
 DENO = Path(__file__).resolve().parent / "deno"
 # Roles that requests through the Data API run as: a lease id is a capability, never theirs.
@@ -75,7 +86,7 @@ def parse_layers(value: str | None) -> list[str]:
         raise InitError(2, f"--layers: unknown layer {', '.join(unknown)} (known: "
                            f"{', '.join(LAYERS)})")
     for layer in asked:
-        missing = [n for n in LAYERS[layer] if n not in asked]
+        missing = [n for n in LAYERS[layer].needs if n not in asked]
         if missing:
             raise InitError(2, f"--layers {layer} needs the {' and '.join(missing)} layer under "
                                f"it: --layers {','.join([*missing, layer])}")
@@ -149,15 +160,11 @@ class Project:
         out = [("core", "pgfence", header(f"pgfence {v}: the one-file install (sql/pgfence.sql)",
                                           v) + self.files.install())]
         schema = self.files.root
-        if "pgmq" in self.layers:
-            out.append(("pgmq", "pgfence_pgmq", header(
-                "pgfence's pgmq layer (sql/pgfence-pgmq.sql), after pgmq itself (Supabase "
-                "Queues)", v) + "create extension if not exists pgmq;\n\n"
-                + (schema / "pgfence-pgmq.sql").read_text()))
-        if "pgflow" in self.layers:
-            out.append(("pgflow", "pgfence_pgflow", header(
-                "pgfence's pgflow layer (sql/pgfence-pgflow.sql), after pgflow's own migrations "
-                "(npx pgflow install)", v) + (schema / "pgfence-pgflow.sql").read_text()))
+        for name in self.layers:
+            layer = LAYERS[name]
+            out.append((name, f"pgfence_{name}", header(
+                f"pgfence's {name} layer (sql/pgfence-{name}.sql), after {layer.after}", v)
+                + layer.first + (schema / f"pgfence-{name}.sql").read_text()))
         if self.role is not None:
             out.append(("grants", "pgfence_grants", header("pgfence's grants", v)
                         + self.grants(self.role)))
