@@ -389,11 +389,12 @@ def idle_limit_after(db: Database, layer: Layer, call: Call) -> int:
     """idle_in_transaction_session_timeout in force in a worker's transaction right after the
     call (ms; 0 is none), under a lease of an hour, with a piece of work in flight where the
     call names an attempt."""
-    w, lease, attempt = started(db, layer)
+    w, lease, attempt = started(db, layer, f"w-{uuid.uuid4().hex[:8]}")
     w.begin()
     w.run(call.sql.format(lease=lease, attempt=attempt, resource=RESOURCE))
     limit = int(w.one(LIMIT))
     w.rollback()
+    db.sql("select pgfence.release(%s)", (lease,))   # the resource free for the next call
     return limit
 
 
