@@ -204,7 +204,7 @@ def test_plain_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     (["init", "--supabase", "/nonexistent/pgfence"], cli.EXIT_USAGE, "no such directory"),
     (["init", "--supabase", "{tmp}"], cli.EXIT_USAGE, "has no supabase/ folder"),
     (["init", "--plain", "{tmp}", "--layers", "pgmq,kafka"], cli.EXIT_USAGE,
-     "unknown layer kafka (known: pgmq, pgflow)"),
+     f"unknown layer kafka (known: {', '.join(init.LAYERS)})"),
     (["init", "--plain", "{tmp}", "--layers", "pgflow"], cli.EXIT_USAGE,
      "--layers pgflow needs the pgmq layer"),
     (["init", "--plain", "{tmp}", "--role", "anon"], cli.EXIT_USAGE, "never grant pgfence to anon"),
