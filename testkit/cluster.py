@@ -93,11 +93,13 @@ class Cluster:
         self.port = port
 
     @classmethod
-    def start(cls, settings: Sequence[str] = (), owner: int | None = None) -> Cluster:
+    def start(cls, settings: Sequence[str] = (), owner: int | None = None,
+              pgbin: Path | None = None, initdb: Sequence[str] = ()) -> Cluster:
         """A new cluster, owned by process ``owner`` (default this one), with ``settings``
-        (``name=value``) added to postgresql.conf."""
+        (``name=value``) added to postgresql.conf, of the server in ``pgbin`` (default
+        ``default_pgbin()``), made by initdb with ``initdb``'s options too."""
         reap_orphans()
-        pgbin = default_pgbin()
+        pgbin = pgbin or default_pgbin()
         dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=TEMP))
         try:
             (dir / "pgbin").write_text(f"{pgbin}\n")
@@ -108,7 +110,7 @@ class Cluster:
             shutil.chown(dir, USER, USER)
             port = free_port()
             as_postgres(pgbin / "initdb", "-D", dir / "data", "-U", USER, "-A", "trust",
-                        "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+                        "-E", "UTF8", "--locale=C.UTF-8", "--no-sync", *initdb)
             conf = [f"listen_addresses = '{LOOPBACK}'", f"port = {port}",
                     f"unix_socket_directories = '{dir}'", "track_commit_timestamp = on",
                     "max_connections = 200", "log_min_messages = warning"]
@@ -183,6 +185,14 @@ class Cluster:
     def restart(self) -> None:
         """A crash and restart of the server: every backend dies, recovery replays the WAL."""
         self._pg_ctl("-m", "immediate", "-w", "-t", str(STARTED_WITHIN), "restart")
+
+    def stop(self) -> None:
+        """A clean shutdown (a checkpoint first): pg_upgrade and file copies need one."""
+        self._pg_ctl("-m", "fast", "-w", "-t", str(STARTED_WITHIN), "stop")
+
+    def resume(self) -> None:
+        """Starts the server of a stopped cluster again."""
+        self._pg_ctl("-w", "-t", str(STARTED_WITHIN), "start")
 
     def pgbouncer(self) -> PgBouncer:
         return PgBouncer.start(self)

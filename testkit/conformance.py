@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Protocol
 
+from testkit import layers
 from testkit.harness import Database, Session
 from testkit.layers import Layer
 
@@ -67,3 +68,27 @@ def driver(layer: Layer) -> Driver:
     spec.loader.exec_module(module)
     found: Driver = module.DRIVER
     return found
+
+
+def live_work(db: Database, lease_id: uuid.UUID) -> dict[str, uuid.UUID]:
+    """Work in flight under the lease in every layer (each prepared first by its driver): the
+    attempt id of each, by layer. For tests that carry live state through something (an
+    upgrade, a backup) and finish it after (``finish_live_work``)."""
+    s = db.session(f"live-work-{uuid.uuid4().hex[:8]}")
+    work = {}
+    for layer in layers.discover():
+        found = driver(layer)
+        found.prepare(db, f"live-{layer.name}")
+        work[layer.name] = found.start(s, lease_id)
+    return work
+
+
+def finish_live_work(db: Database, lease_id: uuid.UUID, work: dict[str, uuid.UUID]) -> None:
+    """Work started before, finished now: each late result is accepted (a retry is a
+    duplicate), and new work goes on under the same lease."""
+    s = db.session(f"finish-work-{uuid.uuid4().hex[:8]}")
+    for name, attempt in work.items():
+        found = driver(layers.layer(name))
+        assert found.finish(s, attempt) == "accepted", name
+        assert found.finish(s, attempt) == "duplicate", name
+        assert found.finish(s, found.start(s, lease_id)) == "accepted", name

@@ -39,6 +39,7 @@ os.environ.setdefault("BUN_JSC_useFTLJIT", "0")
 ONCE, PER_VERSION = "once", "per version"
 VERSIONS: dict[str, tuple[str, str]] = {
     # what tests pgfence's SQL on the server: per version
+    "test_backup.py": (PER_VERSION, "pg_dump and pg_restore of this server, with live state"),
     "test_complete_many.py": (PER_VERSION, "row locks and deadlock detection of the server"),
     "test_drift_and_revert.py": (PER_VERSION, "the fingerprint reads the server's catalogs; "
                                               "the revert scripts move live state here"),
@@ -84,6 +85,10 @@ VERSIONS: dict[str, tuple[str, str]] = {
     "test_control_plane.py": (ONCE, "an example's processes; acquire/fence are per version "
                                     "in test_ownership"),
     "test_demo.py": (ONCE, "the demo's narration; its SQL is the tested functions"),
+    "test_major_upgrade.py": (ONCE, "pg_upgrade from 15 to 16, 17 and 18, in clusters of "
+                                    "its own of each version"),
+    "test_errors.py": (ONCE, "the clients' error classes against docs/errors.md; a raised "
+                             "SQLSTATE is the same on every version"),
     "test_doctor.py": (ONCE, "the doctor command over its transports; health()'s checks are "
                              "per version in test_health"),
     "test_deno_client.py": (ONCE, "deno fmt/lint/check and the Deno client's own tests; "

@@ -50,10 +50,9 @@ HUNG = 1800
 LONG = 600
 
 
-def bundle_query(name: str, subject: str = "pgfence") -> str:
-    """migrations/NAME.sql (fingerprint.sql, sqitch_registry.sql) about pgfence's schema and
-    Sqitch project or a layer's (``subject``: pgfence_pgflow, say), as scripts/bundle puts it
-    into the upgrade files: the script's own rule, loaded from it."""
+def bundle() -> Any:
+    """scripts/bundle as a module: its rules (the plan, which script an entry runs, the
+    queries it inlines), which the tests read rather than write again."""
     module = sys.modules.get("pgfence_bundle")
     if module is None:
         loader = importlib.machinery.SourceFileLoader("pgfence_bundle",
@@ -63,7 +62,14 @@ def bundle_query(name: str, subject: str = "pgfence") -> str:
         module = importlib.util.module_from_spec(spec)
         sys.modules[loader.name] = module
         loader.exec_module(module)
-    return str(module.query(name, subject))
+    return module
+
+
+def bundle_query(name: str, subject: str = "pgfence") -> str:
+    """migrations/NAME.sql (fingerprint.sql, sqitch_registry.sql) about pgfence's schema and
+    Sqitch project or a layer's (``subject``: pgfence_pgflow, say), as scripts/bundle puts it
+    into the upgrade files: the script's own rule, loaded from it."""
+    return str(bundle().query(name, subject))
 
 
 def xdist_worker(config: pytest.Config) -> bool:

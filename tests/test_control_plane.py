@@ -1,10 +1,15 @@
-"""The control-plane example (examples/control_plane/server.py) as real processes: two replicas
-share one leader resource; the leader is frozen with SIGSTOP, the standby takes over, and the
-resumed old leader's mutations are refused. Along the way, /ready answers 200 on the leader
-only, and the roles swap with the takeover. Negative controls run the same scenario with
-replicas that write without fence() (tables in observe mode: the stale write lands and the
-history check of docs/control-plane.md finds it), and with a readiness that ignores leadership
-(the standby answers 200: the readiness check catches it).
+"""The control-plane examples (examples/control_plane/server.py on threads, fastapi_app.py on
+asyncio) as real processes: two replicas share one leader resource; the leader is frozen with
+SIGSTOP, the standby takes over, and the resumed old leader's mutations are refused. Along the
+way, /ready answers 200 on the leader only, and the roles swap with the takeover. Negative
+controls run the same scenario with replicas that write without fence() (tables in observe
+mode: the stale write lands and the history check of docs/control-plane.md finds it), and with
+a readiness that ignores leadership (the standby answers 200: the readiness check catches it).
+
+Both examples pass the conformance check (pgfence.conformance), and each promise of it fails on
+an example broken to break it: a /ready that no longer asks the database, a standby that no
+longer serves reads, a replica that writes without fence. A job is assigned once, however many
+assignments race for it (the negative control: the example without its `state = 'queued'`).
 
 The replicas are real processes on real time: the frozen leader's lease must run out on the
 clock, and its own deadline pass, for the takeover and the resumed leader's view to be what
@@ -22,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -30,6 +36,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,9 +46,10 @@ import pytest
 
 from testkit.cluster import Cluster, free_port
 from testkit.harness import HANG, Database
-from tests.support import ROOT
+from tests.support import HUNG, ROOT
 
 SERVER = ROOT / "examples/control_plane/server.py"
+FASTAPI = ROOT / "examples/control_plane/fastapi_app.py"
 # The replicas' lease ttl (s), and how long it may grow when the machine outran it (Outran).
 TTL = 1.0
 MAX_TTL = 16.0
@@ -155,6 +163,7 @@ class Outcome:
     leases: list[tuple[Any, ...]]                   # (generation, owner, status) at the end
     ready: dict[str, int]                           # /ready's status, by role and moment
     resumed_role: str                               # /health of the old leader on waking up
+    resumed_reason: str                             # why /ready said no to it then
 
 
 class Outran(Exception):
@@ -245,14 +254,14 @@ def scenario(db: Database, tmp_path: Path, flags: list[str], server: Path,
         # The old leader wakes up and tries to mutate.
         os.kill(old.proc.pid, signal.SIGCONT)
         resumed_role = str(old.health()["role"])
-        ready["resumed old leader"] = old.ready()
+        ready["resumed old leader"], answer = old.readiness()
         stale = [old.post("/jobs", {"spec": {"n": "stale"}}),
                  old.post(f"/jobs/{job2['id']}/assign", {"runner": "stale"})]
         return Outcome(db, old, new, g1, g2, stale, old.role(), new.role(),
                        db.sql(history_check()),
                        db.sql("select generation, owner, status from pgfence.lease_status "
                               "order by generation"),
-                       ready, resumed_role)
+                       ready, resumed_role, str(answer.get("reason")))
 
 
 def before_the_freeze(db: Database, old: Replica, new: Replica, g1: int,
@@ -301,17 +310,22 @@ def assert_ready_only_on_the_leader(o: Outcome) -> None:
                        "new leader": 200, "resumed old leader": 503}
 
 
-@pytest.mark.parametrize("flags", [[], ["--no-local-check"]], ids=["fenced", "database-decides"])
+@pytest.mark.parametrize(("server", "flags"), [(SERVER, []), (SERVER, ["--no-local-check"]),
+                                               (FASTAPI, [])],
+                         ids=["fenced", "database-decides", "fastapi"])
 def test_resumed_old_leader_is_refused(request: pytest.FixtureRequest, db: Database,
-                                       tmp_path: Path, flags: list[str]) -> None:
-    o = freeze_leader_and_resume(request, db, tmp_path, flags)
+                                       tmp_path: Path, server: Path, flags: list[str]) -> None:
+    o = freeze_leader_and_resume(request, db, tmp_path, flags, server=server)
     db = o.db
     assert [status for status, _ in o.stale] == [503, 503]
     assert o.stale[0][1]["leader"]["owner"] == o.new.name
     if flags:
-        # The replica still believed it led: PostgreSQL refused its fence, and it stepped down.
-        assert o.stale[0][1]["error"] == "lease lost: stepped down"
-        assert "fence refused" in o.stale[0][1]["detail"]
+        # The replica still believed it led, past its own deadline: what ended its term was
+        # PostgreSQL refusing its lease (its renewal, the readiness probe's fence, or the
+        # write's), whichever came first after it woke.
+        assert "refused" in o.resumed_reason and "expired locally" not in o.resumed_reason
+    else:
+        assert o.resumed_role == "standby"          # its own deadline had passed
     assert (o.old_role, o.new_role) == ("standby", "leader")
     assert o.violations == []
     # Nothing the old leader sent after the takeover was committed.
@@ -323,7 +337,6 @@ def test_resumed_old_leader_is_refused(request: pytest.FixtureRequest, db: Datab
     # /ready follows the lease: leader 200, standby 503, swapped by the takeover; the resumed
     # old leader is not ready, even while it still believes it leads (--no-local-check).
     assert_ready_only_on_the_leader(o)
-    assert o.resumed_role == ("leader" if flags else "standby")
 
 
 def test_negative_control_unfenced_stale_leader_write_lands(
@@ -355,14 +368,121 @@ def test_negative_control_readiness_ignoring_leadership_is_caught(
         request: pytest.FixtureRequest, db: Database, tmp_path: Path) -> None:
     """Broken on purpose: the example with a /ready that answers like /health, 200 on every
     replica. A load balancer would route writes to the standby; the readiness check fails."""
-    text = SERVER.read_text()
-    ready = "    def ready(self) -> tuple[bool, str]:\n"
-    assert ready in text, "Replica.ready is gone: the negative control is out of date"
-    broken = tmp_path / "server.py"
-    broken.write_text(text.replace(ready, ready + '        return True, "up"  # broken\n'))
+    broken = broken_server(tmp_path, "ready-is-health")
     o = freeze_leader_and_resume(request, db, tmp_path, [], server=broken)
     assert o.ready == {"leader": 200, "standby": 200,
                        "new leader": 200, "resumed old leader": 200}
     with pytest.raises(AssertionError):
         assert_ready_only_on_the_leader(o)
     assert o.violations == []                      # the fencing itself is intact
+
+
+# --- the conformance check, and the example broken to fail each of its promises --------------
+
+# Text of server.py, and what a broken variant puts instead (each must occur once).
+BREAKS = {
+    # /ready answered like /health: 200 on every replica.
+    "ready-is-health": ("self.reply(*replica.service.readiness())",
+                        "self.reply(200, {'ready': True})"),
+    # /ready from the replica's own belief alone: elected and its lease trusted locally, no
+    # database check.
+    "ready-without-database": (
+        "self.reply(*replica.service.readiness())",
+        "self.reply(200 if replica.service.leads else 503, {'ready': replica.service.leads})"),
+    # A standby that refuses reads as it refuses writes.
+    "standby-refuses-reads": (
+        'elif self.path == "/jobs":                 # reads: every replica serves them',
+        'elif self.path == "/jobs" and not replica.leading():\n'
+        '                    self.reply(503, {"error": "not the leader"})\n'
+        '                elif self.path == "/jobs":'),
+    # An assignment that does not ask whether the job is still queued.
+    "assign-twice": ("where id = %s and state = 'queued' returning id",
+                     "where id = %s returning id"),
+}
+
+
+def broken_server(tmp_path: Path, name: str) -> Path:
+    """server.py with one promise broken on purpose (BREAKS), in a file of its own."""
+    text = SERVER.read_text()
+    old, new = BREAKS[name]
+    assert text.count(old) == 1, f"{name}: the negative control is out of date"
+    broken = tmp_path / f"{name}.py"
+    broken.write_text(text.replace(old, new))
+    return broken
+
+
+def conformance(db: Database, tmp_path: Path, server: Path, *flags: str,
+                ) -> tuple[int, str, str]:
+    """python -m pgfence.conformance against two replicas of ``server``: exit code, output."""
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    command = shlex.join([sys.executable, str(server), "--dsn", db.dsn, *flags]) + \
+        " --port {port} --name {name} --ttl {ttl} --poll 0.1"
+    out = subprocess.run([sys.executable, "-m", "pgfence.conformance", "--dsn", db.dsn,
+                          "--server", command, "--logs", str(logs)],
+                         capture_output=True, text=True, timeout=HUNG, cwd=tmp_path)
+    for log in sorted(logs.iterdir()):
+        print(f"--- {log.name}\n{log.read_text()}")     # shown when the test fails
+    return out.returncode, out.stdout, out.stderr
+
+
+@pytest.mark.parametrize("server", [SERVER, FASTAPI], ids=["threads", "fastapi"])
+def test_the_examples_pass_the_conformance_check(db: Database, tmp_path: Path,
+                                                 server: Path) -> None:
+    init(db)
+    code, out, err = conformance(db, tmp_path, server)
+    assert (code, out.splitlines()[-1]) == (0, "conformant"), out + err
+    steps = [line.split(":")[0] for line in out.splitlines() if line.startswith("ok ")]
+    assert steps == ["ok   one leader", "ok   /ready only on the owner", "ok   one writer",
+                     "ok   a standby serves reads", "ok   /ready asks the database",
+                     "ok   a frozen leader is refused after failover"]
+    # In the database: the two takeovers the check's operator made (a replica stopping at
+    # the end may let the other in once more), and every committed job written under the
+    # lease that was current at its commit.
+    assert db.one("select count(*) from pgfence.lease_status") >= 3
+    assert db.sql(history_check()) == []
+
+
+@pytest.mark.parametrize(("broken", "flags", "step"), [
+    ("ready-without-database", [], "/ready asks the database"),
+    ("standby-refuses-reads", [], "a standby serves reads"),
+    (None, ["--unsafe-no-fence"], "a frozen leader is refused after failover"),
+], ids=["ready-without-database", "standby-refuses-reads", "unsafe-no-fence"])
+def test_negative_control_a_broken_server_fails_the_conformance_check(
+        db: Database, tmp_path: Path, broken: str | None, flags: list[str], step: str) -> None:
+    # The unfenced writer's tables are in observe mode: enforced, PostgreSQL would refuse it.
+    init(db, *(["--observe"] if flags else []))
+    server = SERVER if broken is None else broken_server(tmp_path, broken)
+    code, out, err = conformance(db, tmp_path, server, *flags)
+    assert code == 1, out + err
+    assert err.startswith(f"FAIL {step}: "), out + err
+
+
+@pytest.mark.parametrize("server", [SERVER, FASTAPI], ids=["threads", "fastapi"])
+def test_a_job_is_assigned_once(db: Database, tmp_path: Path, server: Path) -> None:
+    assert assignments(db, tmp_path, server) == (1, 1)
+
+
+def test_negative_control_an_assignment_that_ignores_the_jobs_state(db: Database,
+                                                                  tmp_path: Path) -> None:
+    accepted, recorded = assignments(db, tmp_path, broken_server(tmp_path, "assign-twice"))
+    assert accepted > 1 and recorded == accepted
+
+
+def assignments(db: Database, tmp_path: Path, server: Path, racers: int = 8) -> tuple[int, int]:
+    """One job, ``racers`` assignments of it sent at once to the leader: how many were
+    accepted, and how many the history recorded."""
+    init(db)
+    with replicas(db, tmp_path, [], n=1, server=server) as (only,):
+        wait_for("leadership", lambda: only.role() == "leader")
+        status, job = only.post("/jobs", {"spec": {}})
+        assert status == 201
+        with ThreadPoolExecutor(racers) as pool:
+            answers = list(pool.map(
+                lambda i: only.post(f"/jobs/{job['id']}/assign", {"runner": f"r-{i}"})[0],
+                range(racers)))
+    assert set(answers) <= {200, 409}, answers
+    runners = db.sql("select runner from jobs")
+    assert len(runners) == 1 and runners[0][0] is not None
+    return answers.count(200), db.one(
+        "select count(*) from job_events where action = 'assigned'")

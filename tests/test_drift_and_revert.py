@@ -8,12 +8,10 @@ tests/test_install_paths.py's.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,11 +19,10 @@ import pytest
 
 from pgfence import cli
 from pgfence.connection import connect
-from pgfence.releases import Files
 from testkit import install
 from testkit.install import sqitch as sqitch_ok
 from tests import test_install_paths as paths
-from tests.support import HUNG, ROOT
+from tests.support import HUNG
 from tests.test_install_paths import HEAD, RELEASE_0_1_0, Db, sqitch
 
 make = paths.make  # the databases of that module's tests, a fixture (pytest finds it by name)
@@ -39,12 +36,19 @@ def version(db: Db) -> tuple[int, dict[str, Any]]:
     return p.returncode, json.loads(p.stdout)
 
 
-def test_the_head_fingerprint_is_recorded(make: Any) -> None:
+def test_the_heads_record_is_what_it_installed(make: Any) -> None:
+    """From 0.3.0 on a database records its release (pgfence.seal): a fresh install matches its
+    record, and the record's digest is the schema's fingerprint. (A release's fingerprint is
+    recorded in sql/releases/fingerprints when it is tagged; the head needs no line.)"""
     db = make()
     install.core(db.cluster, db.name)
-    found = db.psql("-At", "-f", ROOT / "sql/queries/fingerprint.sql").strip()
-    assert Files().fingerprints().get(HEAD) == found, (
-        f"record `{HEAD} {found}` in sql/releases/fingerprints (the head's line)")
+    drift = db.psql("-At", "-c", "select count(*) from pgfence.schema_drift('pgfence')")
+    assert drift.strip() == "0"
+    found = db.psql("-At", "-c", "select pgfence.schema_fingerprint('pgfence')").strip()
+    recorded = db.psql("-At", "-c", "select md5(string_agg(object || ' ' || digest, E'\\n' "
+                       "order by object)) from pgfence.schema_records "
+                       "where release = pgfence.version() and schema_name = 'pgfence'").strip()
+    assert found == recorded and len(found) == 32
 
 
 @pytest.mark.parametrize("change", [
@@ -71,19 +75,15 @@ def test_a_drifted_schema_is_named_never_up_to_date(make: Any, release: str, cha
     assert code == 1 and f"differs from release {release} as released" in out, out
 
 
-def test_negative_control_without_the_heads_fingerprint_drift_looks_up_to_date(
-        make: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The comparison is what sees it: a package without the head's line says "up to date"."""
-    root = tmp_path / "schema"
-    shutil.copytree(ROOT / "sql", root)
-    prints = root / "releases/fingerprints"
-    prints.write_text("".join(ln for ln in prints.read_text().splitlines(keepends=True)
-                              if not ln.startswith(HEAD)))
-    monkeypatch.setattr(cli.Cli, "files", Files(root))
+def test_negative_control_a_record_taken_after_the_drift_looks_up_to_date(
+        make: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The record is what sees it: sealed again over the drifted schema, it says "up to date"."""
     db = make()
     install.core(db.cluster, db.name)
     db.psql("-c", "drop function pgfence.complete_many(uuid[], jsonb[])")
+    assert cli.main(["--db-url", db.url, "version"]) == 1
+    capsys.readouterr()
+    db.psql("-c", "select pgfence.seal('pgfence', pgfence.version())")
     assert cli.main(["--db-url", db.url, "version"]) == 0
     assert "up to date" in capsys.readouterr().out
 

@@ -53,7 +53,7 @@ BREAKS: dict[str, tuple[Callable[[Database], object], str]] = {
         "function pgfence.version() changed"),
     "roles and grants": (
         lambda db: db.sql("grant execute on function pgfence.fence(uuid) to public"),
-        "PUBLIC may EXECUTE pgfence.fence(uuid)"),
+        "PUBLIC may EXECUTE function pgfence.fence(uuid)"),
     "roles confined to this database": (login_worker, "may connect to database postgres"),
     "protections guard every write": (
         lambda db: db.sql("drop trigger pgfence_guard on guarded"),
@@ -99,3 +99,81 @@ def test_the_monitor_may_run_it_and_reads_no_capability(db: Database) -> None:
     rows = db.sql("select * from pgfence.health()")
     db.sql("reset role")
     assert rows and all(lease_id not in str(r) for r in rows)
+
+
+# Drift that a hand can make, and the check that must name it (issue 39 item 7, issue 43
+# item 1): the record holds view definitions, triggers, policies, owners and every ACL. Each
+# case's negative control is the healthy installation (test above) and the same change undone.
+DRIFTS: dict[str, tuple[str, str, str]] = {
+    "a view replaced": (
+        # every protection called healthy: the view's own text with one expression replaced
+        "do $$ declare v text := pg_get_viewdef('pgfence.protected_tables'); begin "
+        "  if v !~ '\\(problem\\.text IS NULL\\) AS healthy' then "
+        "    raise 'view text not as expected: %', v; end if; "
+        "  execute 'create or replace view pgfence.protected_tables as ' || "
+        "    regexp_replace(v, '\\(problem\\.text IS NULL\\) AS healthy', 'true AS healthy'); "
+        "end $$",
+        "schema matches its release", "view pgfence.protected_tables changed"),
+    "a trigger added": (
+        "create function public.noop() returns trigger language plpgsql "
+        "as $$ begin return new; end $$; "
+        "create trigger sneaky before update on pgfence.leases for each row "
+        "execute function public.noop()",
+        "schema matches its release", "trigger pgfence.leases.sneaky added"),
+    "a policy added": (
+        "alter table pgfence.leases enable row level security; "
+        "create policy everyone on pgfence.leases using (true)",
+        "schema matches its release", "policy pgfence.leases.everyone added"),
+    "an owner changed": (
+        "do $$ begin if not exists (select from pg_roles "
+        "where rolname = 'pgfence_health_owner') then "
+        "create role pgfence_health_owner; end if; end $$; "
+        "alter function pgfence.fence(uuid) owner to pgfence_health_owner",
+        "schema matches its release", "function pgfence.fence(lease_id uuid) changed"),
+    "a column granted to PUBLIC": (
+        "grant select (resource, lease_id, state) on pgfence.leases to public",
+        "roles and grants", "PUBLIC may SELECT column pgfence.leases.lease_id"),
+    "a pgfence role granted more": (
+        "grant select on pgfence.leases to pgfence_monitor",
+        "roles and grants", "grants on relation pgfence.leases differ from the release's"),
+    "a schema granted to PUBLIC": (
+        "grant create on schema pgfence to public",
+        "roles and grants", "PUBLIC may CREATE schema pgfence"),
+}
+
+
+@pytest.mark.parametrize("drift", list(DRIFTS))
+def test_drift_is_named_by_its_check(db: Database, drift: str) -> None:
+    healthy(db)
+    change, check, named = DRIFTS[drift]
+    db.sql(change)
+    bad = failing(db)
+    # A new owner also holds the object's grants: its ACL changes with it.
+    expected = [check, "roles and grants"] if drift == "an owner changed" else [check]
+    assert list(bad) == expected, bad
+    assert named in bad[check], bad[check]
+
+
+def test_negative_control_the_same_drift_undone_is_healthy(db: Database) -> None:
+    healthy(db)
+    db.sql("grant select on pgfence.leases to pgfence_monitor")
+    assert "roles and grants" in failing(db)
+    db.sql("revoke select on pgfence.leases from pgfence_monitor")
+    assert failing(db) == {}
+
+
+def test_a_layers_schema_and_grants_are_checked_as_the_cores(mq: Database) -> None:
+    """Each layer's schema has its own record: a monitor view made to show attempt ids is named,
+    and so are PUBLIC's usage of the layer's schema and a column grant on its attempts."""
+    healthy(mq)
+    assert failing(mq) == {}
+    mq.sql("create or replace view pgfence_pgmq.reads as select r.*, a.attempt_id "
+           "from pgfence_pgmq.reads r, pgfence_pgmq.attempts a where false")
+    mq.sql("grant usage on schema pgfence_pgmq to public")
+    mq.sql("grant select (attempt_id, lease_id) on pgfence_pgmq.attempts to public")
+    bad = failing(mq)
+    assert set(bad) >= {"pgfence_pgmq: schema matches its release", "roles and grants"}, bad
+    assert "view pgfence_pgmq.reads changed" in bad["pgfence_pgmq: schema matches its release"]
+    for named in ("PUBLIC may USAGE schema pgfence_pgmq",
+                  "PUBLIC may SELECT column pgfence_pgmq.attempts.attempt_id"):
+        assert named in bad["roles and grants"], bad["roles and grants"]

@@ -10,6 +10,7 @@ tests cover is in docs/upgrading.md ("Which paths a database may take").
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -28,7 +29,7 @@ from testkit import install
 from testkit.cluster import Cluster
 from testkit.install import SQITCH_ENV
 from testkit.install import sqitch as sqitch_ok
-from tests.support import HUNG, ROOT
+from tests.support import HUNG, ROOT, bundle
 from tests.test_install import schema_dump
 
 HEAD = Files().newest()
@@ -166,9 +167,12 @@ def test_a_database_upgraded_outside_sqitch_is_refused_by_sqitch_deploy(make: An
     assert "sqitch deploy --log-only" in out.stdout + out.stderr
     assert db.dump() == before
     renews(db)
-    # The recipe it names: record what the database holds, then verify.
-    sqitch_ok("deploy", "--log-only", db.sqitch)
+    # The recipe it names: record what the database holds, then verify; Sqitch then upgrades
+    # it from there.
+    sqitch_ok("deploy", "--log-only", "--to", "@v0.2.0", db.sqitch)
     sqitch_ok("verify", db.sqitch)
+    sqitch_ok("deploy", db.sqitch)
+    assert db.one("select pgfence.version()") == HEAD
     assert "Nothing to deploy" in sqitch_ok("deploy", db.sqitch).stdout
     renews(db)
 
@@ -229,19 +233,20 @@ def test_negative_control_a_verify_that_pins_a_release_fails_adoption(make: Any,
 
 def test_the_first_change_after_every_tag_refuses_a_database_another_path_moved() -> None:
     """The rule of the plan that keeps `sqitch deploy` off a database upgraded by another path:
-    the first change after each release checks that the database holds that release."""
-    tags: list[tuple[str, str]] = []          # (release, the first change after its tag)
-    pending: str | None = None
-    for line in (ROOT / "sqitch.plan").read_text().splitlines():
-        word = line.split()[0] if line.strip() and not line.startswith(("%", "#")) else ""
-        if word.startswith("@v"):
-            pending = word[2:]
-        elif word and pending is not None:
-            tags.append((pending, word))
-            pending = None
-    assert tags, "no change after a tag"
-    for release, change in tags:
-        script = (ROOT / f"migrations/deploy/{change}.sql").read_text()
-        assert f"if v_found is distinct from '{release}' then" in script, (
-            f"migrations/deploy/{change}.sql, the first change after @v{release}, must refuse a "
-            f"database whose pgfence.version() is not {release} (as checks.sql does)")
+    the script that the first change after each release runs checks that the database holds
+    that release (up to 0.2.1 in a DO block, as checks.sql does; from 0.3.0 on with
+    pgfence.expect_release, which scripts/bundle requires too)."""
+    rules = bundle()
+    entries = rules.read_plan()
+    found = 0
+    for e, after in itertools.pairwise(entries):
+        for tag in e.tags[-1:]:
+            release = tag.removeprefix("v")
+            text = rules.script(entries, after).read_text()
+            guard = (f"if v_found is distinct from '{release}' then" if rules.legacy(tag)
+                     else f"select pgfence.expect_release('pgfence', '{release}');")
+            assert guard in text, (
+                f"{rules.script(entries, after).relative_to(ROOT)}, the first change after "
+                f"@v{release}, must refuse a database that does not hold {release}")
+            found += 1
+    assert found, "no change after a tag"

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from testkit import install, layers
-from testkit.cluster import Cluster
+from testkit.cluster import Cluster, ClusterError
 from testkit.conformance import Call, driver
 from testkit.harness import Database, Session, sqlstate
 from testkit.install import sqitch
@@ -48,6 +48,7 @@ from tests.test_upgrade import (
     UPGRADES,
     Databases,
     check_live_state,
+    layer_steps,
     make_live_state,
     refused,
     schema_dump,
@@ -152,21 +153,27 @@ def locked_down(db: Database, schema: str, role: str) -> bool:
     return bool(held == 0 and db.one(ACLS, {"schema": schema}) == before)
 
 
+def changes(layer: Layer) -> list[str]:
+    """The changes of the layer's one-file install, in order."""
+    return re.split(r"(?m)^(?=-- change: )", layer.bundle.read_text())[1:]
+
+
+LOCKS_DOWN = re.compile(r"pgfence\.(seal|lockdown)\('pgfence_\w+'")
+
+
 def test_lockdown_is_the_layers_last_change(cluster: Cluster, layer: Layer) -> None:
+    # Its last change seals it (pgfence.seal: the lockdown and the record of its schema).
+    assert f"pgfence.seal('{layer.schema}'" in changes(layer)[-1], changes(layer)[-1][:300]
     with under_hostile_defaults(cluster, layer) as (db, role):
         assert db.one(ACLS, {"schema": layer.schema}).count("\n") >= 5
         assert locked_down(db, layer.schema, role) is True
 
 
-def without_its_last_change(layer: Layer) -> str:
-    sections = re.split(r"(?m)^(?=-- change: )", layer.bundle.read_text())
-    assert "lockdown" in sections[-1], sections[-1][:200]
-    return "".join(sections[:-1])
-
-
 def test_negative_control_a_layer_without_its_lockdown_is_found(cluster: Cluster,
                                                                 layer: Layer) -> None:
-    with under_hostile_defaults(cluster, layer, without_its_last_change(layer)) as (db, role):
+    unlocked = [c for c in changes(layer) if not LOCKS_DOWN.search(c)]
+    assert len(unlocked) < len(changes(layer))
+    with under_hostile_defaults(cluster, layer, "".join(unlocked)) as (db, role):
         assert locked_down(db, layer.schema, role) is False
 
 
@@ -555,14 +562,14 @@ def layer_releases(layer: str) -> list[str]:
 
 
 def layer_chain(layer: str, start: str) -> list[Path]:
-    """The layer's upgrade files from its release `start` towards the head, in order. A release
-    in which the layer did not change has none: its schema is the next one's."""
-    steps = {p.name.split("--")[1]: p for p in UPGRADES.glob(f"pgfence-{layer}--*--*.sql")}
-    files, at = [], start
-    while at in steps:
-        files.append(steps[at])
-        at = steps[at].name.removesuffix(".sql").split("--")[2]
-    return files
+    """The layer's upgrade files from its release `start` towards the head, in order (a release
+    in which the layer did not change has none from it: the next release's file starts there)."""
+    return [p for frm, _, p in layer_steps(layer) if version_key(frm) >= version_key(start)]
+
+
+def target(step: Path) -> str:
+    """The pgfence release a layer upgrade file leads to (it runs on that release)."""
+    return step.name.removesuffix(".sql").split("--")[2]
 
 
 # Each layer with each release of it older than the head: where its upgrades start.
@@ -641,10 +648,7 @@ def test_upgrade_keeps_live_state_of_the_core_and_the_layer(dbs: Databases, laye
     live = make_live_state(dbs, name)
     attempt = start_under(dbs, name, layer, live.current)
     if path == "file":
-        dbs.upgrade_by_file(name, start)
-        for each in layers.with_needs([layer.name]):
-            for step in layer_chain(each.name, start):
-                dbs.psql(name, "--single-transaction", "-f", step)
+        dbs.upgrade_by_file(name, start, tuple(x.name for x in layers.with_needs([layer.name])))
     else:
         # One-file installs moved onto Sqitch (--log-only), then deployed to the head.
         sqitch("deploy", "--log-only", "--to", f"@v{start}", f"db:pg:{name}")
@@ -715,20 +719,27 @@ def test_negative_control_a_layer_upgrade_missing_a_change_is_caught(
         dbs: Databases, layer: Layer, start: str, tmp_path: Path) -> None:
     step = layer_chain(layer.name, start)[0]
     sections = re.split(r"(?m)^(?=-- change: )", step.read_text())
-    # Leave out the first change (never the lockdown, which ends every section).
-    victim = next(i for i, s in enumerate(sections) if s.startswith("-- change: "))
-    assert "lockdown" not in sections[victim].partition("\n")[0]
+    # Leave out the first change that is not the section's last (its lockdown, or from 0.3.0
+    # on the release's own change, which seals it).
+    victims = [i for i, s in enumerate(sections) if s.startswith("-- change: ")
+               and "lockdown" not in s.partition("\n")[0]
+               and not s.startswith("-- change: release_")]
+    if not victims:
+        pytest.skip(f"{step.name} holds only the release's own change")
     broken = tmp_path / step.name
-    broken.write_text("".join(s for i, s in enumerate(sections) if i != victim))
+    broken.write_text("".join(s for i, s in enumerate(sections) if i != victims[0]))
     name = dbs.fresh("lbroken")
     install_release_with_layer(dbs, name, layer, start)
-    dbs.upgrade_by_file(name, start)
-    for each in layers.with_needs(layer.needs):
-        for later in layer_chain(each.name, start):
-            dbs.psql(name, "--single-transaction", "-f", later)
+    below = tuple(x.name for x in layers.with_needs(layer.needs))
+    dbs.upgrade_by_file(name, start, below, to=target(step))
     dbs.psql(name, "--single-transaction", "-f", broken)
-    for later in layer_chain(layer.name, start)[1:]:
-        dbs.psql(name, "--single-transaction", "-f", later)
+    try:
+        dbs.upgrade_by_file(name, target(step), (*below, layer.name))
+    except ClusterError as e:
+        # The next layer upgrade file's own check found the layer is not the release it
+        # starts from.
+        assert f"the {layer.schema} schema differs from the {layer.name} layer" in str(e), e
+        return
     assert schema_dump(name) != schema_dump(head_with_layer(dbs, layer))
 
 
@@ -747,13 +758,15 @@ def test_a_layer_upgrade_refuses_a_layer_changed_by_hand(dbs: Databases, layer: 
                                                          start: str) -> None:
     name = dbs.fresh("lhand")
     install_release_with_layer(dbs, name, layer, start)
-    dbs.upgrade_by_file(name, start)
+    step = layer_chain(layer.name, start)[0]
+    dbs.upgrade_by_file(name, start, tuple(x.name for x in layers.with_needs(layer.needs)),
+                        to=target(step))
     db = Database(dbs.dsn(name))
     try:
         changed_by_hand(db, layer)
     finally:
         db.close()
-    err = refusal(name, layer_chain(layer.name, start)[0])
+    err = refusal(name, step)
     assert (f"the {layer.schema} schema differs from the {layer.name} layer of release "
             f"{start}") in err, err
 
@@ -764,9 +777,9 @@ def test_a_layer_upgrade_refuses_before_pgfence_is_upgraded(dbs: Databases, laye
     name = dbs.fresh("lorder")
     install_release_with_layer(dbs, name, layer, start)
     step = layer_chain(layer.name, start)[0]
-    target = step.name.removesuffix(".sql").split("--")[2]
     err = refusal(name, step)
-    assert f"which runs on pgfence {target}, but the database has pgfence {start}" in err, err
+    assert f"which runs on pgfence {target(step)}, but the database has pgfence {start}" in err, (
+        err)
 
 
 @pytest.mark.parametrize(("layer", "start"), FILES)
@@ -805,9 +818,16 @@ def test_negative_control_pgfences_own_registry_does_not_stop_a_layer_upgrade(
         dbs.psql(name, "--single-transaction", "-f",
                  RELEASES / f"pgfence-{each.name}--{start}.sql")
     prepare(dbs, name, layer)
-    sqitch("deploy", f"db:pg:{name}")
-    for each in layers.with_needs([layer.name]):
-        for step in layer_chain(each.name, start):
-            dbs.psql(name, "--single-transaction", "-f", step)
-    assert layer_fingerprint(dbs, name, layer) == layer_fingerprint(
-        dbs, head_with_layer(dbs, layer), layer)
+    step = layer_chain(layer.name, start)[0]
+    sqitch("deploy", "--to", f"@v{target(step)}", f"db:pg:{name}")
+    for each in layers.with_needs(layer.needs):
+        for below in layer_chain(each.name, start):
+            if version_key(target(below)) <= version_key(target(step)):
+                dbs.psql(name, "--single-transaction", "-f", below)
+    dbs.psql(name, "--single-transaction", "-f", step)
+    if target(step) == HEAD:
+        expected = head_with_layer(dbs, layer)
+    else:
+        expected = dbs.fresh("lexpected")
+        install_release_with_layer(dbs, expected, layer, target(step))
+    assert layer_fingerprint(dbs, name, layer) == layer_fingerprint(dbs, expected, layer)

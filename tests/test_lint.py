@@ -100,7 +100,8 @@ def test_pgspot_finds_nothing_in_an_upgrade_over_its_release(upgrade: Path) -> N
     name, old, new = upgrade.name.removesuffix(".sql").split("--")
     before = [ROOT / f"sql/releases/pgfence--{old}.sql"]
     if name != "pgfence":
-        before = [ROOT / f"sql/releases/pgfence--{new}.sql",
+        core = ROOT / f"sql/releases/pgfence--{new}.sql"  # the head's, before B is tagged:
+        before = [core if core.is_file() else ROOT / "sql/pgfence.sql",
                   *(ROOT / f"sql/releases/pgfence-{layer.name}--{old}.sql"
                     for layer in layers.with_needs([name.removeprefix("pgfence-")]))]
     out = pgspot(*before, upgrade, append=True)

@@ -44,20 +44,30 @@ def released() -> list[str]:
     return sorted(found, key=version_key)
 
 
-def chain(start: str) -> list[Path]:
-    """The upgrade files from release `start` to the head, in order."""
+def chain(start: str, to: str = HEAD) -> list[Path]:
+    """The upgrade files from release `start` to `to` (the head), in order."""
     steps: dict[str, Path] = {}
     for p in UPGRADES.glob("pgfence--*--*.sql"):
         steps[p.name.removeprefix("pgfence--").split("--")[0]] = p
     files, at = [], start
-    while at != HEAD:
-        assert at in steps, f"no upgrade from {at} towards {HEAD}"
+    while at != to:
+        assert at in steps, f"no upgrade from {at} towards {to}"
         files.append(steps[at])
         at = steps[at].name.removesuffix(".sql").split("--")[2]
     return files
 
 
 OLDER = [v for v in released() if v != HEAD]
+
+
+def layer_steps(layer: str) -> list[tuple[str, str, Path]]:
+    """The layer's upgrade files, (from, to, file), in order. A release in which the layer did
+    not change has none from it: its schema is the next release's, whose file starts there."""
+    steps = []
+    for p in UPGRADES.glob(f"pgfence-{layer}--*--*.sql"):
+        _, frm, dst = p.name.removesuffix(".sql").split("--")
+        steps.append((frm, dst, p))
+    return sorted(steps, key=lambda s: version_key(s[0]))
 
 
 class Databases:
@@ -82,9 +92,21 @@ class Databases:
     def install_release(self, database: str, version: str) -> None:
         self.psql(database, "--single-transaction", "-f", RELEASES / f"pgfence--{version}.sql")
 
-    def upgrade_by_file(self, database: str, start: str) -> None:
-        for step in chain(start):
+    def upgrade_by_file(self, database: str, start: str, layers: tuple[str, ...] = (),
+                        to: str = HEAD) -> None:
+        """From release `start` to `to` by the one-file upgrades: each of pgfence's, then (a
+        layer's upgrade runs on the pgfence release it comes with) each layer's that leads to
+        that release."""
+        at = dict.fromkeys(layers, start)
+        for step in chain(start, to):
             self.psql(database, "--single-transaction", "-f", step)
+            target = step.name.removesuffix(".sql").split("--")[2]
+            for layer in layers:
+                for frm, dst, following in layer_steps(layer):
+                    if (version_key(at[layer]) <= version_key(frm)
+                            and version_key(dst) <= version_key(target)):
+                        self.psql(database, "--single-transaction", "-f", following)
+                        at[layer] = dst
 
     def fingerprint(self, database: str) -> str:
         return self.psql(database, "-At", "-f", ROOT / "migrations/fingerprint.sql").strip()
@@ -262,44 +284,37 @@ def released_layers(release: str) -> list[str]:
     return [n for n in layers.names() if (RELEASES / f"pgfence-{n}--{release}.sql").is_file()]
 
 
-def install_layer_release(dbs: Databases, database: str, layer: str, version: str) -> None:
-    dbs.psql(database, "--single-transaction", "-f", RELEASES / f"pgfence-{layer}--{version}.sql")
-
-
 @pytest.mark.parametrize("path", ["file", "sqitch"])
 @pytest.mark.parametrize("start", OLDER)
-def test_upgrade_to_the_release_with_live_state_then_its_layers(dbs: Databases, start: str,
-                                                                path: str) -> None:
+def test_upgrade_to_the_head_with_live_state_then_its_layers(dbs: Databases, start: str,
+                                                             path: str) -> None:
     """A database of an older release with live state (a lease, claimed tasks, a window, a
-    protected table), what every layer stands on beside it, upgraded to the newest release,
-    then the layers of that release installed: the schema is a fresh install's of the release
-    and its layers, and a lease acquired before the upgrade starts and finishes work through
-    each layer (its conformance driver, layers/NAME/conformance.py), the core's live state
-    still working after."""
-    release = released()[-1]
+    protected table), what every layer stands on beside it, upgraded to the head, then the
+    head's layers installed: the schema is a fresh install's of the head and its layers, and a
+    lease acquired before the upgrade starts and finishes work through each layer (its
+    conformance driver, layers/NAME/conformance.py), the core's live state still working
+    after."""
     name, fresh = dbs.fresh("layers"), dbs.fresh("target")
     for each in (name, fresh):
-        install.prerequisites(dbs.cluster, each, released_layers(release))
+        install.prerequisites(dbs.cluster, each, ["all"])
     dbs.install_release(name, start)
     live = make_live_state(dbs, name)
     if path == "file":
         dbs.upgrade_by_file(name, start)
-        for layer in released_layers(release):
-            install_layer_release(dbs, name, layer, release)
+        for layer in layers.names():
+            install.layer(dbs.cluster, name, layer)
     else:
         sqitch("deploy", "--log-only", "--to", f"@v{start}", f"db:pg:{name}")
-        sqitch("deploy", "--to", f"@v{release}", f"db:pg:{name}")
-        for layer in released_layers(release):
-            sqitch("deploy", "--to", f"@v{release}", f"db:pg:{name}", layer=layer)
-    dbs.install_release(fresh, release)
-    for layer in released_layers(release):
-        install_layer_release(dbs, fresh, layer, release)
-    assert dbs.version(name) == release
+        sqitch("deploy", f"db:pg:{name}")
+        for layer in layers.names():
+            sqitch("deploy", f"db:pg:{name}", layer=layer)
+    install.install(dbs.cluster, fresh, ["all"], with_prerequisites=False)
+    assert dbs.version(name) == HEAD
     assert schema_dump(name) == schema_dump(fresh)
     db = Database(dbs.dsn(name))
     try:
         s = db.session("layers")
-        for found in map(layers.layer, released_layers(release)):
+        for found in layers.discover():
             d = conformance.driver(found)
             d.prepare(db, f"after-{found.name}")
             attempt = d.start(s, live.current)
@@ -352,11 +367,13 @@ def test_negative_control_an_upgrade_missing_a_change_is_caught(dbs: Databases, 
                                                                 tmp_path: Path) -> None:
     step = chain(start)[0]
     sections = re.split(r"(?m)^(?=-- change: )", step.read_text())
-    # Leave out one change that is neither the lockdown step nor health (whose manifest
-    # lockdown completes), nor the version unless it is the only other one: the last such,
+    # Leave out one change that is neither the lockdown step nor health, nor the release's own
+    # change or the one its record needs (release_X, releases), nor the version unless it is
+    # the only other one: the last such,
     # so that nothing after it in the file needs it and the broken file still applies.
     changes = [i for i, s in enumerate(sections) if s.startswith("-- change: ")
-               and not s.startswith(("-- change: lockdown\n", "-- change: health\n"))]
+               and not s.startswith(("-- change: lockdown\n", "-- change: health\n",
+                                     "-- change: release"))]
     victim = max((i for i in changes if not sections[i].startswith("-- change: version\n")),
                  default=changes[-1])
     broken = tmp_path / step.name
@@ -487,23 +504,35 @@ def test_editing_a_released_layer_script_is_refused(tmp_path: Path, layer: str) 
 
 
 def test_negative_control_a_reworked_script_changes_only_the_head(tmp_path: Path) -> None:
-    # The next release's first changes, made as docs/development.md says (sqitch rework of a
-    # released change, of version and of lockdown), in a copy: the released files stay as
-    # they are, only the head's files change.
+    # A change after the newest release, made as docs/development.md says (sqitch rework of a
+    # released change; the next release's own change, release_X, kept last; the first change
+    # after the tag guards the release), in a copy: the released files stay as they are, only
+    # the head's files change.
     copy = copy_repo(tmp_path)
-    for change in ("enqueue", "version", "lockdown"):
-        subprocess.run(["sqitch", "rework", change, "-n", f"rework {change}"], cwd=copy,
-                       check=True, capture_output=True, env={**os.environ, **SQITCH_ENV})
+    env = {**os.environ, **SQITCH_ENV}
+    plan = copy / "sqitch.plan"
+    at_release = plan.read_text().rstrip().splitlines()[-1].startswith("@")
     major, minor, _ = (int(p) for p in released()[-1].split("."))
-    version = copy / "migrations/deploy/version.sql"
-    version.write_text(version.read_text().replace(f"'{released()[-1]}'::pg_catalog.text",
-                                                   f"'{major}.{minor + 1}.0'::pg_catalog.text"))
-    lockdown = copy / "migrations/deploy/lockdown.sql"
-    lockdown.write_text(f"-- (last again in {major}.{minor + 1}.0)\n" + lockdown.read_text())
+    head = f"{major}.{minor + 1}.0" if at_release else HEAD
+    subprocess.run(["sqitch", "rework", "enqueue", "-n", "rework enqueue"], cwd=copy,
+                   check=True, capture_output=True, env=env)
     script = copy / "migrations/deploy/enqueue.sql"
-    script.write_text(script.read_text() + "\n-- edited\n")
+    guard = (f"select pgfence.expect_release('pgfence', '{released()[-1]}');\n" if at_release
+             else "")
+    script.write_text(script.read_text().replace("begin;\n", "begin;\n" + guard, 1)
+                      + "\n-- edited\n")
+    lines = plan.read_text().splitlines(keepends=True)
+    if at_release:
+        subprocess.run(["sqitch", "add", f"release_{head}", "-n", f"Release {head}"], cwd=copy,
+                       check=True, capture_output=True, env=env)
+        (copy / f"migrations/deploy/release_{head}.sql").write_text(
+            f"begin;\nselect pgfence.seal('pgfence', '{head}');\ncommit;\n")
+    else:  # the head's release change stays last
+        last = next(ln for ln in lines if ln.startswith(f"release_{HEAD} "))
+        lines.remove(last)
+        plan.write_text("".join(lines) + last)
     out = subprocess.run([copy / "scripts/bundle", "--check"], capture_output=True, text=True)
     assert out.returncode == 1
-    assert "sql/pgfence.sql is out of date" in out.stderr
-    assert f"sql/upgrades/pgfence--{released()[-1]}--{major}.{minor + 1}.0.sql" in out.stderr
+    assert "sql/pgfence.sql is out of date" in out.stderr, out.stderr
+    assert f"sql/upgrades/pgfence--{released()[-1]}--{head}.sql" in out.stderr, out.stderr
     assert "sql/releases/" not in out.stderr, out.stderr

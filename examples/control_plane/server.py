@@ -1,18 +1,21 @@
 """One replica of a tiny control plane that uses pgfence for leader fencing.
 
-Replicas share one leader resource. A standby polls ``pgfence.acquire``; the leader renews its
-lease in the background. Every durable mutation runs in a ``fence`` transaction against tables
-protected with ``pgfence.protect`` and stamps the lease's generation on what it writes, so a
-paused or partitioned old leader cannot write once a successor took over. Reads are served by
-every replica. See docs/control-plane.md.
+Replicas share one leader resource; ``pgfence.client.LeaderService`` runs each one's life
+(a standby polls ``pgfence.acquire``; the leader renews its lease in the background and steps
+down as soon as it is lost). Every durable mutation runs in a ``fence`` transaction against
+tables protected with ``pgfence.protect`` and stamps the lease's generation on what it writes,
+so a paused or partitioned old leader cannot write once a successor took over. Reads are served
+by every replica. See docs/control-plane.md; examples/control_plane/fastapi_app.py is the same
+service on FastAPI and ``pgfence.aio``.
 
     server.py --init --dsn DSN [--observe]         register the resource, create and protect tables
     server.py --dsn DSN --port PORT [--ttl S]      run one replica on 127.0.0.1:PORT
 
     GET  /health                 {"role": "leader"|"standby", "generation", "name", "mode"}
                                  (200 on every replica that is up: liveness)
-    GET  /ready                  200 on the leader whose lease is current, else 503 with a
-                                 "reason" (readiness: what a load balancer routes by)
+    GET  /ready                  200 on the leader whose lease the database's fence accepts
+                                 now, else 503 with a "reason" (readiness: what a load
+                                 balancer routes by)
     GET  /jobs                   every job (any replica)
     POST /jobs                   {"spec": {...}}     -> 201 {"id", "generation"}
     POST /jobs/<id>/assign       {"runner": "r-1"}   -> 200 {"id", "runner", "generation"}
@@ -21,7 +24,8 @@ A replica that does not lead answers mutations with 503 and names the current le
 
 Demonstration flags, not for production:
   --no-local-check   ignore the client's local lease deadline: the replica believes it leads
-                     until the database refuses its fence, so the refusal you see is PostgreSQL's.
+                     until PostgreSQL refuses its lease (a renewal, a fence, the readiness
+                     probe), so the refusal you see is PostgreSQL's.
   --unsafe-no-fence  BROKEN ON PURPOSE: the failure pgfence exists to prevent. Once leader, the
                      replica trusts its in-memory role and writes without fence(). Protected
                      tables refuse its writes (PF007) unless they are in observe mode.
@@ -42,7 +46,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgfence.client import Leader, LeaseLost, Owner
+from pgfence.client import LeaderService, LeaseLost, Owner
 from pgfence.connection import connect
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -78,15 +82,12 @@ def init(dsn: str, resource: str, mode: str) -> None:
 
 
 class BelievingOwner(Owner):
-    """Writes past the local lease deadline: only the database's answer to fence() decides.
+    """Believes it holds the lease past the local deadline: only PostgreSQL's refusals (of a
+    renewal, a fence, the readiness probe) end its term."""
 
-    ``valid`` stays the client's local judgement (readiness still uses it); only the check
-    that ``fenced()`` makes before asking the database is waived.
-    """
-
-    def check(self) -> None:
-        if self.lease_id is None:
-            raise LeaseLost(f"no lease on {self.resource}")
+    @property
+    def valid(self) -> bool:
+        return self.lease_id is not None and self.lost is None
 
 
 class Replica:
@@ -94,83 +95,37 @@ class Replica:
         self.dsn: str = args.dsn
         self.name: str = args.name or f"http://127.0.0.1:{args.port}"
         self.unsafe: bool = args.unsafe_no_fence
-        self.local_check = not (args.no_local_check or self.unsafe)
+        believing = args.no_local_check or self.unsafe
         self.mode = ("unsafe-no-fence" if self.unsafe else
-                     "fenced" if self.local_check else "fenced, no local check")
-        owner_cls = Owner if self.local_check else BelievingOwner
+                     "fenced, no local check" if believing else "fenced")
+        owner_cls = BelievingOwner if believing else Owner
         self.owner = owner_cls(self.dsn, args.resource, owner=self.name, ttl=args.ttl)
-        self.leader = Leader(self.owner, poll_interval=args.poll)
-        self.leading = False
-        self.stop = threading.Event()
+        self.service = LeaderService(self.owner, poll_interval=args.poll,
+                                     on_elected=self.elected, on_stepped_down=self.stepped_down)
+        self.elected_once = False
 
     def log(self, msg: str) -> None:
         print(f"[{self.name}] {msg}", file=sys.stderr, flush=True)
 
-    def is_leader(self) -> bool:
-        return self.leading and (self.owner.valid or not self.local_check)
+    def elected(self, generation: int) -> None:
+        # A real control plane rebuilds its in-memory state from the database here.
+        self.elected_once = True
+        self.log(f"leader, generation {generation}")
 
-    def run(self) -> None:
-        """Standby until it holds the lease; leader until the lease is lost; then again."""
-        while not self.stop.is_set():
-            try:
-                if not self.leader.wait_for_leadership(self.stop):
-                    break
-            except psycopg.Error as e:             # e.g. PF003: the resource is disabled
-                self.log(f"acquire failed: {e}")
-                self.stop.wait(self.leader.poll_interval)
-                continue
-            self.leading = True
-            self.log(f"leader, generation {self.owner.generation}")
-            while not self.stop.wait(0.05) and self.is_leader():
-                pass
-            self.step_down("stopping" if self.stop.is_set() else self.owner.lost or "expired")
-
-    def step_down(self, why: str) -> None:
-        self.leading = False
-        try:
-            self.owner.release()                   # lets a successor in at once when we stop
-        except psycopg.Error as e:
-            self.log(f"release failed: {e}")
+    def stepped_down(self, why: str) -> None:
+        # ... and drops it here, never writing it back.
         self.log(f"standby ({why})")
 
-    def ready(self) -> tuple[bool, str]:
-        """Whether a load balancer should send this replica writes, and why not.
-
-        Only the leader, only while it trusts its lease locally (its deadline, also with
-        --no-local-check: a replica that merely believes it leads is not ready), and only while
-        the database shows that lease as the resource's current one. A probe, not a guarantee:
-        a write routed here can still be refused, and the fence is what keeps it safe.
-        """
-        if not self.leading:
-            return False, "standby"
-        generation = self.owner.generation
-        if not self.owner.valid:
-            return False, f"lease not trusted locally ({self.owner.lost or 'expired'})"
-        try:
-            with connect(self.dsn, self.name) as conn:
-                row = conn.execute("select generation from pgfence.resource_status "
-                                   "where resource = %s and not stale",
-                                   (self.owner.resource,)).fetchone()
-        except psycopg.Error as e:
-            return False, f"database: {type(e).__name__}"
-        if row is None or row[0] != generation:
-            return False, f"generation {generation} is not the current lease"
-        return True, "leader"
-
-    def current_leader(self) -> dict[str, Any] | None:
-        with connect(self.dsn, self.name) as conn:
-            row = conn.execute("select owner, generation, expires_at::text from "
-                               "pgfence.resource_status where resource = %s and not stale",
-                               (self.owner.resource,)).fetchone()
-        return None if row is None or row[0] is None else {
-            "owner": row[0], "generation": row[1], "expires_at": row[2]}
+    def leading(self) -> bool:
+        # --unsafe-no-fence, the failure on purpose: once elected, it trusts its memory.
+        return self.service.leads or (self.unsafe and self.elected_once)
 
     def refuse(self, error: str, **extra: Any) -> Reply:
-        return 503, {"error": error, "leader": self.current_leader(), **extra}
+        return 503, {"error": error, "leader": self.service.current_leader(), **extra}
 
     def mutate(self, work: Work) -> Reply:
         """Runs one durable mutation, fenced, on the leader; a standby refuses it."""
-        if not self.is_leader():
+        if not self.leading():
             return self.refuse("not the leader")
         try:
             with connect(self.dsn, self.name) as conn:
@@ -182,7 +137,7 @@ class Replica:
                     # until this transaction ends, and no successor can be granted before.
                     return work(tx, self.owner.generation or 0)
         except LeaseLost as e:
-            self.leading = False                   # step down; run() releases and polls again
+            # The lease is marked lost: the service steps down (releases) and polls again.
             self.log(f"write refused, stepping down: {e}")
             return self.refuse("lease lost: stepped down", detail=str(e))
         except psycopg.Error as e:
@@ -210,21 +165,17 @@ class Replica:
 
             def get(self) -> None:
                 if self.path == "/health":
-                    leading = replica.is_leader()
-                    self.reply(200, {"name": replica.name, "mode": replica.mode,
-                                     "role": "leader" if leading else "standby",
-                                     "generation": replica.owner.generation if leading else None})
+                    health = replica.service.health()
+                    if replica.leading():
+                        health.update(role="leader", generation=replica.owner.generation)
+                    self.reply(200, {**health, "mode": replica.mode})
                 elif self.path == "/ready":
-                    ready, reason = replica.ready()
-                    self.reply(200 if ready else 503,
-                               {"ready": ready, "reason": reason, "name": replica.name,
-                                "generation": replica.owner.generation if ready else None})
-                elif self.path == "/jobs":
+                    self.reply(*replica.service.readiness())
+                elif self.path == "/jobs":                 # reads: every replica serves them
                     with connect(replica.dsn, replica.name) as conn:
-                        rows = conn.execute("select id, spec, state, runner, generation "
-                                            "from jobs order by id").fetchall()
-                    keys = ("id", "spec", "state", "runner", "generation")
-                    self.reply(200, {"jobs": [dict(zip(keys, r, strict=True)) for r in rows]})
+                        rows = conn.execute(JOBS).fetchall()
+                    self.reply(200, {"jobs": [dict(zip(JOB_KEYS, r, strict=True))
+                                              for r in rows]})
                 else:
                     self.reply(404, {"error": "not found"})
 
@@ -260,36 +211,43 @@ class Replica:
 
         server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        leader = threading.Thread(target=self.run)
+        leader = threading.Thread(target=self.service.run)
         leader.start()
         self.log(f"listening on 127.0.0.1:{port}, mode {self.mode}")
-        signal.signal(signal.SIGTERM, lambda *_: self.stop.set())
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:
-            while not self.stop.wait(0.5):
+            while not stop.wait(0.5):
                 pass
         except KeyboardInterrupt:
-            self.stop.set()
+            pass
+        self.service.stop_now()
         leader.join()                              # releases the lease if it held one
         server.shutdown()
 
 
+# The service's SQL, which examples/control_plane/fastapi_app.py shares. A job is assigned
+# once: the update takes only a queued job, and a concurrent assignment waits for this one's row
+# lock, then finds it assigned (READ COMMITTED re-reads the row).
+JOBS = "select id, spec, state, runner, generation from jobs order by id"
+JOB_KEYS = ("id", "spec", "state", "runner", "generation")
+CREATE = "insert into jobs (spec, generation) values (%s, %s) returning id"
+ASSIGN = ("update jobs set state = 'assigned', runner = %s, generation = %s, "
+          "updated_at = clock_timestamp() where id = %s and state = 'queued' returning id")
+EVENT = "insert into job_events (job_id, action, generation) values (%s, %s, %s)"
+
+
 def create_job(tx: Conn, generation: int, body: dict[str, Any]) -> Reply:
-    row = tx.execute("insert into jobs (spec, generation) values (%s, %s) returning id",
-                     (Jsonb(body.get("spec", {})), generation)).fetchone()
+    row = tx.execute(CREATE, (Jsonb(body.get("spec", {})), generation)).fetchone()
     assert row is not None
-    tx.execute("insert into job_events (job_id, action, generation) values (%s, 'created', %s)",
-               (row[0], generation))
+    tx.execute(EVENT, (row[0], "created", generation))
     return 201, {"id": row[0], "generation": generation}
 
 
 def assign_job(tx: Conn, generation: int, job_id: int, runner: str) -> Reply:
-    row = tx.execute("update jobs set state = 'assigned', runner = %s, generation = %s, "
-                     "updated_at = clock_timestamp() where id = %s and state = 'queued' "
-                     "returning id", (runner, generation, job_id)).fetchone()
-    if row is None:
+    if tx.execute(ASSIGN, (runner, generation, job_id)).fetchone() is None:
         return 409, {"error": f"job {job_id} does not exist or is assigned already"}
-    tx.execute("insert into job_events (job_id, action, generation) values (%s, 'assigned', %s)",
-               (job_id, generation))
+    tx.execute(EVENT, (job_id, "assigned", generation))
     return 200, {"id": job_id, "runner": runner, "generation": generation}
 
 

@@ -1,8 +1,10 @@
 -- Deploy pgfence:health
--- requires: protected_tables
--- requires: prune
--- requires: roles
--- requires: layers
+-- requires: releases
+-- requires: lockdown
+--
+-- health() checks the core and every layer against the one record of what their releases
+-- installed (pgfence.schema_records, written by pgfence.seal), and every privilege that
+-- lockdown revokes (pgfence.foreign_grants), in the core's schema and every layer's.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -11,60 +13,19 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
--- The schema's objects one by one, as migrations/fingerprint.sql sees them (the same items,
--- each with a digest of what the fingerprint hashes), so that a difference can be named.
-create function pgfence.schema_objects()
-returns table (object text, digest text)
-language sql
-stable
-set search_path = pg_catalog, pg_temp
-as $$
-  select format('function pgfence.%s(%s)', p.proname, pg_get_function_identity_arguments(p.oid)),
-         md5(format('%s definer=%s volatility=%s config=%s body=%s', pg_get_function_result(p.oid),
-                    p.prosecdef, p.provolatile, p.proconfig, md5(p.prosrc)))
-    from pg_proc p
-   where p.pronamespace = 'pgfence'::regnamespace
-  union all
-  select format('relation pgfence.%s', c.relname), c.relkind::text
-    from pg_class c
-   where c.relnamespace = 'pgfence'::regnamespace and c.relkind <> 'i'
-  union all
-  select format('column pgfence.%s.%s', c.relname, a.attname),
-         md5(format('%s notnull=%s default=%s identity=%s', format_type(a.atttypid, a.atttypmod),
-                    a.attnotnull, pg_get_expr(d.adbin, d.adrelid), a.attidentity))
-    from pg_attribute a
-    join pg_class c on c.oid = a.attrelid
-    left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
-   where c.relnamespace = 'pgfence'::regnamespace
-     and c.relkind in ('r', 'v', 'p') and a.attnum > 0 and not a.attisdropped
-  union all
-  select format('constraint pgfence.%s.%s', c.relname, k.conname), md5(pg_get_constraintdef(k.oid))
-    from pg_constraint k
-    join pg_class c on c.oid = k.conrelid
-   where c.relnamespace = 'pgfence'::regnamespace and k.contype <> 'n'
-  union all
-  select format('index pgfence.%s', ic.relname), md5(pg_get_indexdef(i.indexrelid))
-    from pg_index i
-    join pg_class c on c.oid = i.indrelid
-    join pg_class ic on ic.oid = i.indexrelid
-   where c.relnamespace = 'pgfence'::regnamespace;
+-- 0.2.1's digest of the core's schema; pgfence.schema_objects(schema) is the record's now.
+-- (sql/pgfence.sql never made it.)
+do $$
+begin
+  if pg_catalog.to_regprocedure('pgfence.schema_objects()') is not null then
+    drop function pgfence.schema_objects();
+  end if;
+end
 $$;
-comment on function pgfence.schema_objects() is
-  'The pgfence schema object by object (functions, relations, columns, constraints, indexes), each with a digest of its definition.';
-
--- What this release installed, recorded by this change: health() names every object that
--- differs. (Kept next to last in the plan, before lockdown, and reworked with it each
--- release, so that it records everything the release installs.)
-create table pgfence.manifest (
-  object text primary key,
-  digest text not null
-);
-comment on table pgfence.manifest is
-  'The schema objects as this release installed them (pgfence.schema_objects()), which pgfence.health() compares with.';
 
 -- The checks of health(), below (a reserved word, "check", is its column's name by contract,
 -- but is kept out of PL/pgSQL).
-create function pgfence.health_checks()
+create or replace function pgfence.health_checks()
 returns table (name text, ok boolean, detail text)
 language plpgsql
 stable
@@ -74,49 +35,47 @@ declare
   v_bad text;
   v_jobs regclass := to_regclass('cron.job');
   v_layer regproc;
+  v_schema name;
 begin
-  -- Schema as installed: nothing changed, added or removed by hand since.
-  name := 'schema matches its release';
-  select string_agg(format('%s %s', x.object, x.how), '; ' order by x.object) into v_bad
-    from (select coalesce(m.object, s.object) as object,
-                 case when m.object is null then 'added' when s.object is null then 'missing'
-                      else 'changed' end as how
-            from pgfence.manifest m
-            full join pgfence.schema_objects() s on s.object = m.object
-           where m.digest is distinct from s.digest) x;
-  ok := v_bad is null;
-  detail := coalesce(v_bad, format('pgfence %s, %s objects as installed', pgfence.version(),
-                                   (select count(*) from pgfence.manifest)));
-  return next;
+  -- Schema as installed, the core's and each layer's: nothing changed, added or removed by
+  -- hand since its release's record (functions, relations, columns, constraints, indexes,
+  -- views, triggers, policies, types, owners, every ACL).
+  for v_schema in select 'pgfence'::name union all
+                  (select l.schema_name from pgfence.layers l order by l.schema_name) loop
+    name := case v_schema when 'pgfence' then '' else v_schema || ': ' end || 'schema matches its release';
+    select string_agg(case when d.object = 'record' then
+                             format('no record of its release (%s predates 0.3.0: upgrade it)', v_schema)
+                           else format('%s %s', d.object, d.how) end, '; ' order by d.object) into v_bad
+      from pgfence.schema_drift(v_schema) d
+     where d.object not like 'acl %';
+    ok := v_bad is null;
+    detail := coalesce(v_bad, format('%s %s, %s objects as recorded', v_schema, pgfence.installed_release(v_schema),
+                                     (select count(*) from pgfence.schema_records r
+                                       where r.schema_name = v_schema
+                                         and r.release = pgfence.installed_release(v_schema))));
+    return next;
+  end loop;
 
-  -- Roles and grants as installed: the three roles exist, PUBLIC and other roles hold nothing
-  -- in schema pgfence but what its owner and the three roles hold (lockdown's rule).
+  -- Roles and grants: the three roles exist; nobody but the owners and the three roles holds
+  -- a privilege on the core's schema, a layer's, or anything in them (lockdown's rule,
+  -- pgfence.foreign_grants: functions, relations, columns, types, schemas); and every ACL
+  -- there is as the release granted it (the record's 'acl' rows: a grant to one of the three
+  -- roles that the release did not make is named too).
   name := 'roles and grants';
   select string_agg(x, '; ' order by x) into v_bad from (
     select format('role %s is missing', r) as x
       from unnest(array['pgfence_worker', 'pgfence_operator', 'pgfence_monitor']) r
      where not exists (select from pg_roles where rolname = r)
     union all
-    select format('%s may %s %s', case a.grantee when 0 then 'PUBLIC' else a.grantee::regrole::text end,
-                  a.privilege_type, p.oid::regprocedure)
-      from pg_proc p, aclexplode(p.proacl) a
-     where p.pronamespace = 'pgfence'::regnamespace and a.grantee <> p.proowner
-       and a.grantee not in (select oid from pg_roles
-                              where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'))
+    select format('%s may %s %s', g.grantee, g.privilege, g.object)
+      from (select 'pgfence'::name as s union all select l.schema_name from pgfence.layers l) x,
+           pgfence.foreign_grants(x.s) g
     union all
-    select format('%s may %s %s', case a.grantee when 0 then 'PUBLIC' else a.grantee::regrole::text end,
-                  a.privilege_type, c.oid::regclass)
-      from pg_class c, aclexplode(c.relacl) a
-     where c.relnamespace = 'pgfence'::regnamespace and a.grantee <> c.relowner
-       and a.grantee not in (select oid from pg_roles
-                              where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'))
-    union all
-    select format('%s may %s schema pgfence', case a.grantee when 0 then 'PUBLIC' else a.grantee::regrole::text end,
-                  a.privilege_type)
-      from pg_namespace n, aclexplode(n.nspacl) a
-     where n.oid = 'pgfence'::regnamespace and a.grantee <> n.nspowner
-       and a.grantee not in (select oid from pg_roles
-                              where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'))) y;
+    select format('grants on %s %s', substr(d.object, 5),
+                  case d.how when 'changed' then 'differ from the release''s' else d.how end)
+      from (select 'pgfence'::name as s union all select l.schema_name from pgfence.layers l) x,
+           pgfence.schema_drift(x.s) d
+     where d.object like 'acl %') y;
   ok := v_bad is null;
   detail := coalesce(v_bad, 'pgfence_worker, pgfence_operator, pgfence_monitor; nothing for PUBLIC');
   return next;
@@ -216,7 +175,7 @@ comment on function pgfence.health_checks() is
 
 -- The health of an installation, one row per check; ok false names what is wrong, never a
 -- capability. Read-only; the monitor may run it (pgfence doctor does).
-create function pgfence.health()
+create or replace function pgfence.health()
 returns table ("check" text, ok boolean, detail text)
 language sql
 stable
@@ -226,16 +185,11 @@ as $$
   select c.name, c.ok, c.detail from pgfence.health_checks() c;
 $$;
 comment on function pgfence.health() is
-  'One row per check of this installation: schema as released, roles and grants, roles confined to this database, '
+  'One row per check of this installation: the schema of pgfence and of each layer as released, roles and grants, roles confined to this database, '
   'protections, the requeue job, nothing overdue, no window left open, history within retention. Read-only.';
 
-revoke all on function pgfence.schema_objects() from public;
 revoke all on function pgfence.health_checks() from public;
 revoke all on function pgfence.health() from public;
-revoke all on pgfence.manifest from public;
 grant execute on function pgfence.health() to pgfence_monitor, pgfence_operator;
-
--- The record, last: every object this release installed before this change.
-insert into pgfence.manifest select * from pgfence.schema_objects();
 
 commit;

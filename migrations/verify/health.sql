@@ -1,3 +1,3 @@
 -- Verify pgfence:health
-select 'pgfence.health()'::regprocedure, 'pgfence.schema_objects()'::regprocedure;
-select 1 / (count(*) > 0)::int from pgfence.manifest;
+select 'pgfence.health()'::regprocedure, 'pgfence.health_checks()'::regprocedure;
+select 1 / (to_regprocedure('pgfence.schema_objects()') is null)::int;

@@ -1,11 +1,5 @@
 -- Verify pgfence:lockdown
--- Fails (division by zero) if anyone but the owner and the pgfence roles holds a privilege.
-select 1 / (count(*) = 0)::int
-  from (select a.grantee, p.proowner as owner from pg_catalog.pg_proc p, aclexplode(p.proacl) a
-         where p.pronamespace = 'pgfence'::regnamespace
-        union all
-        select a.grantee, c.relowner from pg_catalog.pg_class c, aclexplode(c.relacl) a
-         where c.relnamespace = 'pgfence'::regnamespace) g
- where g.grantee <> g.owner
-   and g.grantee not in (select oid from pg_catalog.pg_roles
-                          where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'));
+-- Fails (division by zero) if anyone but the owners and the pgfence roles holds a privilege
+-- that lockdown would revoke (the release's last change, pgfence.seal, runs it).
+select 'pgfence.lockdown(name)'::regprocedure;
+select 1 / (count(*) >= 0)::int from pgfence.foreign_grants('pgfence');

@@ -9,6 +9,8 @@ generator that yields what it needs done, and gets the answer sent back or the e
     Handle(held)                      the user's handler for one task -> its result
     StartRenewer(), StopRenewer()     the background renewal, started after acquire, stopped
                                       (and waited for) before release
+    Notify(event, detail)             a control-plane replica was elected or stepped down:
+                                      the application's callback
 
 A driver only performs these. Every decision — what is retried and for how long, when the
 lease is doubted and how it is trusted again, when a task is extended or skipped, what a
@@ -97,6 +99,7 @@ class Link(enum.Enum):
     OWNER = ""            # acquire, drain, release; the renewals that confirm a fenced write
     RENEW = "-renew"      # the background renewer
     WORK = "-work"        # claim, extend, complete, fail, requeue_expired; confirmations
+    READY = "-ready"      # a control-plane replica's readiness probes and leader look-ups
 
 
 class Event(Protocol):
@@ -137,7 +140,13 @@ class StopRenewer:
     pass
 
 
-Op = Call | Sleep | Handle | StartRenewer | StopRenewer
+@dataclass(frozen=True)
+class Notify:
+    event: Literal["elected", "stepped_down"]
+    detail: str           # the lease (resource and generation), or why it stepped down
+
+
+Op = Call | Sleep | Handle | StartRenewer | StopRenewer | Notify
 Steps = Generator[Op, Any, T]
 
 
@@ -232,6 +241,7 @@ class LeaseCore:
     lease_id: uuid.UUID | None = field(default=None, init=False, repr=False)   # a capability
     generation: int | None = field(default=None, init=False)
     lost: str | None = field(default=None, init=False)
+    state: str | None = field(default=None, init=False)   # the last renewal's: active, draining
     _valid_until: float = field(default=0.0, init=False, repr=False)
     # Doubt: every lost connection counts one; a renewal sent after the n-th confirms up to n.
     # (From several threads, hence the lock; never held across a yield.)
@@ -376,7 +386,7 @@ class LeaseCore:
         if not rows or rows[0][0] is None:
             return False
         self.lease_id, self.generation = rows[0][0], int(rows[0][1])
-        self.lost, self._progress = None, None
+        self.lost, self._progress, self.state = None, None, "active"
         self._valid_until = sent + self.ttl
         self._doubts = self._confirmed = 0
         self._lost_signal = self._event()
@@ -406,7 +416,8 @@ class LeaseCore:
                 self.doubt()
             raise
         self._renewed(sent, seq)
-        return str(rows[0][0]) if rows else "active"
+        self.state = str(rows[0][0]) if rows else "active"
+        return self.state
 
     def _trust(self, link: Link, stop: Event | None = None) -> Steps[bool]:
         """True once the lease may be worked under: if a connection was lost since the last
@@ -795,3 +806,125 @@ def lead(owner: LeaseCore, stop: Event, poll_interval: float,
                 raise
         yield Sleep(poll_interval, stop)
     return False
+
+
+# -- the control-plane replica ----------------------------------------------------------------
+
+# What a standby's refusal names: the current leader as monitors see it (no capability).
+CURRENT_LEADER = ("select owner, generation, expires_at from pgfence.resource_status "
+                  "where resource = %s and not stale")
+
+
+@dataclass
+class LeaderCore:
+    """The rules of a control-plane replica (docs/control-plane.md, "The leader's recipe");
+    pgfence.client.LeaderService and pgfence.aio.LeaderService drive them.
+
+    Elect: poll ``acquire`` until the lease is granted (a refusal, such as PF003 while an
+    operator's update window pauses the resource, is logged and polled again). Lead: while the
+    lease is trusted locally (renewed from its send, ``Owner``), nothing refused it, and the
+    last renewal did not find it drained. Step down at once when any of that ends: stop
+    answering as leader, release, tell the application. Then elect again, for a new generation.
+    """
+
+    owner: LeaseCore
+    poll_interval: float = 1.0
+    leading: bool = field(default=False, init=False)
+    why: str = field(default="starting", init=False)      # why it is not leading, if it is not
+    polls: int = field(default=0, init=False)
+    stop: Event = field(init=False, repr=False)           # each driver's own kind
+
+    def _polled(self) -> None:
+        self.polls += 1
+
+    def _serve(self) -> Steps[None]:
+        owner = self.owner
+        while not self.stop.is_set():
+            try:
+                elected = yield from lead(owner, self.stop, self.poll_interval, self._polled)
+            except psycopg.Error as e:
+                self.why = f"acquire refused ({reason(e)})"
+                log.warning("%s: %s", owner.describe(), self.why)
+                yield Sleep(self.poll_interval, self.stop)
+                continue
+            if not elected:
+                break
+            self.leading, why = True, "the elected callback failed"
+            try:
+                yield Notify("elected", owner.describe())
+                why = yield from self._lead()
+            finally:                                  # also when a callback raised
+                self.leading, self.why = False, why   # nothing is answered as leader from now
+                try:
+                    yield from owner._release()
+                except psycopg.Error as e:            # the lease expires by its ttl, unrenewed
+                    log.warning("%s: release failed (%s)", owner.describe(), classify(e).value)
+            log.info("%s: stepped down: %s", owner.describe(), why)
+            yield Notify("stepped_down", why)
+
+    def _lead(self) -> Steps[str]:
+        """Waits while this replica may lead; why it may not any more."""
+        owner = self.owner
+        every = owner.renew_every or owner.ttl / 3
+        while True:
+            if self.stop.is_set():
+                return "stopping"
+            if owner.lost is not None:
+                return owner.lost
+            if not owner.valid:
+                return owner._why_not()
+            if owner.state != "active":
+                return f"{owner.describe()}: {owner.state} (an operator drained it)"
+            # Woken when the lease is found lost (a refused fence or renewal) or given up;
+            # else at the local deadline, or a renewal period from now for the state it read.
+            left = owner.deadline - owner.clock()
+            yield Sleep(left if 0 < left < every else every, owner.cancelled)
+
+    def _ready(self) -> Steps[tuple[bool, str]]:
+        """Whether writes should be routed here, and why not: leading, the lease trusted
+        locally, and the database's ``fence`` passing for it now, in a transaction of its own
+        that changes nothing. A refusal marks the lease lost: the replica steps down."""
+        owner = self.owner
+        if not self.leading:
+            return False, f"standby ({self.why})"
+        if not owner.valid:
+            return False, f"lease not trusted locally ({owner.lost or owner._why_not()})"
+        try:
+            yield Call(Link.READY, "ready", FENCE, (owner.lease_id,))
+        except psycopg.Error as e:
+            lost = owner._refused(e, "readiness check")
+            return False, str(lost) if lost is not None else f"database: {classify(e).value}"
+        return True, "leader"
+
+    def _readiness(self) -> Steps[tuple[int, dict[str, Any]]]:
+        """The HTTP status and body of a readiness answer (``/ready``): 200 on the current
+        owner only, 503 with the reason everywhere else."""
+        ready, why = yield from self._ready()
+        return (200 if ready else 503), {
+            "ready": ready, "reason": why, "name": self.owner.owner,
+            "generation": self.owner.generation if ready else None}
+
+    def _current_leader(self) -> Steps[dict[str, Any] | None]:
+        rows = yield Call(Link.READY, "leader", CURRENT_LEADER, (self.owner.resource,))
+        if not rows or rows[0][0] is None:
+            return None
+        owner, generation, expires_at = rows[0]
+        return {"owner": owner, "generation": generation, "expires_at": expires_at.isoformat()}
+
+    @property
+    def leads(self) -> bool:
+        """Whether to act as leader now: elected, and the lease trusted locally (the database's
+        word is ``fence``'s, in every mutating transaction)."""
+        return self.leading and self.owner.valid
+
+    def health(self) -> dict[str, Any]:
+        """The body of a liveness answer (``/health``): 200 from every replica that is up."""
+        leads = self.leads
+        return {"name": self.owner.owner, "role": "leader" if leads else "standby",
+                "generation": self.owner.generation if leads else None}
+
+    def stop_now(self) -> None:
+        """Ends ``run``: a leader steps down (releases: a successor gets in at once)."""
+        self.stop.set()
+        self.owner.cancelled.set()
+

@@ -15,6 +15,14 @@ transaction pooler may sit in between.
     owner = Owner(dsn, "mailer", ttl=30)
     if await owner.acquire():
         await Worker(owner, "emails", send).run()     # drains and releases however it ends
+
+``LeaderService`` is a control-plane replica's whole life (elect, lead, step down, elect
+again), for a FastAPI lifespan:
+
+    @asynccontextmanager
+    async def lifespan(app):
+        async with LeaderService(Owner(dsn, "control-plane", owner=url)) as app.state.leader:
+            yield
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import TracebackType
 from typing import Any
 
 import psycopg
@@ -38,6 +47,7 @@ from pgfence._core import (
     Handle,
     LeaseLost,
     Link,
+    Notify,
     Op,
     Retry,
     Sleep,
@@ -48,9 +58,10 @@ from pgfence._core import (
     Task,
 )
 from pgfence.connection import AsyncConnection, aconnect
+from pgfence.errors import typed
 
-__all__ = ["Context", "Finish", "Handler", "Leader", "LeaseLost", "Owner", "PgmqWorker", "Retry",
-           "Task", "Worker"]
+__all__ = ["Context", "Finish", "Handler", "Leader", "LeaderService", "LeaseLost", "Owner",
+           "PgmqWorker", "Retry", "Task", "Worker"]
 
 
 class Context(_core.ContextBase):
@@ -88,6 +99,10 @@ async def drive(performer: Callable[[Op], Awaitable[Any]], steps: Steps[T]) -> T
             op = steps.send(answer) if error is None else steps.throw(error)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+        except psycopg.Error as e:
+            if (t := typed(e)) is e:
+                raise
+            raise t from None
         answer, error = None, None
         try:
             answer = await performer(op)
@@ -96,24 +111,28 @@ async def drive(performer: Callable[[Op], Awaitable[Any]], steps: Steps[T]) -> T
 
 
 class _Links:
-    """The async connections of one owner or worker, opened on first use, dropped when lost."""
+    """The async connections of one owner or worker, opened on first use, dropped when lost;
+    one task at a time on each (a service's readiness probes come from the server's requests)."""
 
     def __init__(self, dsn: str, name: str) -> None:
         self.dsn, self.name = dsn, name
         self._conns: dict[Link, AsyncConnection] = {}
+        self._locks = {link: asyncio.Lock() for link in Link}
 
     async def execute(self, call: Call) -> list[_core.Row]:
-        conn = self._conns.get(call.link)
-        if conn is None or conn.closed:
-            conn = self._conns[call.link] = await aconnect(self.dsn, self.name + call.link.value)
-        try:
-            cursor = await conn.execute(call.query, call.params)
-            return await cursor.fetchall()
-        except psycopg.Error as e:
-            if conn.broken or conn.closed or _core.classify(e) is _core.Failure.CONNECTION:
-                await conn.close()
-                del self._conns[call.link]
-            raise
+        async with self._locks[call.link]:
+            conn = self._conns.get(call.link)
+            if conn is None or conn.closed:
+                conn = self._conns[call.link] = await aconnect(self.dsn,
+                                                               self.name + call.link.value)
+            try:
+                cursor = await conn.execute(call.query, call.params)
+                return await cursor.fetchall()
+            except psycopg.Error as e:
+                if conn.broken or conn.closed or _core.classify(e) is _core.Failure.CONNECTION:
+                    await conn.close()
+                    del self._conns[call.link]
+                raise
 
     async def close(self, *links: Link) -> None:
         for link in links:
@@ -267,3 +286,52 @@ class Leader:
         def polled() -> None:
             self.polls += 1
         return await self.owner._drive(_core.lead(self.owner, stop, self.poll_interval, polled))
+
+
+Callback = Callable[[Any], Awaitable[None] | None]
+
+
+@dataclass
+class LeaderService(_core.LeaderCore):
+    """``pgfence.client.LeaderService`` over asyncio: ``run()`` is a coroutine, the callbacks
+    may be coroutine functions, and ``async with service:`` runs it as a task of the loop for
+    as long as the block lasts (a FastAPI lifespan), stepping down on the way out."""
+
+    owner: Owner
+    on_elected: Callback | None = None
+    on_stepped_down: Callback | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+
+    async def run(self) -> None:
+        """Serves until ``stop_now()``; a leader releases on the way out."""
+        await drive(self._perform, self._serve())
+
+    async def readiness(self) -> tuple[int, dict[str, Any]]:
+        """``/ready``: the HTTP status (200 or 503) and a JSON body with the reason."""
+        return await drive(self._perform, self._readiness())
+
+    async def current_leader(self) -> dict[str, Any] | None:
+        """The current leader as ``pgfence.resource_status`` shows it, or None."""
+        return await drive(self._perform, self._current_leader())
+
+    async def __aenter__(self) -> LeaderService:
+        self._task = asyncio.create_task(self.run(), name=f"lead-{self.owner.resource}")
+        return self
+
+    async def __aexit__(self, *exc: type[BaseException] | BaseException | TracebackType | None
+                        ) -> None:
+        self.stop_now()
+        if self._task is not None:
+            await self._task
+
+    async def _perform(self, op: Op) -> Any:
+        if isinstance(op, Notify):
+            callback = self.on_elected if op.event == "elected" else self.on_stepped_down
+            if callback is not None:
+                answer = callback((self.owner.generation or 0) if op.event == "elected"
+                                  else op.detail)
+                if answer is not None:
+                    await answer
+            return None
+        return await self.owner._perform(op)

@@ -184,12 +184,15 @@ class Installed:
     fingerprint: str | None = None
     released: str | None = None           # the fingerprint recorded for `version`
     sqitch: str | None = None
+    drift: str | None = None              # what differs from the database's own record (0.3.0 on)
 
     @property
     def drifted(self) -> bool:
-        """The schema differs from its release as released (changed by hand, or an
-        interrupted path): never "up to date", and nothing upgrades over it."""
-        return self.released is not None and self.fingerprint != self.released
+        """The schema differs from its release as installed (the database's record, from
+        0.3.0 on) or as released (changed by hand, or an interrupted path): never "up to
+        date", and nothing upgrades over it."""
+        return self.drift is not None or (self.released is not None
+                                          and self.fingerprint != self.released)
 
 
 class Cli:
@@ -365,18 +368,29 @@ class Cli:
         the schema's fingerprint."""
         found = self.read(f"select ({strip(self.files.query('sqitch_registry.sql'))}) "
                           "as registry, to_regnamespace('pgfence') is not null as schema, "
-                          "to_regprocedure('pgfence.version()') is not null as versioned",
-                          ["registry", "schema", "versioned"])[0]
+                          "to_regprocedure('pgfence.version()') is not null as versioned, "
+                          "to_regprocedure('pgfence.schema_drift(name)') is not null as recorded",
+                          ["registry", "schema", "versioned", "recorded"])[0]
         sqitch_registry = None if found["registry"] is None else str(found["registry"])
         if not found["versioned"]:
             return Installed(bool(found["schema"]), None, sqitch=sqitch_registry)
-        row = self.read(f"select pgfence.version() as version, "
-                        f"({strip(self.files.query('fingerprint.sql'))}) as fingerprint",
-                        ["version", "fingerprint"])[0]
+        if found["recorded"]:
+            # From 0.3.0 on the database records its release (pgfence.seal): drift is named
+            # against that record, and the fingerprint is the record's digest.
+            row = self.read("select pgfence.version() as version, "
+                            "pgfence.schema_fingerprint('pgfence') as fingerprint, "
+                            "(select string_agg(d.object || ' ' || d.how, '; ' order by d.object) "
+                            "from pgfence.schema_drift('pgfence') d) as drift",
+                            ["version", "fingerprint", "drift"])[0]
+        else:
+            row = self.read(f"select pgfence.version() as version, "
+                            f"({strip(self.files.query('fingerprint.sql'))}) as fingerprint, "
+                            "null::text as drift", ["version", "fingerprint", "drift"])[0]
         v = None if row["version"] is None else str(row["version"])
         released = self.files.fingerprints().get(v) if v is not None else None
         fingerprint = None if released is None else str(row["fingerprint"])
-        return Installed(True, v, fingerprint, released, sqitch_registry)
+        drift = None if row["drift"] is None else str(row["drift"])
+        return Installed(True, v, fingerprint, released, sqitch_registry, drift)
 
     def installed_version(self) -> str | None:
         """pgfence.version() after an install or upgrade committed: one read."""
@@ -412,7 +426,7 @@ class Cli:
         doc: dict[str, Any] = {"target": self.transport.target, "installed": has.version,
                                "package": newest, "state": "", "upgrade_files": [],
                                "sqitch_registry": has.sqitch, "fingerprint": has.fingerprint,
-                               "release_fingerprint": has.released}
+                               "release_fingerprint": has.released, "drift": has.drift}
         if not has.schema:
             doc["state"] = "not_installed"
         elif has.version is None or not VERSION.fullmatch(has.version):
@@ -438,8 +452,10 @@ class Cli:
                            else f"says {d['installed']!r}")
                         + " (older than 0.1.0, or not pgfence's)"),
             "drifted": (f"{d['installed']}, changed by hand: the schema differs from release "
-                        f"{d['installed']} as released (fingerprint {d['fingerprint']}, the "
-                        f"release has {d['release_fingerprint']})"),
+                        f"{d['installed']} as released ("
+                        + (d["drift"] if d.get("drift") else
+                           f"fingerprint {d['fingerprint']}, the release has "
+                           f"{d['release_fingerprint']}") + ")"),
         }.get(d["state"], d["installed"])
         lines = [f"target:    {d['target']}", f"installed: {installed}",
                  f"package:   {d['package']} (the newest release this package installs)"]
@@ -627,6 +643,8 @@ def strip(query: str) -> str:
 
 
 def drift_detail(has: Installed) -> str:
+    if has.drift is not None:
+        return has.drift
     return f"schema fingerprint {has.fingerprint}, release {has.version} has {has.released}"
 
 

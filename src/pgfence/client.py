@@ -6,6 +6,8 @@ Owner    holds one lease: acquires it, renews it in a background thread, knows l
 Worker   claims tasks under an Owner, calls a handler with the task's ``Context`` under a
          deadline (``handler_timeout``), reports results by attempt id.
 Leader   a standby that polls until it owns the resource, for control planes.
+LeaderService  a control-plane replica's whole life: elect, lead, step down, elect again, with
+         callbacks, and the answers of its ``/health`` and ``/ready`` endpoints.
 
 The same classes over asyncio are in ``pgfence.aio``; both drive one set of rules
 (``pgfence._core``), so they behave alike, faults included: lost connections are reconnected
@@ -42,6 +44,7 @@ from pgfence._core import (
     Handle,
     LeaseLost,
     Link,
+    Notify,
     Op,
     Retry,
     Sleep,
@@ -53,9 +56,10 @@ from pgfence._core import (
     reason,
 )
 from pgfence.connection import Connection, connect
+from pgfence.errors import typed
 
-__all__ = ["Context", "Finish", "Handler", "Leader", "LeaseLost", "Owner", "PgmqWorker", "Retry",
-           "Task", "Worker", "reason"]
+__all__ = ["Context", "Finish", "Handler", "Leader", "LeaderService", "LeaseLost", "Owner",
+           "PgmqWorker", "Retry", "Task", "Worker", "reason"]
 
 
 class Context(_core.ContextBase):
@@ -90,7 +94,8 @@ Handler = Callable[[Any, Context], Any]
 
 def drive(performer: Callable[[Op], Any], steps: Steps[T]) -> T:
     """Runs one of the core's operations: performs what it yields, sends back the answer or
-    throws in the error (any, so that its ``finally`` blocks run their steps too)."""
+    throws in the error (any, so that its ``finally`` blocks run their steps too). A database
+    error that ends the operation is raised as its ``pgfence.errors`` class."""
     answer: Any = None
     error: BaseException | None = None
     while True:
@@ -98,6 +103,10 @@ def drive(performer: Callable[[Op], Any], steps: Steps[T]) -> T:
             op = steps.send(answer) if error is None else steps.throw(error)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+        except psycopg.Error as e:
+            if (t := typed(e)) is e:
+                raise
+            raise t from None
         answer, error = None, None
         try:
             answer = performer(op)
@@ -106,23 +115,26 @@ def drive(performer: Callable[[Op], Any], steps: Steps[T]) -> T:
 
 
 class _Links:
-    """The connections of one owner or worker, opened on first use and dropped when lost."""
+    """The connections of one owner or worker, opened on first use and dropped when lost; one
+    thread at a time on each (a service's readiness probes come from the server's threads)."""
 
     def __init__(self, dsn: str, name: str) -> None:
         self.dsn, self.name = dsn, name
         self._conns: dict[Link, Connection] = {}
+        self._locks = {link: threading.Lock() for link in Link}
 
     def execute(self, call: Call) -> list[_core.Row]:
-        conn = self._conns.get(call.link)
-        if conn is None or conn.closed:
-            conn = self._conns[call.link] = connect(self.dsn, self.name + call.link.value)
-        try:
-            return conn.execute(call.query, call.params).fetchall()
-        except psycopg.Error as e:
-            if conn.broken or conn.closed or _core.classify(e) is _core.Failure.CONNECTION:
-                conn.close()
-                del self._conns[call.link]
-            raise
+        with self._locks[call.link]:
+            conn = self._conns.get(call.link)
+            if conn is None or conn.closed:
+                conn = self._conns[call.link] = connect(self.dsn, self.name + call.link.value)
+            try:
+                return conn.execute(call.query, call.params).fetchall()
+            except psycopg.Error as e:
+                if conn.broken or conn.closed or _core.classify(e) is _core.Failure.CONNECTION:
+                    conn.close()
+                    del self._conns[call.link]
+                raise
 
     def close(self, *links: Link) -> None:
         for link in links:
@@ -315,3 +327,44 @@ class Leader:
         def polled() -> None:
             self.polls += 1
         return self.owner._drive(_core.lead(self.owner, stop, self.poll_interval, polled))
+
+
+@dataclass
+class LeaderService(_core.LeaderCore):
+    """A control-plane replica (docs/control-plane.md): ``run()`` elects, leads while the lease
+    holds, steps down (releases) as soon as it does not, and elects again, until ``stop_now()``.
+    ``on_elected(generation)`` and ``on_stepped_down(why)`` are called from ``run``'s thread:
+    rebuild in-memory state from the database when elected, drop it when stepping down.
+
+    Every durable mutation goes through ``owner.fenced`` (a refusal steps the replica down);
+    a standby refuses mutations, naming ``current_leader()``. ``health()`` and ``readiness()``
+    are the answers of ``/health`` (liveness, every replica) and ``/ready`` (200 only on the
+    current owner: leading, its lease trusted locally and ``fence`` passing in the database).
+    """
+
+    owner: Owner
+    on_elected: Callable[[int], None] | None = None
+    on_stepped_down: Callable[[str], None] | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        """Serves until ``stop_now()``; a leader releases on the way out."""
+        drive(self._perform, self._serve())
+
+    def readiness(self) -> tuple[int, dict[str, Any]]:
+        """``/ready``: the HTTP status (200 or 503) and a JSON body with the reason."""
+        return drive(self._perform, self._readiness())
+
+    def current_leader(self) -> dict[str, Any] | None:
+        """The current leader as ``pgfence.resource_status`` shows it (owner, generation,
+        expires_at), or None: what a standby's refusal names."""
+        return drive(self._perform, self._current_leader())
+
+    def _perform(self, op: Op) -> Any:
+        if isinstance(op, Notify):
+            if op.event == "elected" and self.on_elected is not None:
+                self.on_elected(self.owner.generation or 0)
+            elif op.event == "stepped_down" and self.on_stepped_down is not None:
+                self.on_stepped_down(op.detail)
+            return None
+        return self.owner._perform(op)
