@@ -328,9 +328,26 @@ def capabilities_seen(db: Database, capabilities: set[str], schema: str) -> list
     return hits
 
 
+def references_seen(db: Database, schema: str) -> set[str]:
+    """Every value pgfence_monitor can read in the layer's schema."""
+    s = db.session("referee")
+    s.run("set role pgfence_monitor")
+    seen = {str(v) for rel, col in readable(db, "pgfence_monitor") if rel.startswith(f"{schema}.")
+            for (v,) in s.run(f'select "{col}"::text from {rel}') if v is not None}
+    s.run("reset role")
+    return seen
+
+
 def test_monitor_and_operator_read_no_capability_anywhere(ldb: Database, layer: Layer) -> None:
     capabilities = live_state(ldb, layer)
     assert capabilities_seen(ldb, capabilities, layer.schema) == []
+    # They see a reference to each of the layer's capabilities instead (pgfence.capability_ref),
+    # which correlates the rows that name it.
+    ours = [v for (v,) in ldb.sql(DRIVERS[layer.name].capabilities)]
+    refs = {str(r) for (r,) in ldb.sql("select pgfence.capability_ref(c) from unnest(%s::uuid[]) c",
+                                       (ours,))}
+    assert len(refs) >= 3 and refs <= references_seen(ldb, layer.schema), (
+        refs - references_seen(ldb, layer.schema))
 
 
 def test_negative_control_a_capability_granted_is_found(ldb: Database, layer: Layer) -> None:

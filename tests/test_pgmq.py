@@ -501,3 +501,35 @@ def test_negative_control_a_prune_blind_to_outcomes_loses_an_open_read(mq: Datab
     w, open_read = prune_setup(mq)
     mq.sql("select * from pgfence_pgmq.prune('1 day')")
     assert sqlstate(lambda: finish(w, "archive", open_read)) == "22023"
+
+
+# -- each call needs what pgmq itself needs (the conformance suite checks one of them for every
+# layer) -----------------------------------------------------------------------------------------
+
+def test_each_call_needs_what_pgmq_itself_needs(mq: Database) -> None:
+    queue(mq)
+    role = f"w_{uuid.uuid4().hex[:10]}"
+    mq.sql(f"create role {role} in role pgfence_worker")
+    try:
+        w = mq.session(role)
+        w.run(f"set role {role}")
+        lease = acquired(w.acquire("r1"))
+        assert sqlstate(lambda: read(w, lease)) == "42501", "no pgmq privilege: no read"
+        assert mq.one("select sum(read_ct) from pgmq.q_jobs") == 0
+        # What pgmq itself needs to read: the read works, and so does set_vt.
+        mq.sql(f"grant usage on schema pgmq to {role}")
+        mq.sql(f"grant select, update on pgmq.q_jobs to {role}")
+        [(attempt, _, _)] = read(w, lease)
+        assert w.one("select pgfence_pgmq.set_vt(%s, '1 minute') is not null", (attempt,)) is True
+        assert sqlstate(lambda: finish(w, "delete", attempt)) == "42501"
+        mq.sql(f"grant delete on pgmq.q_jobs to {role}")
+        assert sqlstate(lambda: finish(w, "archive", attempt)) == "42501", \
+            "archive needs the archive table too"
+        assert sqlstate(lambda: w.run("select * from pgfence_pgmq.archive_many(array[%s]::uuid[])",
+                                      (attempt,))) == "42501"
+        mq.sql(f"grant insert on pgmq.a_jobs to {role}")
+        assert finish(w, "archive", attempt) == "accepted"
+        w.close()
+    finally:
+        mq.sql(f"drop owned by {role}")
+        mq.sql(f"drop role {role}")

@@ -320,6 +320,8 @@ def test_upgrade_to_the_head_with_live_state_then_its_layers(dbs: Databases, sta
             attempt = d.start(s, live.current)
             assert d.finish(s, attempt) == "accepted"
             assert d.finish(s, attempt) == "duplicate"
+            assert d.finish(s, d.start(s, live.current)) == "accepted"
+            assert db.one(f"select bool_and(ok) from {found.schema}.health()") is True
     finally:
         db.close()
     check_live_state(dbs, name, live)
