@@ -458,7 +458,8 @@ def test_negative_control_without_the_idle_limits_the_calls_are_unbounded(
 
 
 WORKER_FUNCTIONS = """
-select coalesce(array_agg(p.oid::regprocedure::text order by 1), '{}') from pg_proc p
+select coalesce(array_agg(p.oid::regprocedure::text order by p.oid::regprocedure::text), '{}')
+  from pg_proc p
  where p.pronamespace = %s::regnamespace and has_function_privilege('pgfence_worker', p.oid,
                                                                     'execute')
 """
