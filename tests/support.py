@@ -9,6 +9,7 @@ import asyncio
 import fcntl
 import importlib.machinery
 import importlib.util
+import shutil
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ import pytest
 import pgfence.aio
 import pgfence.client
 from pgfence.connection import aconnect, connect
+from pgfence.releases import key
 from testkit.harness import Database, Lease
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +50,24 @@ HUNG = 1800
 # A client's ttl or visibility, in seconds, that runs out only when a test moves time: no
 # machine is so loaded that a test's real time reaches it (issue 23).
 LONG = 600
+
+
+def package_of(release: str, root: Path) -> Path:
+    """The SQL files of this package as release ``release`` shipped them, in ``root``: its full
+    installs (core and layers) as the newest, no upgrade file past it. For `pgfence init` as an
+    older package ran it (pgfence.releases.Files(root))."""
+    shutil.copytree(ROOT / "sql", root)
+    (root / "pgfence.sql").write_text((root / f"releases/pgfence--{release}.sql").read_text())
+    for layer in root.glob("pgfence-*.sql"):
+        old = root / "releases" / layer.name.replace(".sql", f"--{release}.sql")
+        if old.exists():
+            layer.write_text(old.read_text())
+        else:
+            layer.unlink()
+    for upgrade in (root / "upgrades").glob("*.sql"):
+        if key(upgrade.stem.rpartition("--")[2]) > key(release):
+            upgrade.unlink()
+    return root
 
 
 def bundle() -> Any:

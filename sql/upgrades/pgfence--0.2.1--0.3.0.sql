@@ -874,5 +874,5 @@ grant execute on function pgfence.version() to pgfence_worker, pgfence_operator,
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-select pgfence.seal('pgfence', '0.3.0');
+do $$ begin perform pgfence.seal('pgfence', '0.3.0'); end $$;
 
