@@ -88,7 +88,7 @@ class Layer:
         """What its one-file install says it goes after: "pgfence, its pgmq layer and pgflow"."""
         words = ["pgfence", *(f"its {n} layer" for n in self.needs),
                  *(p.name for p in self.prerequisites)]
-        return ", ".join(words[:-1]) + " and " + words[-1]
+        return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def read(folder: Path) -> Layer:
