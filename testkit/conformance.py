@@ -30,6 +30,7 @@ class Call:
     sql: str
     locks: bool
     unbounded: str = ""
+    ended: bool = False  # a call of a worker that stopped: the suite releases the lease first
 
 
 class Driver(Protocol):

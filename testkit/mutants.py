@@ -14,7 +14,8 @@ read it:
 So every negative control is a mutant the mutation tool runs too, and its positive twin is
 what kills it. A script is a live deploy script (migrations/deploy/NAME.sql or a layer's
 layers/LAYER/deploy/NAME.sql, never a released NAME@TAG.sql) or a document whose SQL the tests
-run as written (docs/NAME.md).
+run as written (docs/NAME.md), or scripts/bundle, whose rules decide what every generated
+install and upgrade holds (scripts/mutate only: no database function holds its text).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = ROOT / "tests/mutation/mutants.toml"
 DEPLOY = "migrations/deploy"
-SCRIPT = re.compile(r"(migrations|layers/[\w-]+)/deploy/[\w-]+\.sql|docs/[\w-]+\.md")
+BUNDLE = "scripts/bundle"  # the one script besides the SQL and the docs that a mutant may change
+SCRIPT = re.compile(r"(migrations|layers/[\w-]+)/deploy/[\w-]+\.sql|docs/[\w-]+\.md|scripts/bundle")
 FUNCTION = re.compile(r"create\s+(?:or\s+replace\s+)?function\s+([\w.]+)\s*\(", re.I)
 
 
@@ -48,7 +50,7 @@ class Edit:
     def problem(self, root: Path) -> str | None:
         """Why this edit cannot be applied to the scripts under ``root``, or None."""
         if "@" in self.file or not SCRIPT.fullmatch(self.path):
-            return f"{self.file} is not a live deploy script"
+            return f"{self.file} is neither a live deploy script nor {BUNDLE}"
         path = root / self.path
         if not path.is_file():
             return f"{self.path} does not exist"

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from testkit.cluster import Cluster
 from testkit.harness import Database
 from testkit.install import SQITCH_ENV
 from tests.support import DENO, HUNG, ROOT
+from tests.test_pgflow import two_steps
 
 SERVICE_ROLE = """
 do $$
@@ -302,3 +304,14 @@ def test_adoption_by_sqitch_runs_as_written(cluster: Cluster, empty_database: st
     assert all(up_to_date(project) for project in ("", "pgmq", "pgflow"))
     assert cluster.psql(name, "-At", "-c", "select pgfence.version()").strip() == \
         Files().newest()
+
+
+def test_pgflow_rollout_block_runs_as_written(flow: Database) -> None:
+    """docs/pgflow.md's rollout: both tables of flow `two` protected in observe, on pgflow
+    0.8.1 and 0.14.1 (the flow fixture's)."""
+    two_steps(flow, resources=("my-flow-worker", "other-flow-worker"))
+    flow.sql(textwrap.dedent(example("docs/pgflow.md", "pgflow rollout", "sql")))
+    assert flow.sql("select table_name::text, mode, resources from pgfence.protected_tables "
+                    "order by 1") == [
+        ("pgflow.step_tasks", "observe", ["my-flow-worker", "other-flow-worker"]),
+        ("pgmq.q_two", "observe", ["my-flow-worker"])]

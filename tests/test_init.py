@@ -52,7 +52,9 @@ def test_supabase_layout_in_order_after_the_last_migration(project: Path) -> Non
         "supabase/migrations/21000101000004_pgfence_cron.sql",
         "supabase/functions/_shared/pgfence/mod.ts",
         "supabase/functions/_shared/pgfence/pgflow.ts",
-        "supabase/functions/pgfence-worker/index.ts"]
+        "supabase/functions/pgfence-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/deno.json"]
     files = written(project)
     core = files["supabase/migrations/21000101000000_pgfence.sql"]
     assert core.endswith((ROOT / "sql/pgfence.sql").read_text())
@@ -67,7 +69,16 @@ def test_supabase_layout_in_order_after_the_last_migration(project: Path) -> Non
     manifest = json.loads(files["supabase/pgfence-init.json"])
     assert set(manifest["files"]) == {"migration:core", "migration:pgmq", "migration:pgflow",
                                       "migration:grants", "migration:cron", "deno:mod.ts",
-                                      "deno:pgflow.ts", "worker"}
+                                      "deno:pgflow.ts", "worker", "flow-worker",
+                                      "flow-worker:deno.json"}
+    # The pgflow worker: FlowWorker.serve, its imports through its own deno.json.
+    flow_worker = files["supabase/functions/pgfence-flow-worker/index.ts"]
+    assert 'from "pgfence/pgflow";' in flow_worker and "FlowWorker.serve(" in flow_worker
+    imports = json.loads(files["supabase/functions/pgfence-flow-worker/deno.json"]
+                         .split("\n", 1)[1])["imports"]
+    assert imports["pgfence/pgflow"] == "../_shared/pgfence/pgflow.ts"
+    assert imports["pgfence"] == "../_shared/pgfence/mod.ts"
+    assert imports["@pgflow/dsl"].startswith("npm:@pgflow/dsl@")
 
 
 def test_dated_now_when_the_last_migration_is_older(project: Path) -> None:
@@ -179,8 +190,10 @@ def test_dry_run_lists_the_files_and_writes_nothing(project: Path,
         "supabase/migrations/T_pgfence_pgflow.sql", "supabase/migrations/T_pgfence_grants.sql",
         "supabase/migrations/T_pgfence_cron.sql", "supabase/functions/_shared/pgfence/mod.ts",
         "supabase/functions/_shared/pgfence/pgflow.ts",
-        "supabase/functions/pgfence-worker/index.ts"]
-    assert out.rstrip().endswith("dry run: 8 files, nothing was written")
+        "supabase/functions/pgfence-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/deno.json"]
+    assert out.rstrip().endswith("dry run: 10 files, nothing was written")
 
 
 def test_plain_layout_without_a_role_has_no_grants(tmp_path: Path) -> None:
@@ -374,12 +387,15 @@ def old_project(tmp_path: Path, layers: list[str], legacy: bool = True) -> tuple
     old = Files(package_of("0.2.0", tmp_path / "package-0.2.0"))
     init.Project(project, supabase=True, layers=layers, role="service_role", cron=True,
                  files=old, now=NOW).run(dry_run=False)
+    manifest = project / "supabase/pgfence-init.json"
+    doc = json.loads(manifest.read_text())
+    for key in ("flow-worker", "flow-worker:deno.json"):   # init 0.2.0 wrote no pgflow worker
+        if (entry := doc["files"].pop(key, None)) is not None:
+            (project / entry["path"]).unlink()
     if legacy:
-        manifest = project / "supabase/pgfence-init.json"
-        doc = json.loads(manifest.read_text())
         for entry in doc["files"].values():
             del entry["release"]
-        manifest.write_text(json.dumps(doc))
+    manifest.write_text(json.dumps(doc))
     return project, old
 
 
@@ -405,7 +421,10 @@ def test_an_older_project_gets_upgrade_migrations(tmp_path: Path, legacy: bool) 
     doc = init.Project(project, supabase=True, layers=["pgmq", "pgflow"], role="service_role",
                        cron=True, now=later).run(dry_run=False)
     actions = {f["path"]: f["action"] for f in doc["files"]}
-    new = [p for p, a in actions.items() if a == "write"]
+    new = [p for p, a in actions.items() if a == "write" and "/migrations/" in p]
+    assert [p for p, a in actions.items() if a == "write" and p not in new] == [
+        "supabase/functions/pgfence-flow-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/deno.json"], "new since init 0.2.0"
     expected = expected_upgrades("0.2.0", ["pgmq", "pgflow"])
     # The pgflow layer changed in the next release: its upgrade comes right after pgfence's.
     assert [name for name, _ in expected[:2]] == ["pgfence_upgrade_0_2_1",

@@ -414,6 +414,8 @@ def idle_limit_after(db: Database, layer: Layer, call: Call) -> int:
     call (ms; 0 is none), under a lease of an hour, with a piece of work in flight where the
     call names an attempt."""
     w, lease, attempt = started(db, layer, f"w-{uuid.uuid4().hex[:8]}")
+    if call.ended:
+        db.sql("select pgfence.release(%s)", (lease,))
     w.begin()
     w.run(call.sql.format(lease=lease, attempt=attempt, resource=RESOURCE))
     limit = int(w.one(LIMIT))
@@ -701,7 +703,9 @@ def test_sqitch_reverts_the_layer_to_its_release_and_deploys_again(dbs: Database
     head = schema_dump(name)
     for each in reversed(below):
         sqitch("revert", "-y", "--to", f"@v{start}", f"db:pg:{name}", layer=each.name)
-    sqitch("revert", "-y", "--to", f"@v{start}", f"db:pg:{name}")
+    # The target named for the revert's first step (pgfence.check_revert, docs/upgrading.md).
+    sqitch("revert", "-y", "--to", f"@v{start}", "--set", f"pgfence_revert_to={start}",
+           f"db:pg:{name}")
     assert schema_dump(name) == schema_dump(release)
     for each in below:
         assert layer_fingerprint(dbs, name, each) == layer_fingerprint(dbs, release, each)

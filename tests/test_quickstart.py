@@ -327,12 +327,20 @@ def test_both_layers_after_pgflows_own_migrations_applied_in_order(cluster: Clus
     # The Deno files type-check where init put them (postgres.js offline, as in follow()).
     (project / "node_modules").symlink_to(ROOT / ".tools/node_modules")
     (project / "package.json").write_text("{}")
+    deno_env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+                "DENO_DIR": str(tmp_path / "deno-dir"), "NO_COLOR": "1",
+                "DENO_NO_UPDATE_CHECK": "1"}
     check = subprocess.run([str(DENO), "check", "supabase/functions/pgfence-worker/index.ts",
                             "supabase/functions/_shared/pgfence/pgflow.ts"], cwd=project,
-                           env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
-                                "DENO_DIR": str(tmp_path / "deno-dir"), "NO_COLOR": "1",
-                                "DENO_NO_UPDATE_CHECK": "1"},
-                           capture_output=True, text=True, timeout=HUNG)
+                           env=deno_env, capture_output=True, text=True, timeout=HUNG)
+    assert check.returncode == 0, check.stdout + check.stderr
+    # The pgflow worker, with the import map init wrote beside it (the Supabase CLI uses a
+    # function's own deno.json).
+    flow_worker = "supabase/functions/pgfence-flow-worker"
+    check = subprocess.run([str(DENO), "check", "--config", f"{flow_worker}/deno.json",
+                            "--node-modules-dir=manual",   # offline: the project's node_modules
+                            f"{flow_worker}/index.ts"], cwd=project,
+                           env=deno_env, capture_output=True, text=True, timeout=HUNG)
     assert check.returncode == 0, check.stdout + check.stderr
     name = f"qs_{uuid.uuid4().hex[:10]}"
     cluster.psql("postgres", "-c", SUPABASE_ROLES, "-c", f"create database {name}")

@@ -96,7 +96,8 @@ def test_the_wheel_carries_every_sql_file(wheel: Path) -> None:
 
 
 # What `pgfence init` writes into a project: the Deno client, its postgres.js pin, the worker.
-DENO_FILES = ("mod.ts", "pgflow.ts", "deno.json", "examples/supabase_worker.ts")
+DENO_FILES = ("mod.ts", "pgflow.ts", "deno.json", "examples/supabase_worker.ts",
+              "examples/pgflow_edge_function.ts")
 
 
 def test_the_wheel_carries_the_deno_client_init_writes(wheel: Path) -> None:

@@ -29,6 +29,14 @@ class Pgflow:
         Call("pgfence_pgflow.fail_task(uuid,text)",
              "select pgfence_pgflow.fail_task('{attempt}', 'boom')", locks=True,
              unbounded=UNBOUNDED),
+        Call("pgfence_pgflow.set_vt(uuid,interval)",
+             "select pgfence_pgflow.set_vt('{attempt}', '1 hour')", locks=True,
+             unbounded="issue 39: pgfence_pgflow's set_vt updates its message through "
+                       "pgfence_pgmq.set_vt, which does not call pgfence.limit_idle yet"),
+        Call("pgfence_pgflow.mark_worker_stopped(uuid)",
+             "select pgfence_pgflow.mark_worker_stopped('{lease}')", locks=True, ended=True,
+             unbounded="issue 39, found by the conformance suite: mark_worker_stopped updates "
+                       "the worker's pgflow.workers row but does not call pgfence.limit_idle"),
     )
     capabilities = ("select attempt_id::text from pgfence_pgflow.attempts union all "
                     "select pgmq_attempt_id::text from pgfence_pgflow.attempts union all "

@@ -118,6 +118,31 @@ def worker_file(version: str, mod: str) -> str:
             + text.replace('from "pgfence";', f'from "{mod}";'))
 
 
+# Where init writes the example pgflow worker function (by layout: Supabase's or a plain one).
+FLOW_WORKER_DIR = {True: "supabase/functions/pgfence-flow-worker",
+                   False: "pgfence/deno/flow-worker"}
+
+
+def flow_worker_file(version: str) -> str:
+    """The example pgflow worker (FlowWorker.serve), its imports through its deno.json."""
+    text = (DENO / "examples/pgflow_edge_function.ts").read_text()
+    return (f"// Written by pgfence init (pgfence {version}): an example to make your own.\n"
+            + text)
+
+
+def flow_import_map(version: str, client: str) -> str:
+    """The flow worker's deno.json: what its imports name (the pgflow DSL, postgres.js, the
+    client init wrote into ``client``), pinned as clients/deno/deno.json pins them."""
+    imports = json.loads((DENO / "deno.json").read_text())["imports"]
+    return (f"// Written by pgfence init (pgfence {version}); {MANIFEST} records it. Set "
+            "@pgflow/dsl to the pgflow your project runs.\n" + json.dumps({"imports": {
+                "@pgflow/dsl": imports["@pgflow/dsl"],
+                "postgres": imports["postgres"],
+                "pgfence": f"{client}/mod.ts",
+                "pgfence/pgflow": f"{client}/pgflow.ts",
+            }}, indent=2) + "\n")
+
+
 # The migration steps, in the order they run, and the name each gets after its number. An
 # install step (the core, a layer) is upgraded by upgrade files once written; the others are
 # written again when a newer release writes them differently (both are idempotent).
@@ -193,7 +218,8 @@ class Project:
 
     def expected(self, key: str, path: str) -> bool:
         """Whether ``path`` is one init itself would choose for manifest key ``key``."""
-        if key in ("deno:mod.ts", "deno:pgflow.ts", "worker"):
+        if key in ("deno:mod.ts", "deno:pgflow.ts", "worker", "flow-worker",
+                   "flow-worker:deno.json"):
             return path in self.client_paths(key)
         match = re.fullmatch(r"migration:([a-z]+)(?:@(\d+\.\d+\.\d+))?", key)
         if not match or match.group(1) not in STEP_NAMES:
@@ -435,15 +461,28 @@ class Project:
         planned.append(Planned("worker", worker[0], worker_file(v, worker[1]),
                                "an example worker (startup handshake, fenced claim/complete)",
                                False))
+        if "pgflow" in self.layers:
+            # pgflow's worker layout: a function of its own with its deno.json (import map).
+            flow_dir = FLOW_WORKER_DIR[self.supabase]
+            client_dir = "../_shared/pgfence" if self.supabase else ".."
+            planned.append(Planned("flow-worker", f"{flow_dir}/index.ts", flow_worker_file(v),
+                                   "an example pgflow worker (FlowWorker.serve: what "
+                                   "ensure_workers starts)", False))
+            planned.append(Planned("flow-worker:deno.json", f"{flow_dir}/deno.json",
+                                   flow_import_map(v, client_dir),
+                                   "the pgflow worker's import map", False))
         return planned
 
     def client_paths(self, manifest_key: str) -> set[str]:
         """Where init writes a client file in this layout (pgflow.ts whatever --layers says,
         so that a manifest from a run with the pgflow layer is read by one without it)."""
         base = "supabase/functions/_shared/pgfence" if self.supabase else "pgfence/deno"
+        flow = FLOW_WORKER_DIR[self.supabase]
         return {"deno:mod.ts": {f"{base}/mod.ts"}, "deno:pgflow.ts": {f"{base}/pgflow.ts"},
                 "worker": {"supabase/functions/pgfence-worker/index.ts" if self.supabase
-                           else "pgfence/deno/worker.ts"}}.get(manifest_key, set())
+                           else "pgfence/deno/worker.ts"},
+                "flow-worker": {f"{flow}/index.ts"},
+                "flow-worker:deno.json": {f"{flow}/deno.json"}}.get(manifest_key, set())
 
     # Migration names: Supabase's are timestamps (after the project's last migration, one
     # second apart, so they run in this order); a plain project's are numbers.
