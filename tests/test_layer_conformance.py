@@ -344,10 +344,16 @@ def test_monitor_and_operator_read_no_capability_anywhere(ldb: Database, layer: 
     # They see a reference to each of the layer's capabilities instead (pgfence.capability_ref),
     # which correlates the rows that name it.
     ours = [v for (v,) in ldb.sql(DRIVERS[layer.name].capabilities)]
-    refs = {str(r) for (r,) in ldb.sql("select pgfence.capability_ref(c) from unnest(%s::uuid[]) c",
-                                       (ours,))}
-    assert len(refs) >= 3 and refs <= references_seen(ldb, layer.schema), (
-        refs - references_seen(ldb, layer.schema))
+    ref = "select pgfence.capability_ref(c) from unnest(%s::uuid[]) c"
+    refs = {str(r) for (r,) in ldb.sql(ref, (ours,))}
+    seen = references_seen(ldb, layer.schema)
+    assert len(refs) >= 3 and refs <= seen, refs - seen
+    assert all(re.fullmatch(r"[0-9a-f]{16}", r) for r in refs), refs   # 16 hex digits
+    # ... and to each lease that holds the layer's work (both, here: the first and its
+    # successor's, which took the stale attempt's work over).
+    holders = [v for (v,) in ldb.sql("select distinct lease_id from pgfence.leases")]
+    lease_refs = {str(r) for (r,) in ldb.sql(ref, (holders,))} & seen
+    assert len(lease_refs) >= 2, lease_refs
 
 
 def test_negative_control_a_capability_granted_is_found(ldb: Database, layer: Layer) -> None:

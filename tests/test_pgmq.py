@@ -487,6 +487,9 @@ def test_prune_drops_old_finished_reads_never_an_open_one(mq: Database) -> None:
     assert mq.sql("select * from pgfence_pgmq.prune('1 day')") == [
         ("pgfence_pgmq.stale_results", 0), ("pgfence_pgmq.attempts", 1)]
     assert finish(w, "archive", open_read) == "accepted"
+    # Finished just now: younger than the bound, kept.
+    assert mq.sql("select * from pgfence_pgmq.prune('1 day')") == [
+        ("pgfence_pgmq.stale_results", 0), ("pgfence_pgmq.attempts", 0)]
 
 
 def test_the_cores_prune_drops_them_too(mq: Database) -> None:
