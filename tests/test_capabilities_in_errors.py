@@ -98,16 +98,11 @@ def test_the_clients_lease_lost_names_no_id(db: Database) -> None:
 
 
 def test_negative_control_the_released_message_names_the_lease(db: Database) -> None:
-    db.replace_in_function(
-        "pgfence.lease_not_current(uuid,timestamp with time zone)",
-        "detail = format('lease ref %s', pgfence.ref(lease_not_current.lease_id))",
-        "detail = format('lease %s', lease_not_current.lease_id)")
+    db.install_mutant("pf001-names-the-lease-id")
     texts, ids = errors_of(db)
     assert any(id_ in t for t in texts for id_ in ids)
 
 
-REF = "pgfence.ref(uuid)"
-KEYED = "left(pgfence.capability_ref(ref.id), 12)"
 
 
 def keyed(db: Database, id_: str) -> str:
@@ -145,8 +140,7 @@ def test_a_reference_is_keyed_and_shows_no_part_of_the_id(db: Database, cluster:
 
 def test_negative_control_the_unkeyed_reference_is_not_the_keyed_one(
         db: Database, cluster: Cluster) -> None:
-    db.replace_in_function(REF, KEYED, "left(encode(sha256(convert_to(ref.id::text, 'UTF8')), "
-                                       "'hex'), 12)")
+    db.install_mutant("ref-unkeyed")
     named, refs, _ = references(db, cluster)
     assert named and not named & set(refs)
     unkeyed = {hashlib.sha256(i.encode()).hexdigest()[:12] for i in refs.values()}
@@ -155,7 +149,7 @@ def test_negative_control_the_unkeyed_reference_is_not_the_keyed_one(
 
 def test_negative_control_a_reference_cut_from_the_id_shows_it(db: Database,
                                                              cluster: Cluster) -> None:
-    db.replace_in_function(REF, KEYED, "left(replace(ref.id::text, '-', ''), 12)")
+    db.install_mutant("ref-from-the-id")
     _, refs, said = references(db, cluster)
     flat = said.replace("-", "")
     assert any(p in flat for id_ in refs.values() for p in pieces(id_))

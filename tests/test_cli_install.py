@@ -26,9 +26,10 @@ import pytest
 from pgfence import cli
 from pgfence.releases import Files, key
 from pgfence.transport import Refused, Supabase
+from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database
-from tests.support import HUNG, ROOT, SUPABASE, acquired, bundle_query, install_pgflow
+from tests.support import HUNG, ROOT, SUPABASE, acquired, bundle_query
 
 PACKAGE = Files()
 RELEASE_0_1_0 = ROOT / "sql/releases/pgfence--0.1.0.sql"
@@ -681,7 +682,7 @@ def test_no_credentials_in_any_output(empty: Empty, tmp_path: Path) -> None:
 def with_layers_at(t: Target, release: str, core_to: str | None = None) -> None:
     """pgmq and pgflow, then pgfence `release` and both its layers from the release files;
     with `core_to`, pgfence alone then upgraded by its files (the layers left behind)."""
-    install_pgflow(t.cluster, t.dbname)
+    install.prerequisites(t.cluster, t.dbname, ["pgflow"])
     for name in (f"pgfence--{release}.sql", f"pgfence-pgmq--{release}.sql",
                  f"pgfence-pgflow--{release}.sql"):
         install_file(t, ROOT / "sql/releases" / name)

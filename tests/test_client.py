@@ -130,9 +130,7 @@ def test_sigterm_drains_finishes_in_flight_and_releases(any_db: Database) -> Non
 
 def worker_whose_drain_fails(db: Database, worker_cls: type[Worker]) -> Owner:
     db.sql("select pgfence.register('w')")
-    db.replace_in_function("pgfence.drain(uuid)",
-                           "perform pgfence.check_not_null('lease_id', drain.lease_id);",
-                           "raise exception 'drain is broken' using errcode = 'XX000';")
+    db.install_mutant("drain-always-fails")
     owner = Owner(db.dsn, "w", ttl=30, renew_every=0.01)
     assert owner.acquire()
     with pytest.raises(psycopg.Error, match="drain is broken"):

@@ -32,8 +32,8 @@ from tests.support import KINDS, LONG, ROOT, AnyContext, Client, client, effects
 
 STEPS = ("acquire", "renew", "claim", "extend", "handler", "complete", "fail", "requeue",
          "drain", "release")
-PATTERNS = {step: f"pgfence.{step}(".encode() for step in STEPS if step != "handler"}
-PATTERNS["requeue"] = b"pgfence.requeue_expired("
+PATTERNS = {step: f"pgfence.{step}(" for step in STEPS if step != "handler"}
+PATTERNS["requeue"] = "pgfence.requeue_expired("
 # terminate: direct, the backend terminated before the statement reached it. drop: direct, the
 # answer lost after the statement ran. restart: through PgBouncer, restarted before the
 # statement reached it. bouncer-drop: through PgBouncer, the answer lost.
@@ -96,7 +96,7 @@ def scene(request: pytest.FixtureRequest, db: Database, cluster: Cluster,
           own_bouncer: PgBouncer) -> Iterator[Scene]:
     kind, fault = request.param
     via_bouncer = fault in ("restart", "bouncer-drop")
-    relay = Relay(("127.0.0.1", own_bouncer.port if via_bouncer else cluster.port), fault)
+    relay = Relay(own_bouncer.port if via_bouncer else cluster.port, fault)
     name = db.one("select current_database()")
     db.sql("select pgfence.register('r')")
     effects_table(db, "r")

@@ -22,10 +22,12 @@ import pytest
 
 from pgfence import cli
 from pgfence.connection import connect
+from testkit import install
 from testkit.harness import Database
+from testkit.install import SQITCH_ENV
+from testkit.install import sqitch as sqitch_ok
 from tests import test_install_paths as paths
-from tests.support import HUNG, ROOT, SQITCH_ENV, install_bundle
-from tests.support import sqitch as sqitch_ok
+from tests.support import HUNG, ROOT
 from tests.test_install_paths import HEAD, RELEASE_0_1_0, Db, sqitch
 
 make = paths.make  # the databases of that module's tests, a fixture (pytest finds it by name)
@@ -44,7 +46,7 @@ def test_the_heads_record_is_what_it_installed(make: Any) -> None:
     record, and the record's digest is the schema's fingerprint. (A release's fingerprint is
     recorded in sql/releases/fingerprints when it is tagged; the head needs no line.)"""
     db = make()
-    install_bundle(db.cluster, db.name)
+    install.core(db.cluster, db.name)
     drift = db.psql("-At", "-c", "select count(*) from pgfence.schema_drift('pgfence')")
     assert drift.strip() == "0"
     found = db.psql("-At", "-c", "select pgfence.schema_fingerprint('pgfence')").strip()
@@ -63,7 +65,7 @@ def test_the_heads_record_is_what_it_installed(make: Any) -> None:
 def test_a_drifted_schema_is_named_never_up_to_date(make: Any, release: str, change: str) -> None:
     db = make()
     if release == HEAD:
-        install_bundle(db.cluster, db.name)
+        install.core(db.cluster, db.name)
     else:
         db.psql("--single-transaction", "-f", RELEASE_0_1_0)
         change = change.replace("complete_many(uuid[], jsonb[])", "extend(uuid, interval)")
@@ -82,7 +84,7 @@ def test_negative_control_a_record_taken_after_the_drift_looks_up_to_date(
         make: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """The record is what sees it: sealed again over the drifted schema, it says "up to date"."""
     db = make()
-    install_bundle(db.cluster, db.name)
+    install.core(db.cluster, db.name)
     db.psql("-c", "drop function pgfence.complete_many(uuid[], jsonb[])")
     assert cli.main(["--db-url", db.url, "version"]) == 1
     capsys.readouterr()

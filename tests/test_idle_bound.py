@@ -233,9 +233,7 @@ def bounded(request: pytest.FixtureRequest, cluster: Cluster,
 
 
 def without_the_limit(db: Database) -> None:
-    db.replace_in_function("pgfence.limit_idle()",
-                           "set_config('idle_in_transaction_session_timeout',",
-                           "set_config('pgfence.unused',")
+    db.install_mutant("limit-idle-never-set")
 
 
 @pytest.fixture(scope="module")

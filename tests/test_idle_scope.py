@@ -19,13 +19,10 @@ connection (PgBouncer, transaction pooling) the next transaction may be another 
 from __future__ import annotations
 
 import psycopg
-import pytest
 
 from testkit.harness import Database, Session
 from tests.support import acquired
 
-HOLD = "pgfence.hold_current(uuid)"
-TOKEN = "pgfence.fence_token(text,bytea)"
 # The lease's ttl, and so the fenced transaction's bound (what the lease had left). It must
 # last from the acquire to the commit after the fence; a machine too slow for that (the fence
 # refused, or the session ended before its commit) gets the scenario again with twice the ttl.
@@ -75,12 +72,10 @@ def test_a_later_transaction_may_idle_past_the_fenced_ones_bound(any_db: Databas
 
 
 def test_negative_control_a_bound_for_the_session_cuts_it_off(any_db: Database) -> None:
-    any_db.replace_in_function(HOLD, "v_left::pg_catalog.text, true)",
-                               "v_left::pg_catalog.text, false)")
+    any_db.install_mutant("idle-limit-for-the-session")
     assert unfenced_after_fenced(any_db) is not None
 
 
-LIMIT_IDLE = "pgfence.limit_idle()"
 SHOW = "select current_setting('idle_in_transaction_session_timeout')"
 
 
@@ -113,7 +108,7 @@ def test_a_renewals_idle_limit_ends_with_its_transaction(any_db: Database) -> No
 
 
 def test_negative_control_a_renewals_limit_for_the_session_stays(any_db: Database) -> None:
-    any_db.replace_in_function(LIMIT_IDLE, "'5s', true)", "'5s', false)")
+    any_db.install_mutant("limit-idle-for-the-session")
     before, during, after = limit_after_a_renewal(any_db)
     assert during == "5s" and after == "5s" != before
 
@@ -152,8 +147,7 @@ def test_a_replayed_marker_writes_nothing(any_db: Database) -> None:
     assert any_db.sql("select * from audit") == []
 
 
-@pytest.mark.parametrize("tied_to", ["pg_catalog.pg_current_xact_id()"])
-def test_negative_control_a_marker_tied_to_no_transaction(any_db: Database, tied_to: str) -> None:
-    any_db.replace_in_function(TOKEN, tied_to, "0")
+def test_negative_control_a_marker_tied_to_no_transaction(any_db: Database) -> None:
+    any_db.install_mutant("fence-token-replayable")
     assert replayed_on_the_same_connection(any_db) is None
     assert any_db.sql("select * from audit") == [(1,)]

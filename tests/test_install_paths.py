@@ -27,9 +27,11 @@ import pytest
 
 from pgfence.connection import connect
 from pgfence.releases import Files
+from testkit import install
 from testkit.cluster import Cluster
-from tests.support import HUNG, ROOT, SQITCH_ENV, bundle, install_bundle
-from tests.support import sqitch as sqitch_ok
+from testkit.install import SQITCH_ENV
+from testkit.install import sqitch as sqitch_ok
+from tests.support import HUNG, ROOT, bundle
 from tests.test_install import schema_dump
 
 HEAD = Files().newest()
@@ -180,7 +182,7 @@ def test_a_database_upgraded_outside_sqitch_is_refused_by_sqitch_deploy(make: An
 
 def test_a_one_file_database_refuses_sqitch_deploy_and_keeps_working(make: Any) -> None:
     db = make()
-    install_bundle(db.cluster, db.name)
+    install.core(db.cluster, db.name)
     before = db.dump()
     out = sqitch("deploy", db.sqitch)
     assert out.returncode != 0 and 'schema "pgfence" already exists' in out.stdout + out.stderr
@@ -210,7 +212,7 @@ def test_sqitch_adopts_a_one_file_database_at_each_release(make: Any, release: s
     assert adopted.returncode == 0, adopted.stdout[-2000:] + adopted.stderr[-2000:]
     sqitch_ok("verify", db.sqitch)
     sqitch_ok("deploy", db.sqitch)                                   # up to the head
-    install_bundle(fresh.cluster, fresh.name)
+    install.core(fresh.cluster, fresh.name)
     assert db.dump() == fresh.dump()
     renews(db)
 
@@ -219,7 +221,7 @@ def test_negative_control_a_verify_that_pins_a_release_fails_adoption(make: Any,
                                                                     tmp_path: Path) -> None:
     """The verify script as it was (version() = '0.1.0' exactly) fails --log-only at the head."""
     db = make()
-    install_bundle(db.cluster, db.name)
+    install.core(db.cluster, db.name)
     project = tmp_path / "project"         # a copy: the repository's scripts stay as they are
     project.mkdir()
     for name in ("sqitch.conf", "sqitch.plan"):

@@ -15,16 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database, sqlstate
 from tests.pgflow14 import CRON_DATABASE, install_pgflow14
-from tests.support import (
-    acquired,
-    install_bundle,
-    install_pgflow_layer,
-    install_pgmq_layer,
-    install_test_helpers,
-)
+from tests.support import acquired
 from tests.test_pgflow import complete, run_status, two_steps
 from tests.test_pgflow_runs import shift_message, start
 
@@ -103,8 +98,8 @@ def fenced14(flow14: Database, cluster14: Cluster) -> Database:
     """flow14 with pgfence, its pgmq and pgflow layers and the test helpers installed after
     pgflow 0.14.1, the cron jobs pointed at the layer (pgfence_pgflow.setup_cron), and paused:
     the tests run the jobs' commands themselves."""
-    for install in (install_bundle, install_pgmq_layer, install_pgflow_layer, install_test_helpers):
-        install(cluster14, CRON_DATABASE)
+    install.install(cluster14, CRON_DATABASE, ["pgflow"], with_prerequisites=False,
+                    with_helpers=True)
     assert flow14.one("select pgfence_pgflow.setup_cron()") == \
         "2 pgflow cron jobs now call pgfence_pgflow"
     flow14.sql("update cron.job set active = false")

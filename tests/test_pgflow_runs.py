@@ -16,14 +16,7 @@ import uuid
 
 from testkit.harness import Database, Lease, Session, sqlstate
 from tests.support import acquired
-from tests.test_pgflow import FINISH, START, complete, fail, run_status, two_steps
-
-VISIBILITY = ("perform pgmq.set_vt(start_tasks.queue, t.msg_id, "
-              "coalesce(s.opt_timeout, f.opt_timeout) + 2)")
-READ_VT_ONLY = ("perform pgmq.set_vt(start_tasks.queue, t.msg_id, "
-                "extract(epoch from start_tasks.vt)::int)")
-BOUNDED = "     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts);"
-RUN_LOCK = "perform from pgflow.runs r where r.run_id = v_attempt.run_id for update;"
+from tests.test_pgflow import complete, fail, run_status, two_steps
 
 
 def start(s: Session, lease: Lease, vt: str = "2 seconds", qty: int = 5,
@@ -84,7 +77,7 @@ def test_a_live_task_is_not_taken_over_a_stalled_one_is(any_flow: Database) -> N
 
 def test_negative_control_with_the_reads_vt_only_a_live_task_is_taken_over(
         flow: Database) -> None:
-    flow.replace_in_function(START, VISIBILITY, READ_VT_ONLY)
+    flow.install_mutant("pgflow-start-read-vt-only")
     run_id, la, lb, a, b = two_functions(flow)
     [(attempt, _)] = start(a, la)
     shift_message(flow, "two", 3)
@@ -130,7 +123,7 @@ def test_takeovers_count_against_max_attempts_to_the_final_failure(any_flow: Dat
 
 
 def test_negative_control_unbounded_takeovers_start_a_third_attempt(flow: Database) -> None:
-    flow.replace_in_function(START, BOUNDED, ";")
+    flow.install_mutant("pgflow-takeover-unbounded")
     run_id, _, started = stall_three_times(flow)
     assert [s for _, s in started] == ["first"]
     assert tasks(flow, run_id) == [("first", "started", 3)], "past max_attempts"
@@ -182,7 +175,7 @@ def test_two_results_of_one_run_one_failing_it_both_get_verdicts(flow: Database)
 
 
 def test_negative_control_results_without_the_run_lock_deadlock(flow: Database) -> None:
-    flow.replace_in_function(FINISH, RUN_LOCK, "perform 1;")
+    flow.install_mutant("pgflow-finish-run-unlocked")
     _, outcomes = results_of_one_run(flow)
     assert "40P01" in outcomes, outcomes
 
@@ -213,8 +206,6 @@ def test_a_workers_second_start_leaves_its_first_task_alone(any_flow: Database) 
 
 def test_negative_control_a_takeover_of_every_started_task_loses_a_valid_result(
         flow: Database) -> None:
-    flow.replace_in_function(START, "and st.message_id = any (v_msgs) and st.status = 'started'\n"
-                             "     and st.attempts_count <", "and st.status = 'started'\n"
-                             "     and st.attempts_count <")
+    flow.install_mutant("pgflow-takeover-any-started")
     _, verdict, status = second_start_for_another_run(flow)
     assert (status, verdict) == ("queued", "stale")

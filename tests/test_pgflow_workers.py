@@ -12,9 +12,6 @@ from tests.support import acquired
 from tests.test_pgflow import START, complete, protect, two_steps
 from tests.test_pgflow_runs import start
 
-PER_WORKER = "pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner)"
-PER_LEASE = "pg_catalog.format('pgflow worker %s', l.lease_id)"
-
 
 def three_terms(db: Database) -> list[tuple[str, bool]]:
     """Worker `w` holds three leases one after the other (a supervised worker re-acquiring),
@@ -44,7 +41,7 @@ def test_one_worker_row_per_worker_not_per_lease(flow: Database) -> None:
 
 
 def test_negative_control_a_row_per_lease_piles_up(flow: Database) -> None:
-    flow.replace_in_function("pgfence_pgflow.worker_id(uuid,bytea)", PER_WORKER, PER_LEASE)
+    flow.install_mutant("pgflow-worker-per-lease")
     assert len(three_terms(flow)) == 4
 
 
@@ -142,9 +139,7 @@ def test_pgfence_prune_keeps_worker_rows_within_the_bound(flow: Database) -> Non
 
 
 def test_negative_control_pruning_a_live_idle_workers_row(flow: Database) -> None:
-    flow.replace_in_function("pgfence_pgflow.as_maintenance(text,interval)",
-                             "l.state in ('active', 'draining') "
-                             "and l.expires_at > clock_timestamp()", "false")
+    flow.install_mutant("pgflow-prune-live-worker-row")
     idle_and_ended(flow)
     assert dict(flow.sql("select what, rows from pgfence.prune('7 days')"))["pgflow.workers"] == 2
 

@@ -15,10 +15,6 @@ import pytest
 
 from testkit.harness import Database, Session
 
-ACQUIRE = "pgfence.acquire(text, text, interval, uuid)"
-REQUEST_START = "pgfence.request_start(text, interval)"
-LOCK = "pgfence.lock_resources(text[])"
-
 
 def wedged(db: Database) -> Session:
     """Session `w` acquired r inside a transaction and went idle, holding r's row."""
@@ -42,13 +38,13 @@ def test_pollers_do_not_queue_behind_a_wedged_row(any_db: Database, poll: str) -
     w.rollback()
 
 
-@pytest.mark.parametrize(("signature", "poll"), [
-    (ACQUIRE, "select (pgfence.acquire('r', 'p', '30 s')).lease_id"),
-    (REQUEST_START, "select pgfence.request_start('r')"),
+@pytest.mark.parametrize(("mutant", "poll"), [
+    ("acquire-poller-waits", "select (pgfence.acquire('r', 'p', '30 s')).lease_id"),
+    ("request-start-waits", "select pgfence.request_start('r')"),
 ], ids=["acquire", "request_start"])
-def test_negative_control_a_waiting_poller_is_wedged(db: Database, signature: str,
+def test_negative_control_a_waiting_poller_is_wedged(db: Database, mutant: str,
                                                      poll: str) -> None:
-    db.replace_in_function(signature, "for no key update skip locked;", "for no key update;")
+    db.install_mutant(mutant)
     w = wedged(db)
     step = db.session("p").start(poll)
     assert step.settle() is True and step.blocked_by == [w.pid]
@@ -92,7 +88,7 @@ def test_without_a_lock_timeout_the_wait_is_bounded(db: Database) -> None:
 
 
 def test_negative_control_an_unbounded_wait_outlasts_the_bound(db: Database) -> None:
-    db.replace_in_function(LOCK, "perform set_config('lock_timeout', '5s', true);", "null;")
+    db.install_mutant("lock-resources-unbounded")
     w = wedged(db)
     step = db.session("op").start("select pgfence.set_enabled('r', false)")
     assert step.settle() is True
