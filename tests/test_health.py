@@ -177,3 +177,21 @@ def test_a_layers_schema_and_grants_are_checked_as_the_cores(mq: Database) -> No
     for named in ("PUBLIC may USAGE schema pgfence_pgmq",
                   "PUBLIC may SELECT column pgfence_pgmq.attempts.attempt_id"):
         assert named in bad["roles and grants"], bad["roles and grants"]
+
+
+def test_history_past_retention_is_counted_up_to_a_bound(db: Database) -> None:
+    """A history no prune ever cut costs health() no more than 10,001 rows a kind to report:
+    counted exactly up to 10,000, "over 10000" past that."""
+    healthy(db)
+
+    def finished(n: int) -> None:
+        db.sql("insert into pgfence.tasks (queue, payload, state, max_attempts, ready_at, "
+               "finished_at) select 'old', '{}', 'completed', 3, now(), "
+               "now() - interval '15 days' from generate_series(1, %s)", (n,))
+
+    finished(10000)
+    assert failing(db) == {"history within retention": "10000 finished tasks older than 14 "
+                           "days: schedule pgfence.prune() (docs/operations.md)"}
+    finished(1)
+    assert failing(db) == {"history within retention": "over 10000 finished tasks older "
+                           "than 14 days: schedule pgfence.prune() (docs/operations.md)"}

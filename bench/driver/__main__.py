@@ -41,6 +41,8 @@ from .properties import (
     owner_main,
     renewals,
     renewals_report,
+    scale,
+    scale_report,
     takeover,
     takeover_report,
 )
@@ -71,7 +73,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--only",
         type=lambda s: set(s.split(",")),
         help="comma-separated subset of: renew, claim, complete, fence1, fence100, pgmq, "
-        "pgflow, cycle, batch, queue, renewals, takeover, history, dead",
+        "pgflow, cycle, batch, queue, renewals, takeover, history, dead, scale",
     )
     p.add_argument(
         "--own-lease",
@@ -164,6 +166,9 @@ def main(argv: list[str]) -> int:
             log("property: request_start, acquire and claim with dead history")
             report += ["### Dead history", "", *dead_history_report(dead_history(opts, server)),
                        ""]
+        if opts.wanted("scale"):
+            log("property: monitoring at scale")
+            report += ["### Monitoring at scale", "", *scale_report(scale(opts, server)), ""]
         if pairs.profiles:
             report += ["### Profile (pg_stat_statements, track = all; mean µs per call)", ""]
             for script, rows in pairs.profiles.items():
