@@ -114,8 +114,8 @@ class _Links:
     """The async connections of one owner or worker, opened on first use, dropped when lost;
     one task at a time on each (a service's readiness probes come from the server's requests)."""
 
-    def __init__(self, dsn: str, name: str) -> None:
-        self.dsn, self.name = dsn, name
+    def __init__(self, dsn: str, name: str, prepare: bool | None) -> None:
+        self.dsn, self.name, self.prepare = dsn, name, prepare
         self._conns: dict[Link, AsyncConnection] = {}
         self._locks = {link: asyncio.Lock() for link in Link}
 
@@ -123,8 +123,8 @@ class _Links:
         async with self._locks[call.link]:
             conn = self._conns.get(call.link)
             if conn is None or conn.closed:
-                conn = self._conns[call.link] = await aconnect(self.dsn,
-                                                               self.name + call.link.value)
+                conn = self._conns[call.link] = await aconnect(
+                    self.dsn, self.name + call.link.value, prepare=self.prepare)
             try:
                 cursor = await conn.execute(call.query, call.params)
                 return await cursor.fetchall()
@@ -161,7 +161,7 @@ class Owner(_core.LeaseCore):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._links = _Links(self.dsn, self.owner)
+        self._links = _Links(self.dsn, self.owner, self.prepare)
 
     def _event(self) -> asyncio.Event:
         return asyncio.Event()
@@ -240,7 +240,7 @@ class Worker(_core.WorkerCore):
     _links: _Links = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._links = _Links(self.owner.dsn, self.owner.owner)
+        self._links = _Links(self.owner.dsn, self.owner.owner, self.owner.prepare)
 
     def install_sigterm(self) -> None:
         """SIGTERM drains (on the running loop): stop claiming, finish what is held, release."""

@@ -118,8 +118,8 @@ class _Links:
     """The connections of one owner or worker, opened on first use and dropped when lost; one
     thread at a time on each (a service's readiness probes come from the server's threads)."""
 
-    def __init__(self, dsn: str, name: str) -> None:
-        self.dsn, self.name = dsn, name
+    def __init__(self, dsn: str, name: str, prepare: bool | None) -> None:
+        self.dsn, self.name, self.prepare = dsn, name, prepare
         self._conns: dict[Link, Connection] = {}
         self._locks = {link: threading.Lock() for link in Link}
 
@@ -127,7 +127,8 @@ class _Links:
         with self._locks[call.link]:
             conn = self._conns.get(call.link)
             if conn is None or conn.closed:
-                conn = self._conns[call.link] = connect(self.dsn, self.name + call.link.value)
+                conn = self._conns[call.link] = connect(self.dsn, self.name + call.link.value,
+                                                        prepare=self.prepare)
             try:
                 return conn.execute(call.query, call.params).fetchall()
             except psycopg.Error as e:
@@ -170,7 +171,7 @@ class Owner(_core.LeaseCore):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._links = _Links(self.dsn, self.owner)
+        self._links = _Links(self.dsn, self.owner, self.prepare)
 
     def _event(self) -> threading.Event:
         return threading.Event()
@@ -274,7 +275,7 @@ class Worker(_core.WorkerCore):
     _links: _Links = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._links = _Links(self.owner.dsn, self.owner.owner)
+        self._links = _Links(self.owner.dsn, self.owner.owner, self.owner.prepare)
 
     def install_sigterm(self) -> None:
         """SIGTERM drains: stop claiming, finish what is held, release."""
