@@ -40,6 +40,7 @@ class Options:
     profile: bool  # pg_stat_statements: each operation's top statements
     own_lease: bool
     only: frozenset[str] | None
+    jobs: int = 2000  # per run of the workers group
 
     def wanted(self, key: str) -> bool:
         return not self.only or key in self.only

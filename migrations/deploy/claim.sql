@@ -58,10 +58,14 @@ begin
             limit claim.qty
               for update skip locked))
   returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id, v_key), t.attempt, t.payload;
-  -- The resource now serves this queue (pgfence.counters): written once, then only probed.
+  -- The resource now serves this queue (pgfence.counters): written once, then only read (a
+  -- read costs half an INSERT ... ON CONFLICT that finds the row).
   if found then
-    insert into pgfence.resource_queues (resource, queue) values (v_resource, claim.queue)
-    on conflict do nothing;
+    perform from pgfence.resource_queues q where q.resource = v_resource and q.queue = claim.queue;
+    if not found then
+      insert into pgfence.resource_queues (resource, queue) values (v_resource, claim.queue)
+      on conflict do nothing;
+    end if;
   end if;
 end
 $$;

@@ -802,18 +802,21 @@ begin
   -- Twice prune's default bound: older history means no prune runs. The bound is a value, not
   -- the clock in the condition, so that it is a range of prune's indexes (tasks_finished,
   -- leases_ended) instead of a filter over all of them; and each kind is counted up to 10,001
-  -- rows, so a history that no prune ever cut costs no more than that to report.
+  -- rows, read in the index's order (a bitmap scan would read every match before the limit),
+  -- so a history that no prune ever cut costs no more than that to report.
   name := 'history within retention';
   v_old := clock_timestamp() - interval '14 days';
   select string_agg(x, '; ' order by x) into v_bad from (
     select format('%s finished tasks older than 14 days', case when count(*) > 10000 then 'over 10000' else count(*)::text end) as x
       from (select from pgfence.tasks t
-             where t.state in ('completed', 'failed') and t.finished_at < v_old limit 10001) t
+             where t.state in ('completed', 'failed') and t.finished_at < v_old
+             order by t.finished_at limit 10001) t
     having count(*) > 0
     union all
     select format('%s ended leases older than 14 days', case when count(*) > 10000 then 'over 10000' else count(*)::text end)
       from (select from pgfence.leases l
-             where l.state in ('released', 'superseded') and l.ended_at < v_old limit 10001) l
+             where l.state in ('released', 'superseded') and l.ended_at < v_old
+             order by l.ended_at limit 10001) l
     having count(*) > 0
     union all
     select format('%s invocations expired over 14 days ago', case when count(*) > 10000 then 'over 10000' else count(*)::text end)
@@ -1059,10 +1062,14 @@ begin
             limit claim.qty
               for update skip locked))
   returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id, v_key), t.attempt, t.payload;
-  -- The resource now serves this queue (pgfence.counters): written once, then only probed.
+  -- The resource now serves this queue (pgfence.counters): written once, then only read (a
+  -- read costs half an INSERT ... ON CONFLICT that finds the row).
   if found then
-    insert into pgfence.resource_queues (resource, queue) values (v_resource, claim.queue)
-    on conflict do nothing;
+    perform from pgfence.resource_queues q where q.resource = v_resource and q.queue = claim.queue;
+    if not found then
+      insert into pgfence.resource_queues (resource, queue) values (v_resource, claim.queue)
+      on conflict do nothing;
+    end if;
   end if;
 end
 $$;

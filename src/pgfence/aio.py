@@ -9,7 +9,8 @@ doubt after a lost connection, the same deadlines and extensions.
 
 A handler must not block the loop: a blocking call stops the renewer too, and the lease then
 expires within its ttl (run blocking work with ``asyncio.to_thread``). Connections are made
-with ``prepare_threshold=None`` and autocommit (``pgfence.connection.aconnect``), so a
+with autocommit and prepared statements only where they reach the server directly
+(``pgfence.connection.aconnect``, ``Owner.prepare``), so a
 transaction pooler may sit in between.
 
     owner = Owner(dsn, "mailer", ttl=30)

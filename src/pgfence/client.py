@@ -19,8 +19,10 @@ Safety never rests on this module: the database refuses a stale owner whatever t
 believes (I1-I5). The client's job is liveness and good manners: stop claiming as soon as
 ownership is in doubt, so a stale process does as little unfenced work as possible.
 
-Sync API on psycopg 3, one statement per call and no session state (``prepare_threshold=None``):
-it works through PgBouncer or Supavisor in transaction pooling mode.
+Sync API on psycopg 3, one statement per call and no session state but prepared statements,
+and those only on a connection that reaches the server directly (``Owner.prepare``,
+``pgfence.connection.direct``): it works through PgBouncer or Supavisor in transaction pooling
+mode.
 """
 
 from __future__ import annotations
@@ -256,10 +258,15 @@ class Worker(_core.WorkerCore):
     completes the task, an exception fails it (``{"error": message}``), LeaseLost ends the run.
 
     Each handler call runs under a deadline, ``handler_timeout`` seconds on the owner's clock
-    (default: ``visibility``; for the first task of a claim, counted from the claim). Before a
-    handler starts, its task is extended if its visibility would end before that deadline
-    (an attempt found stale is skipped), so no handler runs on a task that someone else may
-    claim. A handler still running at its deadline makes the owner stop renewing and drain
+    (default: ``visibility``; for the first task of a claim, counted from the claim). A claim
+    of ``qty`` tasks holds them for ``qty`` such deadlines (``hold``), so handlers that keep to
+    theirs need no extend. Before a handler starts, its task is extended if its visibility
+    would end before that deadline (an attempt found stale is skipped), so no handler runs on
+    a task that someone else may claim. A batch's results are sent in one ``complete_many``
+    when its handlers are done, or before the next handler once ``report_within`` seconds
+    passed since the first result in hand began; a failure is sent at once.
+
+    A handler still running at its deadline makes the owner stop renewing and drain
     (``Owner.renew_until``) and sets ``context.cancelled``: a hung handler cannot keep the
     lease alive forever. The worker then starts no other handler; when the hung one returns,
     its result is reported (accepted if nobody re-claimed the task, stale otherwise) and the

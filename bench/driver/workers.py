@@ -1,0 +1,211 @@
+"""The whole cycle through real workers (scripts/bench --only workers): a queue filled with
+no-op jobs, then 1 or 4 worker processes, each claiming ``qty`` at a time and finishing what it
+claimed, until the queue is empty. The rate is jobs / (the start signal -> the last worker's
+exit). Every system runs once per round, in an order rotated each round; a ratio is taken per
+round against the hand-written worker of the same round, then its median and range reported.
+
+Systems (``SYSTEMS``): the hand-written SKIP LOCKED worker (psycopg: claim qty with one UPDATE,
+complete each, as a careful user writes it), pgfence's Python workers (threads and asyncio,
+each process with a lease of its own on a resource of its own, all serving the queue), the
+pgmq layer's worker and pgmq itself (read qty, archive each). The peers (procrastinate,
+pgqueuer, graphile-worker, pg-boss) run from a bench-only environment, bench/peers/
+(``peers.py``), when it is installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgfence.connection import connect
+
+from .report import fmt
+from .run import CHILDREN, ROOT, Options, Server, log
+
+QUEUE = "wq"
+SETUP = """
+create table if not exists bench.jobs (
+  id         bigint generated always as identity primary key,
+  payload    jsonb not null,
+  state      text not null default 'queued',
+  locked_at  timestamptz,
+  done_at    timestamptz
+);
+create index if not exists jobs_queued on bench.jobs (id) where state = 'queued';
+select pgmq.create('wq') where not exists (select from pgmq.meta where queue_name = 'wq');
+"""
+# The hand-written worker: claim with one statement, complete each job with one.
+CLAIM_RAW = ("update bench.jobs set state = 'running', locked_at = clock_timestamp() "
+             "where id = any (array(select id from bench.jobs where state = 'queued' "
+             "order by id limit %s for update skip locked)) returning id, payload")
+DONE_RAW = "update bench.jobs set state = 'done', done_at = clock_timestamp() where id = %s"
+
+
+@dataclass(frozen=True)
+class System:
+    label: str
+    fill: str        # SQL that queues %(n)s jobs
+    clear: str       # SQL that removes them after a run
+    left: str        # SQL: the jobs not finished
+
+
+PGFENCE = System(
+    "pgfence",
+    "select pgfence.enqueue('wq', jsonb_build_object('n', g)) from generate_series(1, %(n)s) g",
+    "delete from pgfence.tasks where queue = 'wq'",
+    "select count(*) from pgfence.tasks where queue = 'wq' and state <> 'completed'")
+PGMQ = System(
+    "pgmq",
+    "select pgmq.send_batch('wq', array(select jsonb_build_object('n', g) "
+    "from generate_series(1, %(n)s) g))",
+    "select pgmq.purge_queue('wq'); truncate pgmq.a_wq",
+    "select count(*) from pgmq.q_wq")
+RAW = System(
+    "raw",
+    "insert into bench.jobs (payload) select jsonb_build_object('n', g) "
+    "from generate_series(1, %(n)s) g",
+    "truncate bench.jobs",
+    "select count(*) from bench.jobs where state <> 'done'")
+
+# label -> (its tables, whether it is one of pgfence's); the worker code is worker_main's.
+SYSTEMS: dict[str, tuple[System, bool]] = {
+    "hand-written SKIP LOCKED worker (claim qty, complete each)": (RAW, False),
+    "pgfence Python Worker (threads)": (PGFENCE, True),
+    "pgfence Python Worker (asyncio)": (PGFENCE, True),
+    "pgfence PgmqWorker": (PGMQ, True),
+    "pgmq raw (read qty, archive each)": (PGMQ, False),
+}
+BASELINE = next(iter(SYSTEMS))
+
+
+def worker_main(system: str, dsn: str, qty: int, index: int) -> None:
+    """One worker process of a run: ready once connected, then on "go" it works the queue
+    until it is empty and exits."""
+    import pgfence.aio
+    import pgfence.client
+
+    def ready() -> None:
+        print("ready", flush=True)
+        sys.stdin.readline()
+
+    def noop(payload: Any, ctx: Any) -> None:
+        return None
+
+    async def anoop(payload: Any, ctx: Any) -> None:
+        return None
+
+    resource = f"bench-w{index}"
+    if system.startswith("hand-written"):
+        with connect(dsn, "worker", prepare=None) as conn:
+            ready()
+            while rows := conn.execute(CLAIM_RAW, (qty,)).fetchall():
+                for job_id, _payload in rows:
+                    conn.execute(DONE_RAW, (job_id,))
+    elif system.startswith("pgmq raw"):
+        with connect(dsn, "worker", prepare=None) as conn:
+            ready()
+            while rows := conn.execute("select msg_id, message from pgmq.read('wq', 30, %s)",
+                                       (qty,)).fetchall():
+                for msg_id, _message in rows:
+                    conn.execute("select pgmq.archive('wq', %s::bigint)", (msg_id,))
+    elif system.endswith("(asyncio)"):
+        async def run() -> None:
+            owner = pgfence.aio.Owner(dsn, resource, ttl=60)
+            assert await owner.acquire()
+            ready()
+            await pgfence.aio.Worker(owner, QUEUE, anoop, qty=qty).run(until_idle=True)
+        asyncio.run(run())
+    else:
+        owner = pgfence.client.Owner(dsn, resource, ttl=60)
+        assert owner.acquire()
+        cls = pgfence.client.PgmqWorker if "Pgmq" in system else pgfence.client.Worker
+        ready()
+        cls(owner, QUEUE, noop, qty=qty).run(until_idle=True)
+
+
+@dataclass
+class Run:
+    rates: dict[tuple[str, int, int], list[float]] = field(default_factory=dict)
+
+
+def timed(server: Server, label: str, system: System, jobs: int, workers: int, qty: int,
+          dsn: str) -> float:
+    with server.connect("bench") as conn:
+        conn.execute(system.fill, {"n": jobs})
+    argv = [sys.executable, "-m", "bench.driver", "--worker", label, dsn, str(qty)]
+    procs = [subprocess.Popen([*argv, str(i)], cwd=ROOT, env=server.env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+             for i in range(workers)]
+    CHILDREN.update(procs)
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"{label}: a worker did not start")
+        started = time.monotonic()
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in procs:
+            if p.wait() != 0:
+                raise RuntimeError(f"{label}: a worker exited {p.returncode}")
+        elapsed = time.monotonic() - started
+    finally:
+        CHILDREN.difference_update(procs)
+    with server.connect("bench") as conn:
+        (left,) = conn.execute(system.left).fetchone() or (None,)
+        if left:
+            raise RuntimeError(f"{label}: {left} jobs left unfinished")
+        conn.execute(system.clear)
+    return jobs / elapsed
+
+
+def workers(opts: Options, server: Server) -> dict[str, object]:
+    jobs = 100 if opts.quick else opts.jobs
+    chosen = SYSTEMS
+    server.sql("bench", SETUP)
+    for i in range(4):
+        server.sql("bench", "select pgfence.register(%s)", f"bench-w{i}")
+    dsn = server.cluster.tcp_dsn("bench")
+    run = Run()
+    labels = list(chosen)
+    for rnd in range(opts.rounds):
+        order = labels[rnd % len(labels):] + labels[:rnd % len(labels)]
+        for n_workers in (1, 4):
+            for qty in (1, 10):
+                for label in order:
+                    rate = timed(server, label, chosen[label][0], jobs, n_workers, qty, dsn)
+                    run.rates.setdefault((label, n_workers, qty), []).append(rate)
+                    log(f"  round {rnd + 1}, {n_workers} worker(s), qty {qty}: {label}: "
+                        f"{rate:,.0f} jobs/s")
+    return {"jobs": jobs, "rounds": opts.rounds, "rates": run.rates, "labels": labels}
+
+
+def workers_report(w: dict[str, object]) -> list[str]:
+    rates: dict[tuple[str, int, int], list[float]] = w["rates"]  # type: ignore[assignment]
+    labels: list[str] = w["labels"]  # type: ignore[assignment]
+    lines = [
+        f"{w['jobs']:,} no-op jobs per run, {w['rounds']} rounds; jobs/s from the start signal "
+        "to the last worker's exit, median over rounds (min-max); the ratio to the "
+        "hand-written worker is taken per round (median, min-max).",
+        "",
+        "| system | workers | qty | jobs/s | rounds | ratio to hand-written | per round |",
+        "|---|---:|---:|---:|---|---:|---|",
+    ]
+    for label in labels:
+        for n_workers in (1, 4):
+            for qty in (1, 10):
+                r = rates[label, n_workers, qty]
+                base = rates[BASELINE, n_workers, qty]
+                ratios = [a / b for a, b in zip(r, base, strict=True)]
+                lines.append(
+                    f"| {label} | {n_workers} | {qty} | {fmt(statistics.median(r))} | "
+                    f"{fmt(min(r))}-{fmt(max(r))} | {statistics.median(ratios):.2f} | "
+                    f"{min(ratios):.2f}-{max(ratios):.2f} |")
+    return lines
