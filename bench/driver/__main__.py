@@ -102,6 +102,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--jobs", type=int, default=2000,
                    help="jobs per run of the workers group (default 2000; --quick 100)")
+    p.add_argument("--peers", action="store_true",
+                   help="the workers group: procrastinate, pgqueuer, graphile-worker and pg-boss "
+                   "too, from the environment bench/peers/setup installs")
     p.add_argument("--report", type=Path, help="also write the Markdown report to this file")
     return p.parse_args(argv)
 
@@ -125,6 +128,7 @@ def main(argv: list[str]) -> int:
         own_lease=args.own_lease,
         only=frozenset(args.only) if args.only else None,
         jobs=args.jobs,
+        peers=args.peers,
     )
     settings = (
         ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all"]

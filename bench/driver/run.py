@@ -41,6 +41,7 @@ class Options:
     own_lease: bool
     only: frozenset[str] | None
     jobs: int = 2000  # per run of the workers group
+    peers: bool = False  # the workers group: the peers too (bench/peers)
 
     def wanted(self, key: str) -> bool:
         return not self.only or key in self.only

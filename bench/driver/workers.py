@@ -7,9 +7,10 @@ round against the hand-written worker of the same round, then its median and ran
 Systems (``SYSTEMS``): the hand-written SKIP LOCKED worker (psycopg: claim qty with one UPDATE,
 complete each, as a careful user writes it), pgfence's Python workers (threads and asyncio,
 each process with a lease of its own on a resource of its own, all serving the queue), the
-pgmq layer's worker and pgmq itself (read qty, archive each). The peers (procrastinate,
-pgqueuer, graphile-worker, pg-boss) run from a bench-only environment, bench/peers/
-(``peers.py``), when it is installed.
+pgmq layer's worker and pgmq itself (read qty, archive each). With --peers, procrastinate,
+pgqueuer, graphile-worker and pg-boss too, run from the bench-only environment that
+bench/peers/setup installs (bench/.peers: never the tests' setup) by bench/peers/run.py and
+run.mjs, each with its documented settings.
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ DONE_RAW = "update bench.jobs set state = 'done', done_at = clock_timestamp() wh
 @dataclass(frozen=True)
 class System:
     label: str
-    fill: str        # SQL that queues %(n)s jobs
+    fill: str        # SQL that queues %(n)s jobs (a peer: its runner's "fill")
     clear: str       # SQL that removes them after a run
     left: str        # SQL: the jobs not finished
+    runner: tuple[str, ...] = ()   # a peer's: the command of bench/peers/run.py or run.mjs
 
 
 PGFENCE = System(
@@ -71,6 +73,26 @@ RAW = System(
     "from generate_series(1, %(n)s) g",
     "truncate bench.jobs",
     "select count(*) from bench.jobs where state <> 'done'")
+
+PEERS_DIR = ROOT / "bench/.peers"
+PY_PEER = (str(PEERS_DIR / "venv/bin/python"), str(ROOT / "bench/peers/run.py"))
+NODE_PEER = ("node", str(ROOT / "bench/peers/run.mjs"))
+PEERS: dict[str, System] = {
+    "procrastinate 3.10 (concurrency qty)": System(
+        "procrastinate", "", "truncate procrastinate_jobs cascade",
+        "select count(*) from procrastinate_jobs where status <> 'succeeded'",
+        (*PY_PEER, "procrastinate")),
+    "pgqueuer 1.6 (batch_size qty)": System(
+        "pgqueuer", "", "truncate pgqueuer, pgqueuer_log",
+        "select count(*) from pgqueuer", (*PY_PEER, "pgqueuer")),
+    "graphile-worker 0.18 (concurrency qty)": System(
+        "graphile-worker", "", "delete from graphile_worker._private_jobs",
+        "select count(*) from graphile_worker._private_jobs", (*NODE_PEER, "graphile-worker")),
+    "pg-boss 12.38 (batchSize qty)": System(
+        "pg-boss", "", "delete from pgboss.job where name = 'bench'",
+        "select count(*) from pgboss.job where name = 'bench' and state <> 'completed'",
+        (*NODE_PEER, "pg-boss")),
+}
 
 # label -> (its tables, whether it is one of pgfence's); the worker code is worker_main's.
 SYSTEMS: dict[str, tuple[System, bool]] = {
@@ -135,11 +157,22 @@ class Run:
 
 def timed(server: Server, label: str, system: System, jobs: int, workers: int, qty: int,
           dsn: str) -> float:
-    with server.connect("bench") as conn:
-        conn.execute(system.fill, {"n": jobs})
-    argv = [sys.executable, "-m", "bench.driver", "--worker", label, dsn, str(qty)]
+    """One run: the queue filled, the workers started and ready, then told to go; timed until
+    the database says every job is finished (polled), so that no worker's way of stopping (a
+    drain, a release, a peer's shutdown) counts. Then they are stopped."""
+    url = f"postgres://{server.cluster.env().get('PGUSER', 'postgres')}@127.0.0.1:" \
+          f"{server.cluster.port}/bench"
+    if system.runner:
+        subprocess.run([*system.runner, url, "fill", str(jobs)], check=True, cwd=ROOT,
+                       env=server.env, stdout=subprocess.DEVNULL)
+        argv = [*system.runner, url, "work", str(qty)]
+    else:
+        with server.connect("bench") as conn:
+            conn.execute(system.fill, {"n": jobs})
+        argv = [sys.executable, "-m", "bench.driver", "--worker", label, dsn, str(qty)]
     procs = [subprocess.Popen([*argv, str(i)], cwd=ROOT, env=server.env, text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL)
              for i in range(workers)]
     CHILDREN.update(procs)
     try:
@@ -147,28 +180,40 @@ def timed(server: Server, label: str, system: System, jobs: int, workers: int, q
             assert p.stdout is not None
             if p.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"{label}: a worker did not start")
-        started = time.monotonic()
+        with server.connect("bench") as conn:
+            started = time.monotonic()
+            for p in procs:
+                assert p.stdin is not None
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            while (conn.execute(system.left).fetchone() or (0,))[0]:
+                if any(p.poll() not in (None, 0) for p in procs):
+                    raise RuntimeError(f"{label}: a worker failed")
+                time.sleep(0.01)
+            elapsed = time.monotonic() - started
         for p in procs:
-            assert p.stdin is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        for p in procs:
-            if p.wait() != 0:
-                raise RuntimeError(f"{label}: a worker exited {p.returncode}")
-        elapsed = time.monotonic() - started
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.terminate()
+                p.wait(timeout=30)
     finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
         CHILDREN.difference_update(procs)
     with server.connect("bench") as conn:
-        (left,) = conn.execute(system.left).fetchone() or (None,)
-        if left:
-            raise RuntimeError(f"{label}: {left} jobs left unfinished")
         conn.execute(system.clear)
     return jobs / elapsed
 
 
 def workers(opts: Options, server: Server) -> dict[str, object]:
     jobs = 100 if opts.quick else opts.jobs
-    chosen = SYSTEMS
+    chosen = dict(SYSTEMS)
+    if opts.peers:
+        if not PEERS_DIR.exists():
+            raise RuntimeError("the peers' environment is missing: run bench/peers/setup")
+        chosen |= {label: (system, False) for label, system in PEERS.items()}
     server.sql("bench", SETUP)
     for i in range(4):
         server.sql("bench", "select pgfence.register(%s)", f"bench-w{i}")

@@ -34,7 +34,7 @@ as $$
 declare
   v_bad text;
   v_acl text[];
-  v_acls text[] := '{}';
+  v_acls text[] := '{}'::text[];
   v_jobs regclass := to_regclass('cron.job');
   v_layer regproc;
   v_schema name;
