@@ -29,6 +29,7 @@ from .report import fmt
 from .run import CHILDREN, ROOT, Options, Server, log
 
 QUEUE = "wq"
+HUNG = 600  # s: a run still unfinished then is a hung run, not a slow one
 SETUP = """
 create table if not exists bench.jobs (
   id         bigint generated always as identity primary key,
@@ -189,14 +190,18 @@ def timed(server: Server, label: str, system: System, jobs: int, workers: int, q
             while (conn.execute(system.left).fetchone() or (0,))[0]:
                 if any(p.poll() not in (None, 0) for p in procs):
                     raise RuntimeError(f"{label}: a worker failed")
+                if time.monotonic() - started > HUNG:
+                    raise RuntimeError(f"{label}: jobs left after {HUNG} s")
                 time.sleep(0.01)
             elapsed = time.monotonic() - started
+        # Ours and the drain-mode peers leave by themselves; the others are stopped.
+        grace = time.monotonic() + 5
         for p in procs:
             try:
-                p.wait(timeout=30)
+                p.wait(timeout=max(0.0, grace - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.terminate()
-                p.wait(timeout=30)
+                p.wait(timeout=60)
     finally:
         for p in procs:
             if p.poll() is None:
