@@ -957,6 +957,112 @@ set local lock_timeout = '5s';
 do $$ begin perform pgfence.lockdown('pgfence_pgflow'); end $$;
 
 
+-- change: pgflow_set_vt
+-- Deploy pgfence_pgflow:pgflow_set_vt
+-- requires: pgflow_attempts
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- A started task's message stays hidden for its step's timeout + 2 s (start_tasks). A worker
+-- that reaches a later task of its batch with less than that left, or whose handler needs
+-- longer, keeps the message for its attempt, as pgfence_pgmq.set_vt does for a read: by the
+-- attempt alone, only while it holds the task. pgflow still has the task started with the
+-- attempts_count this start left (no takeover, retry or requeue since), and the message has
+-- not been read again since this start's read (pgfence_pgmq.set_vt's own check, made in the
+-- same update that moves the visibility: a takeover's read that commits first wins).
+create function pgfence_pgflow.set_vt(attempt_id uuid, vt interval)
+returns timestamptz
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_attempt pgfence_pgflow.attempts;
+begin
+  perform pgfence.check_not_null('attempt_id', set_vt.attempt_id);
+  perform pgfence.check_interval('vt', set_vt.vt);
+  select * into v_attempt from pgfence_pgflow.attempts a where a.attempt_id = set_vt.attempt_id;
+  if not found then
+    perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence_pgflow.start_tasks',
+                                     set_vt.attempt_id::text);
+  end if;
+  if v_attempt.outcome is not null
+     or not exists (select from pgflow.step_tasks st
+                     where st.run_id = v_attempt.run_id and st.step_slug = v_attempt.step_slug
+                       and st.task_index = v_attempt.task_index and st.status = 'started'
+                       and st.attempts_count = v_attempt.attempts_count) then
+    return null;
+  end if;
+  return pgfence_pgmq.set_vt(v_attempt.pgmq_attempt_id, set_vt.vt);
+end
+$$;
+comment on function pgfence_pgflow.set_vt(uuid, interval) is
+  'A long pgflow handler (or a later task of a batch) keeps its task''s message: visible again vt from now. NULL when the '
+  'attempt no longer holds the task (finished, taken over, retried, requeued) or the message was read again since. '
+  'Raises 42501 (the caller''s role may not update the flow''s queue with pgmq itself), 22023 for an unknown attempt.';
+
+revoke all on function pgfence_pgflow.set_vt(uuid, interval) from public;
+grant execute on function pgfence_pgflow.set_vt(uuid, interval) to pgfence_worker;
+
+
+-- change: pgflow_mark_stopped
+-- Deploy pgfence_pgflow:pgflow_mark_stopped
+-- requires: pgflow_start_tasks
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- pgflow 0.14's worker marks its pgflow.workers row stopped when it ends
+-- (pgflow.mark_worker_stopped(worker_id), its id being the Edge Runtime's execution id). The
+-- layer's row has a keyed id nobody but the layer can compute, so a fenced worker names its
+-- row by the lease it last started under: its capability, which only it holds. Only a lease
+-- that is no longer live (released, superseded, expired): a worker that still holds its lease
+-- has not stopped. pgflow before 0.9 has no stopped_at: there the row is deprecated.
+create function pgfence_pgflow.mark_worker_stopped(lease_id uuid)
+returns boolean
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_worker uuid;
+  v_rows bigint;
+begin
+  perform pgfence.check_not_null('lease_id', mark_worker_stopped.lease_id);
+  select wl.worker_id into v_worker
+    from pgfence_pgflow.worker_leases wl join pgfence.leases l on l.lease_id = wl.lease_id
+   where wl.lease_id = mark_worker_stopped.lease_id and not pgfence.is_live(l.state, l.expires_at);
+  if v_worker is null then
+    return false;
+  end if;
+  if exists (select from pg_catalog.pg_attribute a
+              where a.attrelid = 'pgflow.workers'::regclass and a.attname = 'stopped_at' and not a.attisdropped) then
+    execute 'update pgflow.workers w set stopped_at = clock_timestamp()
+               where w.worker_id = $1 and w.stopped_at is null' using v_worker;
+  else
+    update pgflow.workers w set deprecated_at = clock_timestamp()
+     where w.worker_id = v_worker and w.deprecated_at is null;
+  end if;
+  get diagnostics v_rows = row_count; -- EXECUTE leaves FOUND alone
+  return v_rows > 0;
+end
+$$;
+comment on function pgfence_pgflow.mark_worker_stopped(uuid) is
+  'pgflow''s mark_worker_stopped for a fenced worker: its pgflow.workers row, named by the lease it last started under, '
+  'is marked stopped_at (deprecated_at before pgflow 0.9) once that lease is no longer live. False when there is no such '
+  'row, the lease is still live, or a newer lease of the worker started since.';
+
+revoke all on function pgfence_pgflow.mark_worker_stopped(uuid) from public;
+grant execute on function pgfence_pgflow.mark_worker_stopped(uuid) to pgfence_worker;
+
+
 -- change: release_0.3.0
 -- Deploy pgfence_pgflow:release_0.3.0
 --
@@ -967,5 +1073,5 @@ do $$ begin perform pgfence.lockdown('pgfence_pgflow'); end $$;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-select pgfence.seal('pgfence_pgflow', '0.3.0');
+do $$ begin perform pgfence.seal('pgfence_pgflow', '0.3.0'); end $$;
 

@@ -795,5 +795,5 @@ do $$ begin perform pgfence.lockdown('pgfence_pgmq'); end $$;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-select pgfence.seal('pgfence_pgmq', '0.3.0');
+do $$ begin perform pgfence.seal('pgfence_pgmq', '0.3.0'); end $$;
 

@@ -692,37 +692,6 @@ comment on function pgfence.limit_idle() is
 revoke all on function pgfence.limit_idle() from public;
 
 
--- change: ref
--- Deploy pgfence:ref
--- requires: schema
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- How an error names a lease id, attempt id, invocation id, update token or request id: by a
--- digest of it, never the id itself. The ids are capabilities (whoever has a lease id may
--- fence, renew and release under it) and error messages land in server logs (on Supabase,
--- readable by every project member) and in the clients' logs. The first 12 hex digits of the
--- id's SHA-256: enough to tell ids apart in a log, and a uuid's 122 random bits cannot be
--- recovered from it. The owner of an id computes the same digest to find its own errors.
-create function pgfence.ref(id uuid)
-returns text
-language sql
-immutable
-set search_path = pg_catalog, pg_temp
-as $$
-  select left(encode(sha256(convert_to(ref.id::text, 'UTF8')), 'hex'), 12);
-$$;
-comment on function pgfence.ref(uuid) is
-  'The digest by which errors name an id (a capability, never shown): the first 12 hex digits of SHA-256 of its text.';
-
-revoke all on function pgfence.ref(uuid) from public;
-grant execute on function pgfence.ref(uuid) to pgfence_worker, pgfence_operator, pgfence_monitor;
-
-
 -- change: signing_key_hmac
 -- Deploy pgfence:signing_key_hmac
 -- requires: signing_key
@@ -2510,42 +2479,6 @@ revoke all on function pgfence.release(uuid) from public;
 grant execute on function pgfence.release(uuid) to pgfence_worker;
 
 
--- change: register
--- Deploy pgfence:register
--- requires: limit_idle
--- requires: resources
--- requires: checks
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create or replace function pgfence.register(resource text, enabled boolean default true)
-returns void
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  perform pgfence.check_name('resource', register.resource);
-  perform pgfence.check_not_null('enabled', register.enabled);
-  -- An existing resource keeps its enabled: registration never enables anything (I6).
-  insert into pgfence.resources (resource, enabled)
-  values (register.resource, register.enabled)
-  on conflict on constraint resources_pkey do nothing;
-  -- A new row, uncommitted, makes every other register of the name wait for it.
-  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
-end
-$$;
-comment on function pgfence.register(text, boolean) is
-  'Registers a resource; idempotent. Never changes an existing resource''s enabled. Raises 22023 on a bad name.';
-
-revoke all on function pgfence.register(text, boolean) from public;
-grant execute on function pgfence.register(text, boolean) to pgfence_worker, pgfence_operator;
-
-
 -- change: errors
 -- Deploy pgfence:errors
 -- requires: schema
@@ -3326,8 +3259,9 @@ as $$
     select a.grantee, a.privilege_type, format('type %s', y.oid::regtype),
            format('revoke all on type %s from %%s', y.oid::regtype)
       from pg_type y, aclexplode(coalesce(y.typacl, acldefault('T', y.typowner))) a
-     where y.typnamespace in (select oid from s) and y.typtype in ('d', 'e', 'r', 'm')
-       and a.grantee <> y.typowner
+     where y.typnamespace in (select oid from s) and a.grantee <> y.typowner
+       and (y.typtype in ('d', 'e', 'r', 'm')  -- and a composite type of its own (pgfence.lease)
+            or y.typtype = 'c' and (select c.relkind from pg_class c where c.oid = y.typrelid) = 'c')
     union all
     select a.grantee, a.privilege_type, format('schema %I', n.nspname),
            format('revoke all on schema %I from %%s', n.nspname)
@@ -3647,7 +3581,7 @@ set local lock_timeout = '5s';
 -- lease_id: claims would maintain it). Kept when prune removes the tasks: a resource's queues
 -- are few.
 create table pgfence.resource_queues (
-  resource text not null references pgfence.resources,
+  resource text not null references pgfence.resources on delete cascade,
   queue    text not null,
   primary key (resource, queue)
 );
@@ -4261,6 +4195,290 @@ revoke all on pgfence.queue_status from public;
 grant select on pgfence.queue_status to pgfence_monitor, pgfence_operator;
 
 
+-- change: ref
+-- Deploy pgfence:ref
+-- requires: capability_ref
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- How an error names a lease id, attempt id, invocation id, update token or request id: by a
+-- reference, never the id itself. The ids are capabilities (whoever has a lease id may fence,
+-- renew and release under it) and error messages land in server logs (on Supabase, readable
+-- by every project member) and in the clients' logs. Until 0.3.0 the reference was the first
+-- 12 hex digits of the id's unkeyed SHA-256: harmless for a lease id's 122 random bits, but a
+-- pgmq attempt id has 60, and its message id and read count are in the clear, so its digest
+-- could be searched. Keyed with the install's signing key, nobody without the key can test a
+-- guess: the first 12 hex digits of capability_ref, the reference the monitoring views show,
+-- so an error's reference also finds the row there (`lease_ref like 'abc…%'`). The holder of
+-- an id asks the database for its reference (pgfence.ref, granted to the three roles).
+create or replace function pgfence.ref(id uuid)
+returns text
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select left(pgfence.capability_ref(ref.id), 12);
+$$;
+comment on function pgfence.ref(uuid) is
+  'The reference by which errors name an id (a capability, never shown): the first 12 hex digits of its '
+  'capability_ref, an HMAC under the install''s signing key.';
+
+revoke all on function pgfence.ref(uuid) from public;
+grant execute on function pgfence.ref(uuid) to pgfence_worker, pgfence_operator, pgfence_monitor;
+
+
+-- change: check_revert
+-- Deploy pgfence:check_revert
+-- requires: releases
+--
+-- A revert that will refuse refuses before anything is reverted (issue 43 item 2). Sqitch
+-- reverts one change per transaction, latest first, and tells a revert script nothing of where
+-- the revert ends: a step that refuses (the reverts of claim, report, complete and extend while
+-- tasks claimed under 0.2.0 are live, say) used to stop the revert with every later change
+-- reverted already. So the first step of every revert from 0.3.0 on, the revert of the release's
+-- own change (release_X, kept last in the plan), asks this function first. It knows the target
+-- only if the operator says it (`sqitch revert --to @vA --set pgfence_revert_to=A`: Sqitch
+-- passes --set variables to psql, its pg engine nothing else but ON_ERROR_STOP and the
+-- registry's name); without it, it checks for the deepest revert there is, to nothing.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Everything a revert to to_release (NULL: every change) would strand, in one 55000 that names
+-- each; nothing otherwise. The rules are those of the steps that refuse later in such a revert
+-- (the released revert scripts keep their own checks), and what no step checked: a layer left
+-- on a core older than it needs. Claims are held off while it runs (a share lock on the tasks,
+-- as those steps take), not for the rest of the revert: pause the queues first.
+create function pgfence.check_revert(to_release text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_to int[];
+  v_found text[] := '{}'::text[];
+  v_n bigint;
+  v_list text;
+begin
+  if check_revert.to_release !~ '^@?v?\d+\.\d+\.\d+$' then
+    perform pgfence.invalid_argument('to_release', 'must be a release, X.Y.Z (or @vX.Y.Z)', check_revert.to_release);
+  end if;
+  v_to := coalesce(string_to_array(regexp_replace(check_revert.to_release, '^@?v?', ''), '.')::int[], '{0,0,0}');
+  lock table pgfence.tasks in share mode;
+
+  -- A layer runs on the core release it came with or a later one: its revert (its own Sqitch
+  -- project) goes first. From 0.3.0 on a layer's release is recorded (pgfence.seal), and its
+  -- own revert needs the core's pgfence.unseal; every layer needs at least pgfence 0.2.0.
+  select string_agg(format('layer %s holds release %s: revert it first (cd layers/%s && sqitch revert --to @v%s)',
+                           l.schema_name, r.release, substr(l.schema_name, 9),
+                           array_to_string(v_to, '.')), '; ' order by l.schema_name)
+    into v_list
+    from pgfence.layers l
+    cross join lateral (select pgfence.installed_release(l.schema_name) as release) r
+   where string_to_array(coalesce(r.release, '0.2.0'), '.')::int[] > v_to
+     and v_to >= '{0,2,0}';
+  v_found := v_found || v_list;  -- NULL when none: removed below
+  if v_to < '{0,2,0}' then
+    select string_agg(format('layer %s is installed (it needs pgfence 0.2.0): revert it first (cd layers/%s && sqitch revert)',
+                             l.schema_name, substr(l.schema_name, 9)), '; ' order by l.schema_name)
+      into v_list
+      from pgfence.layers l;
+    v_found := v_found || v_list;  -- NULL when none: removed below
+
+    -- Attempt ids of tasks claimed under 0.2.0 are signed with HMAC-SHA256, which 0.1.0 cannot
+    -- verify (0.2.0 records each attempt's lease, which tells them from 0.1.0's claims).
+    select count(*), string_agg(distinct t.queue, ', ') into v_n, v_list
+      from pgfence.tasks t
+     where t.state = 'claimed' and t.attempt_leases[t.attempt] is not null;
+    if v_n > 0 then
+      v_found := v_found || format('%s task(s) claimed under 0.2.0 (queues %s) would no longer be completed, '
+                                   'failed or extended under release 0.1.0: let them finish, or pause their '
+                                   'resources (pgfence.prepare_update) until update_status says drained',
+                                   v_n, v_list);
+    end if;
+    select count(*) into v_n from pgfence.stale_results s where s.report > 1;
+    if v_n > 0 then
+      v_found := v_found || format('it would delete %s stale-result record(s) (later reports of one stale attempt, '
+                                   'report > 1): copy them elsewhere and delete them', v_n);
+    end if;
+    select string_agg(p.tbl::text, ', ' order by p.tbl::text) into v_list
+      from pgfence.protections p where cardinality(p.resources) > 1;
+    if v_list is not null then
+      v_found := v_found || format('tables protected for several resources (%s): protect each for one first', v_list);
+    end if;
+  end if;
+
+  v_found := array_remove(v_found, null);
+  if cardinality(v_found) > 0 then
+    raise exception 'pgfence: a revert to % would strand live state; nothing was reverted',
+                    coalesce(check_revert.to_release, 'nothing')
+      using errcode = '55000', detail = array_to_string(v_found, E';\n'),
+            hint = case when check_revert.to_release is null
+                        then 'Sqitch does not tell a revert where it ends: these are what a revert of every change '
+                             'would strand. Reverting to a release? Say which: sqitch revert --to @vA '
+                             '--set pgfence_revert_to=A'
+                        else 'deal with each, then revert again' end;
+  end if;
+end
+$$;
+comment on function pgfence.check_revert(text) is
+  'Installer: raises 55000 naming everything a revert to to_release (NULL: every change) would strand; the first '
+  'step of every revert (release_X''s) calls it before anything is reverted.';
+
+revoke all on function pgfence.check_revert(text) from public;
+
+
+-- change: register
+-- Deploy pgfence:register
+-- requires: limit_idle
+-- requires: resources
+-- requires: checks
+
+--
+-- Reworked in 0.3.0: registering a name is the operator's, no longer a worker's (issue 43 item
+-- 4). A resource is configuration (enabled, windows and protections name it), and nothing
+-- removes one but an operator (pgfence.unregister): a worker that could register would grow
+-- the table without bound, and a retention that forgot unused resources by age would make a
+-- rarely run worker's next acquire fail PF002 (docs/contract.md, "Resources").
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.register(resource text, enabled boolean default true)
+returns void
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform pgfence.check_name('resource', register.resource);
+  perform pgfence.check_not_null('enabled', register.enabled);
+  -- An existing resource keeps its enabled: registration never enables anything (I6).
+  insert into pgfence.resources (resource, enabled)
+  values (register.resource, register.enabled)
+  on conflict on constraint resources_pkey do nothing;
+  -- A new row, uncommitted, makes every other register of the name wait for it.
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+end
+$$;
+comment on function pgfence.register(text, boolean) is
+  'Registers a resource; idempotent. Never changes an existing resource''s enabled. Raises 22023 on a bad name.';
+
+revoke all on function pgfence.register(text, boolean) from public, pgfence_worker;
+grant execute on function pgfence.register(text, boolean) to pgfence_operator;
+
+
+-- change: unregister
+-- Deploy pgfence:unregister
+-- requires: resources
+-- requires: leases
+-- requires: invocations
+-- requires: updates
+-- requires: protections
+-- requires: layers
+-- requires: lock_resources
+-- requires: lease_judgement
+--
+-- Retention of resources (issue 43 item 4): none by age. A resource is what an operator
+-- registered (register is the operator's from 0.3.0 on), named by protections, windows and
+-- workers' configuration; one unused for any length of time is normal (a monthly job, workers
+-- down for a week), and forgetting it would make its next acquire fail PF002. So a resource
+-- goes only when an operator unregisters it, and only when nothing uses it.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Removes a resource and its ended history (its leases, invocations and the items of finished
+-- windows), or refuses (55000, naming each) while anything uses it: a lease not ended (active
+-- or draining, unexpired), a queued or claimed task or a layer's unfinished work under one of
+-- its leases (a late result is judged against that lease), a pending invocation, an open
+-- update window, a protection. Generations come from one sequence for every resource and lease
+-- ids are random, so a name registered again continues above every generation it had, and no
+-- id of the removed leases is valid again (I3). True when it removed the resource, false when
+-- there was none (a retry).
+create function pgfence.unregister(resource text)
+returns boolean
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_leases uuid[];
+  v_needed uuid[];
+  v_more uuid[];
+  v_layer regproc;
+  v_found text[];
+begin
+  perform pgfence.check_name('resource', unregister.resource);
+  -- The row first (a bounded wait, naming the holder): acquire and request_start of the name
+  -- wait for it, or answer NULL, until this transaction ends.
+  perform pgfence.lock_resources(array[unregister.resource]);
+  if not exists (select from pgfence.resources r where r.resource = unregister.resource) then
+    return false;
+  end if;
+  -- Its leases, locked as drain and release lock them: a fenced transaction still open under
+  -- one of them is waited for.
+  v_leases := array(select l.lease_id from pgfence.leases l where l.resource = unregister.resource
+                     order by l.lease_id for update);
+  v_needed := array(select distinct x.id
+                      from pgfence.tasks t
+                     cross join lateral unnest(t.attempt_leases || t.lease_id) x(id)
+                     where t.state in ('queued', 'claimed') and x.id = any (v_leases));
+  for v_layer in select l.leases::regproc from pgfence.layers l order by l.schema_name loop
+    execute pg_catalog.format('select array(select * from %s())', v_layer) into v_more;
+    v_needed := v_needed || array(select x from unnest(v_more) x where x = any (v_leases));
+  end loop;
+  v_found := array_remove(array[
+    (select format('its lease of generation %s is %s', l.generation, l.state)
+       from pgfence.leases l
+      where l.resource = unregister.resource and pgfence.is_live(l.state, l.expires_at)
+      order by l.generation desc limit 1),
+    (select format('%s task(s) or layer work not finished under its leases (generations %s)',
+                   cardinality(v_needed), string_agg(l.generation::text, ', ' order by l.generation))
+       from pgfence.leases l where l.lease_id = any (v_needed) having count(*) > 0),
+    (select format('%s pending invocation(s)', count(*))
+       from pgfence.invocations i
+      where i.resource = unregister.resource and i.acknowledged_at is null and i.expires_at > clock_timestamp()
+     having count(*) > 0),
+    (select 'an open update window' from pgfence.update_items i
+      where i.resource = unregister.resource and i.outcome is null limit 1),
+    (select format('protections of %s', string_agg(p.tbl::text, ', ' order by p.tbl::text))
+       from pgfence.protections p where unregister.resource = any (p.resources) having count(*) > 0)],
+    null);
+  if cardinality(v_found) > 0 then
+    raise exception 'pgfence: resource % is in use: %', unregister.resource, array_to_string(v_found, '; ')
+      using errcode = '55000',
+            hint = 'end its lease (deprecate), let its work finish, finish its window or unprotect its tables, then unregister it';
+  end if;
+  delete from pgfence.update_items i where i.resource = unregister.resource;
+  delete from pgfence.invocations i where i.resource = unregister.resource;
+  delete from pgfence.leases l where l.resource = unregister.resource;
+  delete from pgfence.resources r where r.resource = unregister.resource;
+  return true;
+end
+$$;
+comment on function pgfence.unregister(text) is
+  'Operator: removes a resource nothing uses, with its ended history; true if removed, false if not registered. '
+  'Raises 55000 naming what uses it, 22023 on a bad name.';
+
+revoke all on function pgfence.unregister(text) from public;
+grant execute on function pgfence.unregister(text) to pgfence_operator;
+
+
 -- change: release_0.3.0
 -- Deploy pgfence:release_0.3.0
 -- requires: releases
@@ -4271,5 +4489,5 @@ grant select on pgfence.queue_status to pgfence_monitor, pgfence_operator;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-select pgfence.seal('pgfence', '0.3.0');
+do $$ begin perform pgfence.seal('pgfence', '0.3.0'); end $$;
 

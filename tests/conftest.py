@@ -84,6 +84,9 @@ VERSIONS: dict[str, tuple[str, str]] = {
     "test_bench.py": (ONCE, "the benchmark driver's plumbing; no number is asserted"),
     "test_cli.py": (ONCE, "the CLI and its transports (psycopg, PgBouncer, Supabase CLI); "
                           "the SQL they send is tested per version above"),
+    "test_cli_deploy.py": (ONCE, "the CLI in deploy scripts (--wait, --json, the operator "
+                                 "verbs) over both transports; the SQL it calls is per version "
+                                 "above"),
     "test_cli_install.py": (ONCE, "the CLI runs the SQL files; test_install and test_upgrade "
                                   "run the same files on every version"),
     "test_client.py": (ONCE, "the Python client's loop and deadlines; its SQL is tested per "

@@ -9,10 +9,17 @@ import asyncio
 import fcntl
 import importlib.machinery
 import importlib.util
+import json
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,6 +31,7 @@ import pytest
 import pgfence.aio
 import pgfence.client
 from pgfence.connection import aconnect, connect
+from pgfence.releases import key
 from testkit.cluster import Cluster
 from testkit.harness import Database, Lease
 
@@ -55,6 +63,24 @@ HUNG = 1800
 # A client's ttl or visibility, in seconds, that runs out only when a test moves time: no
 # machine is so loaded that a test's real time reaches it (issue 23).
 LONG = 600
+
+
+def package_of(release: str, root: Path) -> Path:
+    """The SQL files of this package as release ``release`` shipped them, in ``root``: its full
+    installs (core and layers) as the newest, no upgrade file past it. For `pgfence init` as an
+    older package ran it (pgfence.releases.Files(root))."""
+    shutil.copytree(ROOT / "sql", root)
+    (root / "pgfence.sql").write_text((root / f"releases/pgfence--{release}.sql").read_text())
+    for layer in root.glob("pgfence-*.sql"):
+        old = root / "releases" / layer.name.replace(".sql", f"--{release}.sql")
+        if old.exists():
+            layer.write_text(old.read_text())
+        else:
+            layer.unlink()
+    for upgrade in (root / "upgrades").glob("*.sql"):
+        if key(upgrade.stem.rpartition("--")[2]) > key(release):
+            upgrade.unlink()
+    return root
 
 
 def install_bundle(cluster: Cluster, database: str) -> None:
@@ -289,3 +315,69 @@ def client(kind: str, db: Database) -> Iterator[Client]:
         yield c
     finally:
         c.close()
+
+
+# -- a Deno program that serves HTTP (the example edge functions) -----------------------------
+
+DENO_PERMISSIONS = ["--allow-net=127.0.0.1", "--allow-env", "--allow-read", "--allow-sys"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class DenoServer:
+    """`deno run SCRIPT` in ``cwd`` listening on a free loopback port (HOST, PORT), started
+    once Deno.serve says it listens; ``post`` sends a request as a supervisor or pg_net would."""
+
+    def __init__(self, script: str, cwd: Path, env: dict[str, str],
+                 flags: tuple[str, ...] = ()) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [str(DENO), "run", *DENO_PERMISSIONS, *flags, script], cwd=cwd,
+            env={**env, "HOST": "127.0.0.1", "PORT": str(self.port)},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert "Listening on" in line, line or f"it exited ({self.proc.wait()})"
+
+    def post(self, body: bytes | dict[str, Any], path: str = "/",
+             headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data,
+                                         {"content-type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(request, timeout=HUNG) as r:
+                answer: dict[str, Any] = json.loads(r.read())
+                return r.status, answer
+        except urllib.error.HTTPError as e:
+            refused: dict[str, Any] = json.loads(e.read())
+            return e.code, refused
+
+    def stop(self) -> int:
+        """SIGTERM, as a process supervisor stops it: the exit status."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=HUNG)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def refuses_what_is_not_a_fresh_invocation(server: DenoServer, path: str = "/",
+                                           headers: dict[str, str] | None = None) -> None:
+    """The handshake every shipped example documents: a malformed body is refused with 400, a
+    request without an invocation id, or with one never issued, with 409; JSON, no stack."""
+    for body, why in ((b"{not json", "the body is not JSON"),
+                      (b"[1, 2]", "the body is not a JSON object"),
+                      ({"invocation_id": "not-a-uuid"}, "invocation_id is not a uuid")):
+        assert server.post(body, path, headers) == (400, {"error": "Bad Request",
+                                                          "message": why})
+    status, said = server.post({}, path, headers)
+    assert status == 409 and said["started"] is False and "no invocation id" in said["message"]
+    status, said = server.post({"invocation_id": str(uuid.uuid4())}, path, headers)
+    assert status == 409 and said["started"] is False, said

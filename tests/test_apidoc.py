@@ -96,10 +96,9 @@ def test_negative_control_an_undocumented_pgflow_export_fails_the_build(tmp_path
     for name in ("deno.json", "mod.ts"):
         shutil.copy(CLIENT / name, client / name)
     (client / "node_modules").symlink_to(CLIENT / "node_modules")
-    doc = ("  /** Refusals so far: acquires refused or not granted, and terms ended by a "
-           "refusal. */\n")
+    doc = "  /** The flow's slug (and queue). */\n"
     source = (CLIENT / "pgflow.ts").read_text()
-    assert doc + "  refusals = 0;" in source
+    assert doc + "  readonly flowSlug: string;" in source
     (client / "pgflow.ts").write_text(source.replace(doc, ""))
     built = apidoc(tmp_path / "out", APIDOC_DENO=str(client))
     assert built.returncode != 0

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from pgfence import cli
-from pgfence.releases import Files
+from pgfence.releases import Files, key
 from pgfence.transport import Refused, Supabase
 from testkit.cluster import Cluster
 from testkit.harness import Database
-from tests.support import HUNG, ROOT, SUPABASE, acquired
+from tests.support import HUNG, ROOT, SUPABASE, acquired, bundle_query, install_pgflow
 
 PACKAGE = Files()
 RELEASE_0_1_0 = ROOT / "sql/releases/pgfence--0.1.0.sql"
@@ -159,7 +159,7 @@ def test_install_on_a_fresh_database(transport: str, empty: Empty,
     assert before.doc() == {"target": t.name, "installed": None, "package": newest,
                             "state": "not_installed", "upgrade_files": [],
                             "sqitch_registry": None, "fingerprint": None,
-                            "release_fingerprint": None}
+                            "release_fingerprint": None, "drift": None, "layers": []}
 
     out = run([*t.args, "--json", "install", "--confirm", t.name], tmp_path)
     assert out.code == 0, out.out + out.err
@@ -303,7 +303,8 @@ def test_upgrade_of_an_up_to_date_database_is_a_no_op(target: Target, tmp_path: 
     out = run([*target.args, "--json", "upgrade"], tmp_path)
     assert out.code == 0, out.out + out.err
     assert out.doc() == {"target": target.name, "installed": PACKAGE.newest(),
-                         "previous": PACKAGE.newest(), "upgrade_files": [], "changed": False}
+                         "previous": PACKAGE.newest(), "upgrade_files": [], "changed": False,
+                         "layers": []}
     human = run([*target.args, "upgrade", "--to", PACKAGE.newest()], tmp_path)
     assert human.code == 0 and "is up to date: nothing to do" in human.out
     assert fingerprint(target) == before
@@ -331,13 +332,22 @@ def test_a_database_newer_than_the_package_is_refused(target: Target, tmp_path: 
     """Simulates a database upgraded by a newer pgfence release than this package knows: its
     pgfence.version() is replaced by one that says 9.9.9."""
     install_file(target, ROOT / "sql/pgfence.sql")
-    target.db.sql("create or replace function pgfence.version() returns text language sql "
-                  "as $$ select '9.9.9' $$")
+    if target.db.one("select to_regclass('pgfence.releases') is not null"):
+        # From 0.3.0 on the database records its release (pgfence.seal): a newer release is a
+        # newer record of the same schema, as a newer package would seal it.
+        target.db.sql("insert into pgfence.releases (schema_name, release) "
+                      "values ('pgfence', '9.9.9')")
+        target.db.sql("insert into pgfence.schema_records select schema_name, '9.9.9', object, "
+                      "digest from pgfence.schema_records where schema_name = 'pgfence' "
+                      "and release = %s", (PACKAGE.newest(),))
+    else:
+        target.db.sql("create or replace function pgfence.version() returns text language sql "
+                      "as $$ select '9.9.9' $$")
     before = fingerprint(target)
     up = run([*target.args, "upgrade", "--confirm", target.name], tmp_path)
     assert up.code == 1, up.out + up.err
     assert f"has pgfence 9.9.9, newer than {PACKAGE.newest()}" in up.err
-    assert "install the newer pgfence package" in up.err
+    assert "install a newer pgfence package" in up.err
     doc = run([*target.args, "--json", "version"], tmp_path).doc()
     assert doc["state"] == "newer_than_package" and doc["installed"] == "9.9.9"
     assert run([*target.args, "install", "--confirm", target.name], tmp_path).code == 1
@@ -662,3 +672,154 @@ def test_no_credentials_in_any_output(empty: Empty, tmp_path: Path) -> None:
     assert [o.code for o in outputs] == [0, 0, 1, 2, 3, 0, 1, 3], [o.err for o in outputs]
     for out in outputs:
         assert secret not in out.out + out.err
+
+
+# --------------------------------------------------------------------------------------------
+# The layers: reported against the package, and upgraded with pgfence (issue 44)
+
+
+def with_layers_at(t: Target, release: str, core_to: str | None = None) -> None:
+    """pgmq and pgflow, then pgfence `release` and both its layers from the release files;
+    with `core_to`, pgfence alone then upgraded by its files (the layers left behind)."""
+    install_pgflow(t.cluster, t.dbname)
+    for name in (f"pgfence--{release}.sql", f"pgfence-pgmq--{release}.sql",
+                 f"pgfence-pgflow--{release}.sql"):
+        install_file(t, ROOT / "sql/releases" / name)
+    if core_to is not None:
+        for step in PACKAGE.chain(release, core_to) or []:
+            install_file(t, ROOT / "sql/upgrades" / step.name)
+
+
+def next_release(after: str) -> str:
+    chain = PACKAGE.chain(after, PACKAGE.newest())
+    assert chain, f"no upgrade from {after}"
+    return chain[0].target
+
+
+NEXT = next_release("0.2.0")
+
+
+def test_a_layer_left_behind_is_reported_and_upgraded(target: Target, tmp_path: Path) -> None:
+    """pgfence upgraded alone to the next release, its layers left at 0.2.0 (the issue's case):
+    version and doctor say so, and upgrade brings pgfence and the layers up in one transaction,
+    each layer's file after pgfence's of its release, with nothing left to do after."""
+    newest = PACKAGE.newest()
+    with_layers_at(target, "0.2.0", core_to=NEXT)
+    version = run([*target.args, "--json", "version"], tmp_path)
+    assert version.code == 0, version.err
+    doc = version.doc()
+    expected = upgrade_files(NEXT, {"pgmq": NEXT, "pgflow": "0.2.0"})
+    assert (doc["installed"], doc["state"], doc["upgrade_files"]) == (
+        NEXT, "upgrade_available", expected)
+    assert expected[0] == f"pgfence-pgflow--0.2.0--{NEXT}.sql"   # while pgfence is at NEXT
+    assert [(x["layer"], x["installed"], x["state"]) for x in doc["layers"]] == [
+        ("pgmq", NEXT, "up_to_date" if newest == NEXT else "upgrade_available"),
+        ("pgflow", "0.2.0", "upgrade_available")]
+    human = run([*target.args, "version"], tmp_path).out
+    assert f"  pgflow layer: 0.2.0; {newest} available" in human
+    assert "up to date" not in human
+    doctor = run([*target.args, "doctor", "--requeue-elsewhere", "--json"], tmp_path)
+    assert doctor.code == 0, doctor.out + doctor.err
+    rows = {c["check"]: c for c in doctor.doc()["checks"]}
+    assert rows["pgflow layer release"]["status"] == "warning"
+    assert f"0.2.0; {newest} available" in rows["pgflow layer release"]["detail"]
+
+    up = run([*target.args, "--json", "upgrade", "--confirm", target.name], tmp_path)
+    assert up.code == 0, up.out + up.err
+    assert up.doc()["upgrade_files"] == expected
+    after = run([*target.args, "--json", "version"], tmp_path).doc()
+    assert after["state"] == "up_to_date" and after["upgrade_files"] == []
+    assert [(x["layer"], x["installed"]) for x in after["layers"]] == [
+        ("pgmq", newest), ("pgflow", newest)]
+    again = run([*target.args, "upgrade", "--confirm", target.name], tmp_path)
+    assert again.code == 0 and "nothing to do" in again.out
+
+
+def upgrade_files(core: str, layers: dict[str, str]) -> list[str]:
+    """What an upgrade to the newest runs, in order: per release B, pgfence's file to B, then
+    each layer's to B (pgmq before pgflow)."""
+    newest = PACKAGE.newest()
+    steps = [(key(u.target), 0, u.name) for u in PACKAGE.chain(core, newest) or []]
+    for i, (layer, release) in enumerate(layers.items(), 1):
+        steps += [(key(u.target), i, u.name) for u in PACKAGE.layer_chain(layer, release, newest)]
+    return [name for *_, name in sorted(steps)]
+
+
+def test_upgrade_carries_pgfence_and_its_layers_in_one_transaction(
+        target: Target, tmp_path: Path) -> None:
+    newest = PACKAGE.newest()
+    with_layers_at(target, "0.2.0")
+    up = run([*target.args, "--json", "upgrade", "--confirm", target.name], tmp_path)
+    assert up.code == 0, up.out + up.err
+    files = up.doc()["upgrade_files"]
+    assert files == upgrade_files("0.2.0", {"pgmq": "0.2.0", "pgflow": "0.2.0"})
+    assert files[:2] == [f"pgfence--0.2.0--{NEXT}.sql", f"pgfence-pgflow--0.2.0--{NEXT}.sql"]
+    assert target.db.one("select pgfence.version()") == newest
+    after = run([*target.args, "--json", "version"], tmp_path).doc()
+    assert after["state"] == "up_to_date", after
+
+
+def test_a_layer_left_behind_twice_is_refused_by_name(target: Target, tmp_path: Path) -> None:
+    """pgfence upgraded alone past the release a layer's next file needs: no file can carry
+    the layer now. version and doctor say so; upgrade refuses before anything runs."""
+    newest = PACKAGE.newest()
+    if newest == NEXT:
+        pytest.skip("needs two releases after 0.2.0")
+    with_layers_at(target, "0.2.0", core_to=newest)
+    before = fingerprint(target)
+    version = run([*target.args, "--json", "version"], tmp_path).doc()
+    assert version["state"] == "no_upgrade_path"
+    (pgflow,) = [x for x in version["layers"] if x["layer"] == "pgflow"]
+    assert pgflow["state"] == "no_upgrade_path"
+    up = run([*target.args, "upgrade", "--confirm", target.name], tmp_path)
+    assert up.code == 1 and "the pgflow layer" in up.err and "left behind" in up.err, up.err
+    doctor = run([*target.args, "doctor", "--requeue-elsewhere", "--json"], tmp_path).doc()
+    assert "pgflow layer release" in [c["check"] for c in doctor["checks"]
+                                      if c["status"] == "failed"]
+    assert fingerprint(target) == before
+
+
+def test_a_layer_changed_by_hand_is_refused(target: Target, tmp_path: Path) -> None:
+    with_layers_at(target, "0.2.0", core_to=NEXT)
+    target.db.sql("create function pgfence_pgflow.mine() returns int language sql "
+                  "as $$ select 1 $$")
+    before = fingerprint(target)
+    version = run([*target.args, "--json", "version"], tmp_path)
+    assert version.code == 1 and version.doc()["state"] == "drifted"
+    (pgflow,) = [x for x in version.doc()["layers"] if x["layer"] == "pgflow"]
+    assert pgflow["state"] == "drifted" and pgflow["installed"] is None
+    up = run([*target.args, "upgrade", "--confirm", target.name], tmp_path)
+    assert up.code == 1 and "is no release of the pgflow layer" in up.err, up.err
+    doctor = run([*target.args, "doctor", "--requeue-elsewhere", "--json"], tmp_path)
+    assert doctor.code == 1
+    assert [c["check"] for c in doctor.doc()["checks"] if c["status"] == "failed"] == [
+        "pgflow layer release"]
+    assert fingerprint(target) == before
+
+
+def test_a_layer_sqitch_deploys_is_left_to_sqitch(empty: Empty, tmp_path: Path) -> None:
+    """A registry that tracks the layer's own project (pgfence_pgflow): the CLI names the
+    Sqitch command for it and changes nothing. (The registry is made as Sqitch makes it, its
+    two tables: tests/test_install_paths.py runs the real Sqitch for pgfence's own.)"""
+    t = target_for("direct", *empty)
+    newest = PACKAGE.newest()
+    with_layers_at(t, "0.2.0", core_to=NEXT)
+    t.db.sql("create schema sqitch; create table sqitch.projects (project text primary key); "
+             "create table sqitch.changes (change_id text); "
+             "insert into sqitch.projects values ('pgfence_pgflow')")
+    version = run([*t.args, "version"], tmp_path)
+    assert "pgflow layer: 0.2.0; " in version.out
+    assert "deployed by Sqitch (registry schema sqitch)" in version.out
+    before = fingerprint(t)
+    up = run([*t.args, "upgrade", "--confirm", t.name], tmp_path)
+    assert up.code == 1, up.out + up.err
+    assert f'cd layers/pgflow && sqitch deploy --to @v{newest} "db:$DATABASE_URL"' in up.err
+    assert fingerprint(t) == before
+
+
+def test_the_cli_aims_its_queries_at_a_layer_as_the_upgrade_files_do() -> None:
+    """One rule for both: scripts/bundle's (tests.support.bundle_query) and the package's."""
+    for name in ("fingerprint.sql", "sqitch_registry.sql"):
+        ours = cli.strip(PACKAGE.query(name, "pgfence_pgflow"))
+        assert ours.rstrip(";").strip() == bundle_query(name, "pgfence_pgflow").rstrip(
+            ";").strip()

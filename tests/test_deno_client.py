@@ -24,7 +24,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from testkit.cluster import LOOPBACK, USER, Cluster, PgBouncer
 from testkit.harness import Database
-from tests.support import DENO, HUNG, ROOT
+from tests.support import DENO, HUNG, ROOT, DenoServer, refuses_what_is_not_a_fresh_invocation
 from tests.test_docs import example
 
 CLIENT = ROOT / "clients/deno"
@@ -194,3 +194,25 @@ def test_sigterm_drains_a_worker_process(db: Database, worker_process: WorkerPro
     assert db.sql("select state from pgfence.tasks order by task_id") == [
         ("completed",), ("queued",)]
     assert db.one("select status from pgfence.lease_status") == "released"
+
+
+def test_the_supabase_worker_template_follows_its_handshake(
+        db: Database, cluster: Cluster, deno_env: dict[str, str]) -> None:
+    """examples/supabase_worker.ts (what `pgfence init` writes): a fresh invocation id works the
+    queue and answers 200; anything else is refused, nothing acquired (0.2.1's template started
+    a worker for a request without an id, or with a body that was not JSON)."""
+    name = conninfo_to_dict(db.dsn)["dbname"]
+    assert isinstance(name, str)
+    db.sql("select pgfence.register('emails')")
+    db.sql("select pgfence.enqueue('emails', '{\"to\": \"x\"}')")
+    server = DenoServer("examples/supabase_worker.ts", CLIENT,
+                        {**deno_env, "PGFENCE_DATABASE_URL": url(cluster.port, name)})
+    try:
+        refuses_what_is_not_a_fresh_invocation(server)
+        assert db.one("select count(*) from pgfence.leases") == 0, "nothing was acquired"
+        invocation = str(db.one("select pgfence.request_start('emails')"))
+        status, said = server.post({"invocation_id": invocation})
+        assert status == 200 and said["handled"] == 1, said
+        assert db.one("select state from pgfence.tasks") == "completed"
+    finally:
+        server.kill()

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import shutil
 import signal
-import socket
 import subprocess
-import urllib.error
-import urllib.request
+import sys
+import textwrap
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,7 +36,17 @@ from psycopg.conninfo import conninfo_to_dict
 
 from testkit.cluster import LOOPBACK, USER, Cluster, PgBouncer
 from testkit.harness import Database
-from tests.support import DENO, HUNG, LONG, ROOT
+from tests.pgflow14 import CRON_DATABASE, install_pgflow14
+from tests.pgflow14 import migrations as pgflow14_migrations
+from tests.support import (
+    DENO,
+    HUNG,
+    LONG,
+    ROOT,
+    DenoServer,
+    refuses_what_is_not_a_fresh_invocation,
+)
+from tests.test_docs import example
 from tests.test_pgflow import run_status, task, two_steps
 
 CLIENT = ROOT / "clients/deno"
@@ -62,12 +74,12 @@ class FlowProcess:
     """clients/deno/testdata/pgflow_worker_process.ts: one worker, named, on resource fn."""
 
     def __init__(self, target: Target, env: dict[str, str], name: str,
-                 unfenced: bool = False) -> None:
+                 unfenced: bool = False, start: bool = False) -> None:
         self.name = name
         self.proc = subprocess.Popen(
             [str(DENO), "run", *PERMISSIONS, "testdata/pgflow_worker_process.ts"], cwd=CLIENT,
             env={**env, "DATABASE_URL": target.url, "RESOURCE": "fn", "NAME": name,
-                 "UNFENCED": "1" if unfenced else "0"},
+                 "UNFENCED": "1" if unfenced else "0", "START": "1" if start else "0"},
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def said(self) -> dict[str, Any]:
@@ -103,8 +115,8 @@ def processes(deno_env: dict[str, str]) -> Iterator[list[FlowProcess]]:
 
 
 def spawn(target: Target, env: dict[str, str], processes: list[FlowProcess], name: str,
-          unfenced: bool = False) -> FlowProcess:
-    p = FlowProcess(target, env, name, unfenced)
+          unfenced: bool = False, start: bool = False) -> FlowProcess:
+    p = FlowProcess(target, env, name, unfenced, start)
     processes.append(p)
     return p
 
@@ -246,66 +258,106 @@ def test_the_update_window_drains_the_worker_and_restores_exactly(
     assert run_status(db, run_id)[0] == "completed"
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_drains_the_one_line_start_and_releases(
+        target: Target, deno_env: dict[str, str], processes: list[FlowProcess],
+        signum: signal.Signals) -> None:
+    """`FlowWorker.start` in a process: the process platform's signals stop it as `stop` does
+    (0.2.1's one-line start listened to none: the signal ended the process, lease current)."""
+    db = target.db
+    run_id = two_steps(db, timeout=LONG)
+    a = spawn(target, deno_env, processes, "a", start=True)
+    assert a.said()["step"] == "first"                 # a handler in hand
+    a.proc.send_signal(signum)
+    assert a.said() == {"stopped": signum.name}        # heard, then the handler returns
+    a.unblock()
+    said = a.finish()                                  # exit status 0: it ended by itself
+    assert said == {"verdicts": {"accepted": 1, "duplicate": 0, "stale": 0}, "handled": 1,
+                    "stoppedBy": signum.name}, said
+    assert task(db, "first")[0] == "completed", "the task in hand was finished"
+    assert db.one("select status from pgflow.step_tasks where step_slug = 'second'") == "queued"
+    assert db.sql("select owner, status from pgfence.lease_status") == [("a", "released")]
+    assert run_status(db, run_id)[0] == "started"
+
+
 # -- the Edge-Function-shaped example and the startup handshake --------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        port: int = s.getsockname()[1]
-        return port
+KEY = "service-role-key-of-the-test"
+AUTHORIZED = {"authorization": f"Bearer {KEY}"}
 
 
-def post(port: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(f"http://{LOOPBACK}:{port}/", json.dumps(body).encode(),
-                                     {"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=HUNG) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+def entry(target: Target, env: dict[str, str]) -> DenoServer:
+    """examples/pgflow_edge_function.ts (`FlowWorker.serve`), as the Edge Runtime runs a
+    function: reached at /pgflow-two, its key in SUPABASE_SERVICE_ROLE_KEY."""
+    return DenoServer("examples/pgflow_edge_function.ts", CLIENT, {
+        **env, "EDGE_WORKER_DB_URL": target.url, "SUPABASE_SERVICE_ROLE_KEY": KEY,
+        "SB_EXECUTION_ID": str(uuid.uuid4())})
 
 
-def test_the_edge_function_starts_once_per_invocation(
-        target: Target, deno_env: dict[str, str]) -> None:
+@pytest.fixture
+def servers() -> Iterator[list[DenoServer]]:
+    started: list[DenoServer] = []
+    yield started
+    for server in started:
+        server.kill()
+
+
+def test_the_entry_refuses_what_is_not_a_fresh_invocation_and_acquires_nothing(
+        target: Target, deno_env: dict[str, str], servers: list[DenoServer]) -> None:
+    db = target.db
+    two_steps(db, resources=("pgflow-two",))
+    server = entry(target, deno_env)
+    servers.append(server)
+    unauthorized = {"error": "Unauthorized", "message": "Unauthorized"}
+    assert server.post({}, "/pgflow-two") == (401, unauthorized)
+    assert server.post({}, "/pgflow-two", {"authorization": "Bearer another key"}) == (
+        401, unauthorized)
+    refuses_what_is_not_a_fresh_invocation(server, "/pgflow-two", AUTHORIZED)
+    assert db.one("select count(*) from pgfence.leases") == 0, "nothing was acquired"
+    assert db.one("select count(*) from pgflow.step_tasks where status = 'started'") == 0
+    assert server.stop() == 0
+
+
+def test_the_entry_starts_once_per_invocation_and_marks_its_worker_stopped(
+        target: Target, deno_env: dict[str, str], servers: list[DenoServer],
+        pgflow_version: str) -> None:
     db = target.db
     run_id = two_steps(db, resources=("pgflow-two",))
-    port = free_port()
-    server = subprocess.Popen(
-        [str(DENO), "run", *PERMISSIONS, "examples/pgflow_edge_function.ts"], cwd=CLIENT,
-        env={**deno_env, "DATABASE_URL": target.url, "HOST": LOOPBACK, "PORT": str(port)},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        assert server.stdout is not None
-        assert "Listening on" in server.stdout.readline()   # Deno.serve says so once it listens
-        invocation = db.one("select pgfence.request_start('pgflow-two')")
-        assert invocation is not None
-        assert db.one("select pgfence.request_start('pgflow-two')") is None, \
-            "a second start while one is pending is refused"
-        # The worker is held inside its first complete_task (a session holds the run's row,
-        # which pgflow's complete_task locks), so that it is surely current meanwhile.
-        holder = db.session("holder")
-        holder.begin()
-        holder.run("select from pgflow.runs where run_id = %s for update", (run_id,))
-        assert post(port, {"invocation_id": str(invocation)})[0] == 202
-        db.wait_until("select count(*) = 1 from pg_stat_activity "
-                      "where %s = any(pg_blocking_pids(pid))", (holder.pid,))
-        assert db.one("select pgfence.request_start('pgflow-two')") is None, \
-            "no start is requested while a worker is current"
-        assert post(port, {"invocation_id": str(invocation)}) == (409, {"started": False}), \
-            "the same invocation delivered twice starts one worker"
-        holder.commit()
-        db.wait_until("select status = 'completed' from pgflow.runs where run_id = %s", (run_id,))
-        db.wait_until("select count(*) = 1 from pgfence.lease_status where status = 'released'")
-        assert db.one("select count(*) from pgfence.leases") == 1
-        assert run_status(db, run_id) == ("completed", {"second": {"from_first": {
-            "seen": {"n": 1}}}})
-        assert db.one("select count(*) from realtime.stand_in_calls "
-                      "where event = 'run:completed'") == 1
-        assert db.one("select pgfence.request_start('pgflow-two')") is not None, \
-            "once the worker is gone, the supervisor may start another"
-    finally:
-        server.kill()
-        server.wait()
+    server = entry(target, deno_env)
+    servers.append(server)
+    invocation = db.one("select pgfence.request_start('pgflow-two')")
+    assert invocation is not None
+    # The worker is held inside its first complete_task (a session holds the run's row,
+    # which pgflow's complete_task locks), so that it is surely current meanwhile.
+    holder = db.session("holder")
+    holder.begin()
+    holder.run("select from pgflow.runs where run_id = %s for update", (run_id,))
+    status, said = server.post({"invocation_id": str(invocation)}, "/pgflow-two", AUTHORIZED)
+    assert status == 202 and said["started"] is True and said["functionName"] == "pgflow-two", \
+        said
+    db.wait_until("select count(*) = 1 from pg_stat_activity "
+                  "where %s = any(pg_blocking_pids(pid))", (holder.pid,))
+    assert db.one("select pgfence.request_start('pgflow-two')") is None, \
+        "no start is requested while a worker is current"
+    status, said = server.post({"invocation_id": str(invocation)}, "/pgflow-two", AUTHORIZED)
+    assert status == 409 and said["started"] is False, "a replayed invocation starts nothing"
+    holder.commit()
+    db.wait_until("select status = 'completed' from pgflow.runs where run_id = %s", (run_id,))
+    assert run_status(db, run_id) == ("completed", {"second": {"from_first": {
+        "seen": {"n": 1}}}})
+    assert db.one("select count(*) from realtime.stand_in_calls "
+                  "where event = 'run:completed'") == 1
+    if pgflow_version == "0.14.1":
+        # Registered as pgflow 0.14's worker registers its function.
+        assert db.one("select count(*) from pgflow.worker_functions "
+                      "where function_name = 'pgflow-two'") == 1
+    assert server.stop() == 0                          # SIGTERM: drained, released, ended
+    assert db.sql("select status from pgfence.lease_status") == [("released",)]
+    mark = "stopped_at" if pgflow_version == "0.14.1" else "deprecated_at"
+    assert db.sql(f"select function_name, {mark} is not null from pgflow.workers") == [
+        ("pgflow-two", True)], "its worker row was marked as it ended"
+    assert db.one("select pgfence.request_start('pgflow-two')") is not None, \
+        "once the worker is gone, the supervisor may start another"
 
 
 # -- clients/deno/pgflow_test.ts: the drop-in worker and its backoff ---------------------------
@@ -315,7 +367,9 @@ def test_pgflow_worker_tests_pass_directly_and_through_pgbouncer(
         deno_env: dict[str, str]) -> None:
     """`deno test pgflow_test.ts` on a pgflow database: a @pgflow/dsl flow compiled by pgflow's
     compiler and run end to end by FlowWorker.start; the refusal backoff and its negative
-    control."""
+    control; each handler's visibility (the step's timeout from the database, a later task of
+    a batch extended or skipped, a long handler's message kept first); beforeunload and faults
+    of the one-line start."""
     name = conninfo_to_dict(flow.dsn)["dbname"]
     assert isinstance(name, str)
     env = {**deno_env,
@@ -326,4 +380,130 @@ def test_pgflow_worker_tests_pass_directly_and_through_pgbouncer(
     said = out.stdout + out.stderr
     assert out.returncode == 0, said
     summary = re.search(r"^ok \| (\d+) passed \| 0 failed(?: \| (\d+) ignored)?", said, re.M)
-    assert summary and int(summary.group(1)) == 10 and summary.group(2) in (None, "0"), said
+    assert summary and int(summary.group(1)) == 28 and summary.group(2) in (None, "0"), said
+
+
+# -- docs/pgflow.md, "Moving from pgflow's EdgeWorker (0.14)": a pgflow 0.14 project converted --
+
+# A pgflow 0.14 project as `npx pgflow install` lays one out: its migrations, a flow in
+# supabase/flows/ whose handlers take pgflow 0.14's inputs (a root step the run's input, a
+# dependent one its dependencies' outputs), and a worker function started by EdgeWorker.start,
+# with its deno.json. @pgflow/dsl 0.14.1 is not on the npm registry this machine reaches: the
+# project's import map names 0.8.1, whose Flow builds the same definition at run time (its
+# types differ, so the function runs without type-checking, as `deno run` does by default).
+ORIGINAL = {
+    "supabase/flows/order-total.ts": """import { Flow } from "@pgflow/dsl";
+
+export const OrderTotal = new Flow<{ items: number[] }>({ slug: "orderTotal" })
+  .step({ slug: "subtotal" }, (order) => order.items.reduce((a, b) => a + b, 0))
+  .step({ slug: "total", dependsOn: ["subtotal"] }, (deps) => deps.subtotal * 2);
+""",
+    "supabase/functions/order-worker/index.ts": """import { EdgeWorker } from "@pgflow/edge-worker";
+import { OrderTotal } from "../../flows/order-total.ts";
+
+EdgeWorker.start(OrderTotal);
+""",
+    "supabase/functions/order-worker/deno.json": json.dumps({"imports": {
+        "@pgflow/edge-worker": "jsr:@pgflow/edge-worker@0.14.1",
+        "@pgflow/dsl": "npm:@pgflow/dsl@0.8.1"}}, indent=2),
+}
+
+
+# Time passes for pgflow's debounce of a function's pings.
+DEBOUNCED = "update pgflow.worker_functions set last_invoked_at = now() - interval '1 minute'"
+
+
+def migration_block(marker: str, lang: str) -> str:
+    return textwrap.dedent(example("docs/pgflow.md", f"pgflow migration: {marker}", lang))
+
+
+def test_a_pgflow_014_project_converted_by_the_docs_runs_fenced_under_ensure_workers(
+        cluster14: Cluster, deno_env: dict[str, str], tmp_path: Path) -> None:
+    project = tmp_path / "app"
+    for name, text in ORIGINAL.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    (project / "supabase/migrations").mkdir()
+    for m in pgflow14_migrations():
+        shutil.copy(m, project / "supabase/migrations")
+    # The steps, as written: 1. pgfence init.
+    command = shlex.split(migration_block("init", "console").strip().removeprefix("$ "))
+    assert command[:2] == ["pgfence", "init"], command
+    out = subprocess.run([str(Path(sys.executable).parent / "pgfence"), *command[1:]],
+                         cwd=project, capture_output=True, text=True, timeout=HUNG)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # 2. the worker's import map names the client; 3. its index.ts serves the flow.
+    deno_json = project / "supabase/functions/order-worker/deno.json"
+    config = json.loads(deno_json.read_text())
+    config["imports"].update(json.loads(migration_block("deno.json", "json"))["imports"])
+    deno_json.write_text(json.dumps(config, indent=2))
+    (project / "supabase/functions/order-worker/index.ts").write_text(
+        migration_block("index.ts", "ts"))
+    # 4. the database: pgflow's migrations (with the stand-ins for pg_net and Vault), then the
+    # ones init wrote, in name order, then the step's migration.
+    cluster14.drop_database(CRON_DATABASE)
+    cluster14.create_database(CRON_DATABASE)
+    cluster14.psql(CRON_DATABASE, "-c", "do $$ begin if not exists (select from pg_roles "
+                   "where rolname = 'service_role') then create role service_role; end if; "
+                   "end $$")
+    install_pgflow14(cluster14, CRON_DATABASE, tmp_path)
+    vendored = {m.name for m in pgflow14_migrations()}
+    for m in sorted((project / "supabase/migrations").glob("*.sql")):
+        if m.name not in vendored:
+            cluster14.psql(CRON_DATABASE, "--single-transaction", "-f", m)
+    db = Database(cluster14.dsn(CRON_DATABASE))
+    try:
+        db.sql(migration_block("sql", "sql"))
+        db.sql("update cron.job set active = false")   # the test runs the job, as pg_cron would
+        db.sql("insert into vault.decrypted_secrets values ('supabase_project_id', 'testproj'), "
+               "('supabase_service_role_key', %s)", (KEY,))
+        # The function, as the Edge Runtime runs it with its own deno.json (offline here: the
+        # project's node_modules).
+        (project / "node_modules").symlink_to(ROOT / ".tools/node_modules")
+        (project / "package.json").write_text("{}")
+        server = DenoServer(
+            "supabase/functions/order-worker/index.ts", project,
+            {**deno_env, "EDGE_WORKER_DB_URL": f"postgres://{USER}@{LOOPBACK}:{cluster14.port}/"
+                                               f"{CRON_DATABASE}",
+             "SUPABASE_URL": "https://testproj.supabase.co", "SUPABASE_SERVICE_ROLE_KEY": KEY,
+             "SB_EXECUTION_ID": str(uuid.uuid4())},
+            flags=("--config", "supabase/functions/order-worker/deno.json",
+                   "--node-modules-dir=manual"))
+        try:
+            # pgflow's cron job, pointed at the layer: one ping, with an invocation id.
+            ensure_workers = str(db.one("select command from cron.job "
+                                        "where jobname = 'pgflow_ensure_workers'"))
+            db.sql(ensure_workers)
+            [(url, headers, body)] = db.sql("select url, headers, body from net.stand_in_calls")
+            assert url == "https://testproj.supabase.co/functions/v1/order-worker"
+            # What pg_net sends, through Supabase's gateway (which strips /functions/v1).
+            status, said = server.post(body, "/order-worker",
+                                       {"authorization": headers["Authorization"]})
+            assert status == 202 and said["started"] is True, said
+            assert db.one("select count(*) from pgflow.worker_functions "
+                          "where function_name = 'order-worker'") == 1, "tracked"
+            # The flow was compiled by the worker's start (pgflow 0.14's ensure_flow_compiled).
+            run_id = db.one("select run_id from pgflow.start_flow('orderTotal', "
+                            "'{\"items\": [2, 3]}')")
+            db.wait_until("select status = 'completed' from pgflow.runs where run_id = %s",
+                          (run_id,))
+            assert db.one("select output from pgflow.runs where run_id = %s", (run_id,)) == {
+                "total": 10}, "pgflow 0.14's inputs: the run's input, then the dependency's"
+            assert db.sql("select count(*) from pgfence_pgflow.attempts") == [(2,)], "fenced"
+            db.sql(DEBOUNCED)
+            db.sql(ensure_workers)
+            assert db.one("select count(*) from net.stand_in_calls") == 1, \
+                "no ping while its worker is current"
+            assert server.stop() == 0
+        finally:
+            server.kill()
+        assert db.sql("select status from pgfence.lease_status") == [("released",)]
+        assert db.sql("select function_name, stopped_at is not null from pgflow.workers") == [
+            ("order-worker", True)]
+        db.sql(DEBOUNCED)
+        db.sql(ensure_workers)
+        assert db.one("select count(*) from net.stand_in_calls") == 2, \
+            "its worker gone, the next ping starts another"
+    finally:
+        db.close()
+        cluster14.drop_database(CRON_DATABASE)

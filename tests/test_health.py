@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
+import psycopg
 import pytest
 
 from pgfence.connection import connect
@@ -140,6 +141,14 @@ DRIFTS: dict[str, tuple[str, str, str]] = {
     "a schema granted to PUBLIC": (
         "grant create on schema pgfence to public",
         "roles and grants", "PUBLIC may CREATE schema pgfence"),
+    "a relation granted to PUBLIC": (
+        "grant select on pgfence.tasks to public",
+        "roles and grants", "PUBLIC may SELECT relation pgfence.tasks"),
+    # A composite type of its own, which lockdown revokes too (until issue 43, only domains,
+    # enums and ranges: PUBLIC kept the default USAGE of pgfence.lease).
+    "a type granted to PUBLIC": (
+        "grant usage on type pgfence.lease to public",
+        "roles and grants", "PUBLIC may USAGE type pgfence.lease"),
 }
 
 
@@ -149,9 +158,9 @@ def test_drift_is_named_by_its_check(db: Database, drift: str) -> None:
     change, check, named = DRIFTS[drift]
     db.sql(change)
     bad = failing(db)
-    # A new owner also holds the object's grants: its ACL changes with it.
-    expected = [check, "roles and grants"] if drift == "an owner changed" else [check]
-    assert list(bad) == expected, bad
+    # (A new owner is named by the object's digest: the ACL as recorded leaves the owner's own
+    # privileges and the grantors out, so it is unchanged.)
+    assert list(bad) == [check], bad
     assert named in bad[check], bad[check]
 
 
@@ -178,6 +187,67 @@ def test_a_layers_schema_and_grants_are_checked_as_the_cores(mq: Database) -> No
     for named in ("PUBLIC may USAGE schema pgfence_pgmq",
                   "PUBLIC may SELECT column pgfence_pgmq.attempts.attempt_id"):
         assert named in bad["roles and grants"], bad["roles and grants"]
+
+
+# The issue's scenario (issue 43 item 1): grants a hand added let a role with no pgfence role read
+# a live lease id, with which any worker ends another's lease. health names each grant, and
+# lockdown, which revokes what health names (pgfence.foreign_grants: one rule), undoes them.
+EXPOSE = ["grant usage on schema pgfence to public",
+          "grant select (resource, lease_id, state) on pgfence.leases to public"]
+FOREIGN = "pgfence.foreign_grants(name)"
+COLUMN_GRANT = "select has_column_privilege('public', 'pgfence.leases', 'lease_id', 'select')"
+COLUMNS = "join pg_attribute t on t.attrelid = c.oid and t.attacl is not null,"
+
+
+def stranger_reads_a_live_lease(db: Database) -> tuple[str, str, str | None]:
+    """A role with no pgfence role reads the active lease's id and a second worker releases the
+    first's lease with it; then lockdown runs. What health named of the grants, what the
+    stranger read, and what it reads after the lockdown (None: refused)."""
+    healthy(db)
+    suffix = uuid.uuid4().hex[:8]
+    stranger, worker = f"pgfence_health_s_{suffix}", f"pgfence_health_x_{suffix}"
+    db.sql(f"create role {stranger}")
+    db.sql(f"create role {worker} in role pgfence_worker")
+    read = "select lease_id::text from pgfence.leases where resource = 'r' and state = 'active'"
+    try:
+        for grant in EXPOSE:
+            db.sql(grant)
+        named = failing(db).get("roles and grants", "")
+        db.sql(f"set role {stranger}")
+        lease_id = str(db.one(read))
+        db.sql(f"set role {worker}")
+        assert db.one("select pgfence.release(%s)", (lease_id,)) is True
+        db.sql("reset role")
+        db.sql("select pgfence.lockdown('pgfence')")
+        db.sql(f"set role {stranger}")
+        try:
+            after: str | None = str(db.one(read))
+        except psycopg.Error as e:
+            assert e.sqlstate == "42501", e
+            after = None
+        return named, lease_id, after
+    finally:
+        db.sql("reset role")
+        db.sql(f"drop owned by {stranger}, {worker}")
+        db.sql(f"drop role {stranger}")
+        db.sql(f"drop role {worker}")
+
+
+def test_grants_that_expose_a_lease_are_named_and_lockdown_revokes_them(db: Database) -> None:
+    named, lease_id, after = stranger_reads_a_live_lease(db)
+    for grant in ("PUBLIC may USAGE schema pgfence",
+                  "PUBLIC may SELECT column pgfence.leases.lease_id"):
+        assert grant in named, named
+    assert len(lease_id) == 36
+    assert after is None and db.one(COLUMN_GRANT) is False, "lockdown revoked what health named"
+    assert failing(db) == {}
+
+
+def test_negative_control_a_lockdown_blind_to_columns_leaves_the_lease_readable(
+        db: Database) -> None:
+    db.replace_in_function(FOREIGN, COLUMNS, "join pg_attribute t on false,")
+    stranger_reads_a_live_lease(db)
+    assert db.one(COLUMN_GRANT) is True, "the column grant survived the lockdown"
 
 
 def test_history_past_retention_is_counted_up_to_a_bound(db: Database) -> None:

@@ -6,6 +6,11 @@ connection (PgBouncer, transaction pooling) the next transaction may be another 
 
 - it may idle past the fenced transaction's bound and is not cut off; the negative control
   sets the bound for the session (the mutant `idle-limit-for-the-session`), and it is;
+- the 5 s that renew (and every other call of limit_idle) sets for its transaction is gone
+  from the next one: judged where it is in force, the next transaction's
+  idle_in_transaction_session_timeout; the negative control sets it for the session (the
+  mutant `limit-idle-for-the-session`, issue 43 item 8 b), and the next transaction, perhaps
+  another client's behind the pooler, would be cut off after idling 5 s;
 - the marker, replayed in a later transaction on the same connection after the lease ended,
   opens no guard: the write is refused (PF007); the negative control ties the marker to no
   transaction (the mutant `fence-token-replayable`), and the replay writes.
@@ -73,6 +78,44 @@ def test_negative_control_a_bound_for_the_session_cuts_it_off(any_db: Database) 
     any_db.replace_in_function(HOLD, "v_left::pg_catalog.text, true)",
                                "v_left::pg_catalog.text, false)")
     assert unfenced_after_fenced(any_db) is not None
+
+
+LIMIT_IDLE = "pgfence.limit_idle()"
+SHOW = "select current_setting('idle_in_transaction_session_timeout')"
+
+
+def limit_after_a_renewal(db: Database) -> tuple[str, str, str]:
+    """The idle limit in force on a connection before pgfence was called on it, in a
+    transaction that renews, and in the next transaction on the same server connection."""
+    db.sql("select pgfence.register('r')")
+    s = db.session("s")
+    s.begin()
+    backend = s.one("select pg_backend_pid()")
+    before = str(s.one(SHOW))
+    s.commit()
+    lease = acquired(s.acquire("r"))
+    s.begin()
+    assert s.one("select pg_backend_pid()") == backend, "not the same server connection"
+    s.renew(lease)
+    during = str(s.one(SHOW))
+    s.commit()
+    s.begin()
+    assert s.one("select pg_backend_pid()") == backend, "not the same server connection"
+    after = str(s.one(SHOW))
+    s.commit()
+    return before, during, after
+
+
+def test_a_renewals_idle_limit_ends_with_its_transaction(any_db: Database) -> None:
+    before, during, after = limit_after_a_renewal(any_db)
+    assert during == "5s" and before != during, (before, during)
+    assert after == before
+
+
+def test_negative_control_a_renewals_limit_for_the_session_stays(any_db: Database) -> None:
+    any_db.replace_in_function(LIMIT_IDLE, "'5s', true)", "'5s', false)")
+    before, during, after = limit_after_a_renewal(any_db)
+    assert during == "5s" and after == "5s" != before
 
 
 def replayed_on_the_same_connection(db: Database) -> str | None:

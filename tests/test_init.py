@@ -15,7 +15,8 @@ import pytest
 
 from pgfence import cli, init
 from pgfence.releases import Files
-from tests.support import ROOT
+from pgfence.releases import key as release_key
+from tests.support import ROOT, package_of
 
 NOW = dt.datetime(2026, 12, 2, 7, 30, 0, tzinfo=dt.UTC)
 
@@ -50,7 +51,9 @@ def test_supabase_layout_in_order_after_the_last_migration(project: Path) -> Non
         "supabase/migrations/21000101000004_pgfence_cron.sql",
         "supabase/functions/_shared/pgfence/mod.ts",
         "supabase/functions/_shared/pgfence/pgflow.ts",
-        "supabase/functions/pgfence-worker/index.ts"]
+        "supabase/functions/pgfence-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/deno.json"]
     files = written(project)
     core = files["supabase/migrations/21000101000000_pgfence.sql"]
     assert core.endswith((ROOT / "sql/pgfence.sql").read_text())
@@ -65,7 +68,16 @@ def test_supabase_layout_in_order_after_the_last_migration(project: Path) -> Non
     manifest = json.loads(files["supabase/pgfence-init.json"])
     assert set(manifest["files"]) == {"migration:core", "migration:pgmq", "migration:pgflow",
                                       "migration:grants", "migration:cron", "deno:mod.ts",
-                                      "deno:pgflow.ts", "worker"}
+                                      "deno:pgflow.ts", "worker", "flow-worker",
+                                      "flow-worker:deno.json"}
+    # The pgflow worker: FlowWorker.serve, its imports through its own deno.json.
+    flow_worker = files["supabase/functions/pgfence-flow-worker/index.ts"]
+    assert 'from "pgfence/pgflow";' in flow_worker and "FlowWorker.serve(" in flow_worker
+    imports = json.loads(files["supabase/functions/pgfence-flow-worker/deno.json"]
+                         .split("\n", 1)[1])["imports"]
+    assert imports["pgfence/pgflow"] == "../_shared/pgfence/pgflow.ts"
+    assert imports["pgfence"] == "../_shared/pgfence/mod.ts"
+    assert imports["@pgflow/dsl"].startswith("npm:@pgflow/dsl@")
 
 
 def test_dated_now_when_the_last_migration_is_older(project: Path) -> None:
@@ -177,8 +189,10 @@ def test_dry_run_lists_the_files_and_writes_nothing(project: Path,
         "supabase/migrations/T_pgfence_pgflow.sql", "supabase/migrations/T_pgfence_grants.sql",
         "supabase/migrations/T_pgfence_cron.sql", "supabase/functions/_shared/pgfence/mod.ts",
         "supabase/functions/_shared/pgfence/pgflow.ts",
-        "supabase/functions/pgfence-worker/index.ts"]
-    assert out.rstrip().endswith("dry run: 8 files, nothing was written")
+        "supabase/functions/pgfence-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/deno.json"]
+    assert out.rstrip().endswith("dry run: 10 files, nothing was written")
 
 
 def test_plain_layout_without_a_role_has_no_grants(tmp_path: Path) -> None:
@@ -210,6 +224,10 @@ def test_plain_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     (["init", "{tmp}"], cli.EXIT_USAGE, "one of the arguments --supabase --plain is required"),
     (["--db-url", "postgresql:///x", "init", "--plain", "{tmp}"], cli.EXIT_USAGE,
      "init connects to no database"),
+    (["init", "--plain", "{tmp}", "--supervise", "emails"], cli.EXIT_USAGE,
+     "--supervise writes a pg_cron job"),
+    (["init", "--plain", "{tmp}", "--supervise", "a b"], cli.EXIT_USAGE,
+     "--supervise writes a pg_cron job"),
 ])
 def test_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], code: int,
                   said: str) -> None:
@@ -252,3 +270,241 @@ def test_the_documented_dry_run_listing_is_what_init_prints(
     stamp = re.compile(r"\d{14}")
     assert stamp.sub("T", out.replace(f"project {project} ", "project . ")) == stamp.sub(
         "T", block.group(1))
+
+
+# --------------------------------------------------------------------------------------------
+# Nothing outside the project (issue 43, item 3)
+
+
+def outside_and_inside(tmp_path: Path) -> tuple[Path, Path]:
+    """A project and a folder beside it, which init must never write into."""
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    (project / "supabase/migrations").mkdir(parents=True)
+    outside.mkdir()
+    return project, outside
+
+
+@pytest.mark.parametrize("link", ["dangling file", "file", "folder"])
+def test_a_symlink_in_the_way_is_refused(tmp_path: Path, link: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    project, outside = outside_and_inside(tmp_path)
+    if link == "folder":
+        (project / "supabase/functions").symlink_to(outside)
+        there = "supabase/functions"
+    else:
+        (project / "supabase/functions/pgfence-worker").mkdir(parents=True)
+        if link == "file":
+            (outside / "x.ts").write_text("theirs\n")
+        (project / "supabase/functions/pgfence-worker/index.ts").symlink_to(outside / "x.ts")
+        there = "supabase/functions/pgfence-worker/index.ts"
+    before = written(project)
+    code, _, err = run(capsys, "init", "--supabase", str(project))
+    assert code == cli.EXIT_REFUSED, err
+    assert f"{there} is a symlink" in err and "nothing was written" in err
+    assert written(outside) == ({"x.ts": "theirs\n"} if link == "file" else {})
+    assert written(project) == before
+
+
+@pytest.mark.parametrize("path", ["../outside/x.sql", "/tmp/pgfence-init-escape.sql",
+                                  "supabase/migrations/../../../outside/x.sql",
+                                  "supabase/config.toml",
+                                  "supabase/migrations/20990101000000_other.sql"])
+def test_a_manifest_path_init_would_not_choose_is_refused(
+        tmp_path: Path, path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    project, outside = outside_and_inside(tmp_path)
+    (project / "supabase/pgfence-init.json").write_text(json.dumps(
+        {"pgfence": "0.2.1", "files": {"migration:core": {"path": path, "sha256": "0" * 64}}}))
+    before = written(project)
+    code, _, err = run(capsys, "init", "--supabase", str(project))
+    assert code == cli.EXIT_REFUSED, err
+    assert f"records '{path}' for migration:core, a path pgfence init never writes" in err
+    assert written(outside) == {} and not Path("/tmp/pgfence-init-escape.sql").exists()
+    assert written(project) == before
+
+
+def test_a_symlinked_manifest_is_refused(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    project, outside = outside_and_inside(tmp_path)
+    (outside / "manifest.json").write_text('{"files": {}}')
+    (project / "supabase/pgfence-init.json").symlink_to(outside / "manifest.json")
+    code, _, err = run(capsys, "init", "--supabase", str(project))
+    assert code == cli.EXIT_REFUSED and "pgfence-init.json is a symlink" in err
+    assert written(outside) == {"manifest.json": '{"files": {}}'}
+
+
+def test_a_symlink_put_there_after_the_check_is_not_written_through(tmp_path: Path) -> None:
+    """The write itself refuses what the checks would have: O_EXCL for a new file (a dangling
+    symlink put there meanwhile), O_NOFOLLOW for one it replaces."""
+    project, outside = outside_and_inside(tmp_path)
+    new = project / "supabase/new.ts"
+    new.symlink_to(outside / "x.ts")
+    with pytest.raises(init.InitError, match="not written"):
+        init.write(new, "text", new=True, root=project)
+    with pytest.raises(init.InitError, match="not written"):
+        init.write(new, "text", new=False, root=project)
+    assert written(outside) == {}
+
+
+@pytest.mark.parametrize("how", ["symlink", "manifest"])
+def test_negative_control_without_the_checks_init_writes_outside(
+        tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the checks stop is real: with inside() a bare join and expected() always true (and
+    a write that follows symlinks, as 0.2.1's did), the same projects make init write outside
+    (issue 43's two findings, each exit 0)."""
+    project, outside = outside_and_inside(tmp_path)
+    if how == "symlink":
+        (project / "supabase/functions/pgfence-worker").mkdir(parents=True)
+        (project / "supabase/functions/pgfence-worker/index.ts").symlink_to(outside / "x.ts")
+    else:
+        (project / "supabase/pgfence-init.json").write_text(json.dumps(
+            {"pgfence": "0.2.1", "files": {"migration:core": {
+                "path": "../outside/x.sql", "sha256": "0" * 64,
+                "release": Files().newest()}}}))
+    monkeypatch.setattr(init.Project, "inside", lambda self, rel: self.dir / rel)
+    monkeypatch.setattr(init.Project, "expected", lambda self, key, path: True)
+
+    def follow(target: Path, text: str, *, new: bool, root: Path) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    monkeypatch.setattr(init, "write", follow)
+    init.Project(project, supabase=True, layers=[], role="service_role", cron=True,
+                 now=NOW).run(dry_run=False)
+    name = "x.ts" if how == "symlink" else "x.sql"
+    assert (outside / name).read_text().startswith(("// Written by pgfence init", "-- pgfence"))
+
+
+# --------------------------------------------------------------------------------------------
+# A project an older release initialized: upgrade migrations, the applied ones left alone
+
+
+def old_project(tmp_path: Path, layers: list[str], legacy: bool = True) -> tuple[Path, Files]:
+    """A Supabase project that pgfence init 0.2.0 wrote (with the manifest 0.2.1's init wrote,
+    which records no release: ``legacy``), and the package of that release."""
+    project = tmp_path / "app"
+    (project / "supabase/migrations").mkdir(parents=True)
+    (project / "supabase/migrations/20250101000000_app.sql").write_text("create table t ();\n")
+    old = Files(package_of("0.2.0", tmp_path / "package-0.2.0"))
+    init.Project(project, supabase=True, layers=layers, role="service_role", cron=True,
+                 files=old, now=NOW).run(dry_run=False)
+    manifest = project / "supabase/pgfence-init.json"
+    doc = json.loads(manifest.read_text())
+    for key in ("flow-worker", "flow-worker:deno.json"):   # init 0.2.0 wrote no pgflow worker
+        if (entry := doc["files"].pop(key, None)) is not None:
+            (project / entry["path"]).unlink()
+    if legacy:
+        for entry in doc["files"].values():
+            del entry["release"]
+    manifest.write_text(json.dumps(doc))
+    return project, old
+
+
+def expected_upgrades(source: str, layers: list[str]) -> list[tuple[str, str]]:
+    """(migration name, upgrade file) of each upgrade from `source`, in the order they must
+    run: per release B, pgfence's file to B, then each layer's to B (it needs pgfence B)."""
+    files, v = Files(), Files().newest()
+    steps = [(release_key(u.target), 0, f"pgfence_upgrade_{u.target.replace('.', '_')}",
+              u.name) for u in files.chain(source, v) or []]
+    for i, layer in enumerate(layers, 1):
+        steps += [(release_key(u.target), i,
+                   f"pgfence_{layer}_upgrade_{u.target.replace('.', '_')}", u.name)
+                  for u in files.layer_chain(layer, source, v)]
+    return [(name, file) for *_, name, file in sorted(steps)]
+
+
+@pytest.mark.parametrize("legacy", [True, False], ids=["manifest without releases", "with"])
+def test_an_older_project_gets_upgrade_migrations(tmp_path: Path, legacy: bool) -> None:
+    project, _ = old_project(tmp_path, ["pgmq", "pgflow"], legacy)
+    before = written(project)
+    (project / "supabase/migrations/20261203000000_later.sql").write_text("select 1;\n")
+    later = NOW + dt.timedelta(days=3)
+    doc = init.Project(project, supabase=True, layers=["pgmq", "pgflow"], role="service_role",
+                       cron=True, now=later).run(dry_run=False)
+    actions = {f["path"]: f["action"] for f in doc["files"]}
+    new = [p for p, a in actions.items() if a == "write" and "/migrations/" in p]
+    assert [p for p, a in actions.items() if a == "write" and p not in new] == [
+        "supabase/functions/pgfence-flow-worker/index.ts",
+        "supabase/functions/pgfence-flow-worker/deno.json"], "new since init 0.2.0"
+    expected = expected_upgrades("0.2.0", ["pgmq", "pgflow"])
+    # The pgflow layer changed in the next release: its upgrade comes right after pgfence's.
+    assert [name for name, _ in expected[:2]] == ["pgfence_upgrade_0_2_1",
+                                                  "pgfence_pgflow_upgrade_0_2_1"]
+    assert [re.sub(r"\d{14}", "T", p) for p in new] == [
+        f"supabase/migrations/T_{name}.sql" for name, _ in expected]
+    # Dated after the project's last migration (and now), one second apart, in order.
+    stamps = [int(p.split("/")[-1][:14]) for p in new]
+    assert stamps == list(range(20261205073000, 20261205073000 + len(new)))
+    files = written(project)
+    for path, (_, upgrade) in zip(new, expected, strict=True):
+        assert files[path].endswith((ROOT / "sql/upgrades" / upgrade).read_text())
+    # What was written (and applied) before is left alone; the grants and cron SQL is the same.
+    for path, text in before.items():
+        if path != "supabase/pgfence-init.json" and "/functions/" not in path:
+            assert files[path] == text, path
+    assert {a for p, a in actions.items() if "/migrations/" in p and p not in new} == {"keep"}
+    manifest = json.loads(files["supabase/pgfence-init.json"])["files"]
+    v = Files().newest()
+    assert manifest[f"migration:core@{v}"]["release"] == v
+    # And again: nothing to write.
+    again = init.Project(project, supabase=True, layers=["pgmq", "pgflow"],
+                         role="service_role", cron=True, now=later).run(dry_run=False)
+    assert not again["changed"]
+    assert {f["action"] for f in again["files"]} == {"keep"}
+
+
+def test_a_layer_added_to_an_older_project_comes_after_the_upgrade(tmp_path: Path) -> None:
+    project, _ = old_project(tmp_path, [])
+    doc = init.Project(project, supabase=True, layers=["pgmq"], role="service_role", cron=True,
+                       now=NOW).run(dry_run=False)
+    new = [re.sub(r"\d{14}", "T", f["path"]) for f in doc["files"] if f["action"] == "write"]
+    upgrades = [f"supabase/migrations/T_{name}.sql" for name, _ in expected_upgrades("0.2.0", [])]
+    assert new[:len(upgrades) + 1] == [*upgrades, "supabase/migrations/T_pgfence_pgmq.sql"]
+
+
+def test_a_changed_migration_of_an_older_project_is_still_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project, _ = old_project(tmp_path, [])
+    (cron,) = (project / "supabase/migrations").glob("*_pgfence_cron.sql")
+    cron.write_text(cron.read_text() + "-- mine\n")
+    before = written(project)
+    code, _, err = run(capsys, "init", "--supabase", str(project))
+    assert code == cli.EXIT_REFUSED and "changed since init wrote it" in err
+    assert written(project) == before
+
+
+def test_a_project_a_newer_release_initialized_is_refused(tmp_path: Path) -> None:
+    project, _ = old_project(tmp_path, [], legacy=False)
+    with pytest.raises(init.InitError, match="newer than this package"):
+        init.Project(project, supabase=True, layers=[], role="service_role", cron=True,
+                     files=Files(package_of("0.1.0", tmp_path / "package-0.1.0")),
+                     now=NOW).run(dry_run=False)
+
+
+def test_the_documented_upgrade_listing_is_what_init_prints(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (ROOT / "docs/supabase.md").read_text()
+    block = re.search(r"<!-- init upgrade listing:[^>]*-->\s*```console\n\$ (.*?)\n(.*?)```",
+                      text, re.S)
+    assert block, "docs/supabase.md has no init upgrade listing"
+    project, _ = old_project(tmp_path, ["pgmq", "pgflow"])
+    monkeypatch.chdir(project)
+    code, out, err = run(capsys, *block.group(1).split()[1:])
+    assert code == 0, err
+    stamp = re.compile(r"\d{14}")
+    # The new migrations are dated now: the listing's stamps stand for any.
+    assert stamp.sub("T", out) == stamp.sub("T", block.group(2))
+
+
+def test_the_supervisor_is_a_migration_after_the_cron_jobs(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "init", "--supabase", str(project), "--supervise", "a b")[0] == 2
+    assert run(capsys, "init", "--supabase", str(project), "--no-cron", "--supervise",
+               "emails")[0] == 2
+    plan = init.Project(project, supabase=True, layers=[], role="service_role", cron=True,
+                        supervise="emails", now=NOW).plan()
+    assert [p.path for p in plan if p.migration][-2:] == [
+        "supabase/migrations/20261202073002_pgfence_cron.sql",
+        "supabase/migrations/20261202073003_pgfence_supervisor.sql"]
+    (job,) = [p.text for p in plan if p.key == "migration:supervisor"]
+    assert "select cron.schedule(E'pgfence-supervise-emails'," in job
+    assert "v_invocation := pgfence.request_start(E'emails');" in job

@@ -15,6 +15,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
+import types
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -117,7 +119,8 @@ def test_sqitch_then_the_cli_and_the_upgrade_file_are_refused(make: Any) -> None
     before = db.dump()
     code, out = db.cli("upgrade", db.confirm())
     assert code == 1 and "Sqitch deploys pgfence" in out, out
-    assert 'sqitch deploy "db:$DATABASE_URL"' in out, out
+    assert f'sqitch deploy --to @v{HEAD} "db:$DATABASE_URL"' in out, out
+    assert "git checkout" not in out, "a clone need not have git tags"
     code, out = db.cli("version")
     assert code == 0 and "deployed by Sqitch (registry schema sqitch)" in out, out
     assert "pgfence --db-url" not in out, "version suggests a path that would be refused"
@@ -242,9 +245,83 @@ def test_the_first_change_after_every_tag_refuses_a_database_another_path_moved(
             release = tag.removeprefix("v")
             text = rules.script(entries, after).read_text()
             guard = (f"if v_found is distinct from '{release}' then" if rules.legacy(tag)
-                     else f"select pgfence.expect_release('pgfence', '{release}');")
+                     else f"perform pgfence.expect_release('pgfence', '{release}');")
             assert guard in text, (
                 f"{rules.script(entries, after).relative_to(ROOT)}, the first change after "
                 f"@v{release}, must refuse a database that does not hold {release}")
             found += 1
     assert found, "no change after a tag"
+
+
+# --- issue 43 item 8 e: a layer's section ends with its release's change ------------------------
+
+EXTRA = """-- Deploy pgfence_pgmq:extra
+begin;
+create function pgfence_pgmq.extra() returns int language sql as 'select 1';
+commit;
+"""
+
+
+def with_a_change_after_the_release(tmp_path: Path) -> Path:
+    """A copy of layers/pgmq whose plan has a change after its release's change (added with
+    `sqitch add`, its line left after release_X instead of moved above it), and the layer's
+    fingerprints: what scripts/bundle reads of a layer."""
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "layers/pgmq", root / "layers/pgmq")
+    (root / "sql/releases").mkdir(parents=True)
+    shutil.copy2(ROOT / "sql/releases/fingerprints-pgmq", root / "sql/releases")
+    (root / "layers/pgmq/deploy/extra.sql").write_text(EXTRA)
+    plan = root / "layers/pgmq/sqitch.plan"
+    last = plan.read_text().rstrip("\n").splitlines()[-1]
+    assert last.startswith("release_"), last
+    plan.write_text(plan.read_text() + "extra 2026-12-07T00:00:00Z pgfence <pgfence@localhost> "
+                                       "# a change after the release's\n")
+    return root
+
+
+def layer_files_of(rules: Any, root: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """scripts/bundle's files of the pgmq layer under ``root``."""
+    monkeypatch.setattr(rules, "ROOT", root)
+    monkeypatch.setattr(rules, "SQL", root / "sql")
+    head = rules.version_of(rules.read_plan(), len(rules.read_plan()))
+    return rules.layer_files("pgmq", head)
+
+
+def test_a_layer_section_that_does_not_end_with_its_release_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/bundle refuses a layer plan whose section ends with anything but its release's
+    change (pgfence.seal, which runs the lockdown last): a change after it would ship, in the
+    layer's install and upgrade, with whatever default privileges grant."""
+    rules = bundle()
+    with pytest.raises(rules.PlanError, match=r"layers/pgmq: the plan section ending at extra "
+                                              r"must end with its release's change"):
+        layer_files_of(rules, with_a_change_after_the_release(tmp_path), monkeypatch)
+
+
+def test_negative_control_a_rule_without_the_end_lets_the_layer_out_unlocked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: Cluster, template: str) -> None:
+    """scripts/bundle as the catalogued mutant `bundle-layer-seal-anywhere` (the section only
+    has to hold its release's change): the same plan passes, and its layer install, run after
+    pgfence and pgmq, leaves the change's function to PUBLIC."""
+    mutants = tomllib.loads((ROOT / "tests/mutation/mutants.toml").read_text())["mutant"]
+    [m] = [m for m in mutants if m["id"] == "bundle-layer-seal-anywhere"]
+    source = (ROOT / "scripts/bundle").read_text()
+    assert source.count(m["text"]) == 1
+    variant = types.ModuleType("pgfence_bundle_variant")
+    variant.__dict__["__file__"] = str(ROOT / "scripts/bundle")
+    monkeypatch.setitem(sys.modules, variant.__name__, variant)  # its dataclasses look it up
+    exec(compile(source.replace(m["text"], m["replacement"]), "scripts/bundle", "exec"),
+         variant.__dict__)
+    files = layer_files_of(variant, with_a_change_after_the_release(tmp_path), monkeypatch)
+    install = files[tmp_path / "repo/sql/pgfence-pgmq.sql"]
+    name = f"p_{uuid.uuid4().hex[:10]}"
+    cluster.create_database(name, template)
+    try:
+        cluster.psql(name, "-c", "create extension pgmq")
+        (tmp_path / "layer.sql").write_text(install)
+        cluster.psql(name, "--single-transaction", "-f", tmp_path / "layer.sql")
+        public = cluster.psql(name, "-At", "-c", "select has_function_privilege('public', "
+                              "'pgfence_pgmq.extra()', 'execute')")
+        assert public.strip() == "t"
+    finally:
+        cluster.drop_database(name)

@@ -109,6 +109,6 @@ breaks = "nothing"
     assert said["gone"] == "invalid: text not found in migrations/deploy/claim.sql"
     assert said["twice"] == ("invalid: text ambiguous in migrations/deploy/acquire.sql"
                              " (found 2 times)")
-    assert said["released"].startswith("invalid: claim@v0.1.0.sql is not a live deploy script")
+    assert said["released"].startswith("invalid: claim@v0.1.0.sql is neither a live deploy script")
     assert said["broken"].startswith("invalid: does not install: syntax error"), said
     assert "5 mutants in" in out.stdout and "1 survived, 4 invalid" in out.stdout

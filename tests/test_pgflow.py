@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from testkit.cluster import Cluster
-from testkit.harness import Database, Lease, Session, sqlstate
+from testkit.harness import Database, Lease, Session, Step, sqlstate
 from tests.support import (
     ROOT,
     acquired,
@@ -387,6 +387,57 @@ def test_negative_control_task_before_message_deadlocks(flow: Database) -> None:
     poll = b.start("select count(*) from pgfence_pgflow.start_tasks(%s, 'two', 'two', "
                    "'30 seconds', 5)", (lb.lease_id,))
     assert poll.settle() is True and poll.blocked_by == [a.pid], "B read it, waits for A's task"
+    c.commit()
+    outcomes = [sqlstate(late.result), sqlstate(poll.result)]
+    assert "40P01" in outcomes, f"no deadlock: {outcomes}"
+
+
+# The task row itself, held by a third session (issue 43 item 8 a): the late result has the run
+# and the message when it reaches the task, so a takeover's read skips the message.
+HOLD_TASK = ("select from pgflow.step_tasks where run_id = %s and step_slug = 'first' "
+             "for update")
+MESSAGE_LOCK = ("  execute format('select from pgmq.%I m where m.msg_id = $1 for update', "
+                "v_queue_table)\n    using v_attempt.msg_id;\n")
+TASK_LOCK_END = "     and st.task_index = v_attempt.task_index\n     for update;\n"
+
+
+def late_result_behind_a_held_task(flow: Database) -> tuple[Step, Step, Session]:
+    """C holds A's task row; A's late completion waits for it; B, which took over, polls the
+    flow's queue. The completion's step and the poll's step, and C."""
+    run_id = two_steps(flow)
+    a, b, c = flow.session("a"), flow.session("b"), flow.session("c")
+    la = acquired(a.acquire("fn"))
+    [(attempt, _, _)] = start(a, la)
+    paused_past_everything(flow, la, "first")
+    c.begin()
+    c.run(HOLD_TASK, (run_id,))
+    late = a.start("select pgfence_pgflow.complete_task(%s, '{\"late\": true}')", (attempt,))
+    assert late.settle() is True and late.blocked_by == [c.pid]
+    lb = acquired(b.acquire("fn"))
+    poll = b.start("select count(*) from pgfence_pgflow.start_tasks(%s, 'two', 'two', "
+                   "'30 seconds', 5)", (lb.lease_id,))
+    return late, poll, c
+
+
+def test_a_late_result_and_a_takeover_never_deadlock_behind_a_held_task(flow: Database) -> None:
+    """The order of finish is the run, then the message, then the task: A holds the message
+    while it waits for the task, B's read skips it, and A's result is kept."""
+    late, poll, c = late_result_behind_a_held_task(flow)
+    assert poll.settle() is False and poll.one() == 0, "B skipped the message A holds"
+    c.commit()
+    assert late.one() == "accepted"
+    assert task(flow, "first") == ("completed", 1, {"late": True})
+
+
+def test_negative_control_the_task_locked_before_the_message_deadlocks(flow: Database) -> None:
+    """finish with the message's lock moved after the task's: B reads the message A has not
+    locked yet and waits for the task; once C lets go, A takes the task and waits for the
+    message: one of the two is a deadlock victim (40P01)."""
+    src = flow.one("select pg_get_functiondef(%s::regprocedure)", (FINISH,))
+    assert src.count(MESSAGE_LOCK) == 1 and src.count(TASK_LOCK_END) == 1, "out of date"
+    flow.sql(src.replace(MESSAGE_LOCK, "").replace(TASK_LOCK_END, TASK_LOCK_END + MESSAGE_LOCK))
+    late, poll, c = late_result_behind_a_held_task(flow)
+    assert poll.settle() is True, "B read the message and waits for the task"
     c.commit()
     outcomes = [sqlstate(late.result), sqlstate(poll.result)]
     assert "40P01" in outcomes, f"no deadlock: {outcomes}"

@@ -20,11 +20,14 @@ answers with the clear error its role lacks pgfence_worker, and nothing is compl
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import socket
 import subprocess
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,8 +36,19 @@ from pathlib import Path
 import pytest
 
 from pgfence import init
+from pgfence.releases import Files
 from testkit.cluster import LOOPBACK, Cluster
-from tests.support import DENO, HUNG, PGFLOW_MIGRATIONS, REALTIME_STAND_IN, ROOT, SUPABASE
+from tests.support import (
+    DENO,
+    HUNG,
+    PGFLOW_MIGRATIONS,
+    REALTIME_STAND_IN,
+    ROOT,
+    SUPABASE,
+    bundle_query,
+    package_of,
+)
+from tests.test_init import expected_upgrades
 from tests.test_supabase_install import OWNER, SUPABASE_ROLES
 from tests.test_wheel import source_tree
 
@@ -313,12 +327,20 @@ def test_both_layers_after_pgflows_own_migrations_applied_in_order(cluster: Clus
     # The Deno files type-check where init put them (postgres.js offline, as in follow()).
     (project / "node_modules").symlink_to(ROOT / ".tools/node_modules")
     (project / "package.json").write_text("{}")
+    deno_env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+                "DENO_DIR": str(tmp_path / "deno-dir"), "NO_COLOR": "1",
+                "DENO_NO_UPDATE_CHECK": "1"}
     check = subprocess.run([str(DENO), "check", "supabase/functions/pgfence-worker/index.ts",
                             "supabase/functions/_shared/pgfence/pgflow.ts"], cwd=project,
-                           env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
-                                "DENO_DIR": str(tmp_path / "deno-dir"), "NO_COLOR": "1",
-                                "DENO_NO_UPDATE_CHECK": "1"},
-                           capture_output=True, text=True, timeout=HUNG)
+                           env=deno_env, capture_output=True, text=True, timeout=HUNG)
+    assert check.returncode == 0, check.stdout + check.stderr
+    # The pgflow worker, with the import map init wrote beside it (the Supabase CLI uses a
+    # function's own deno.json).
+    flow_worker = "supabase/functions/pgfence-flow-worker"
+    check = subprocess.run([str(DENO), "check", "--config", f"{flow_worker}/deno.json",
+                            "--node-modules-dir=manual",   # offline: the project's node_modules
+                            f"{flow_worker}/index.ts"], cwd=project,
+                           env=deno_env, capture_output=True, text=True, timeout=HUNG)
     assert check.returncode == 0, check.stdout + check.stderr
     name = f"qs_{uuid.uuid4().hex[:10]}"
     cluster.psql("postgres", "-c", SUPABASE_ROLES, "-c", f"create database {name}")
@@ -369,3 +391,180 @@ def test_the_cron_migration_without_pg_cron_says_what_to_do(cluster: Cluster,
             == "t"
     finally:
         cluster.drop_database(name)
+
+
+@pytest.fixture
+def layers_database(cluster: Cluster) -> Iterator[str]:
+    """As test_both_layers_after_pgflows_own_migrations_applied_in_order's database: Supabase's
+    roles, the cron and realtime stand-ins; pgmq is not a trusted extension, so the role that
+    applies the migrations here is a superuser."""
+    name = f"qs_{uuid.uuid4().hex[:10]}"
+    cluster.psql("postgres", "-c", SUPABASE_ROLES, "-c", f"create database {name}")
+    cluster.psql(name, "-f", CRON_STAND_IN, "-f", REALTIME_STAND_IN)
+    yield name
+    cluster.drop_database(name)
+
+
+def test_init_upgrades_a_project_an_older_release_initialized(
+        cluster: Cluster, layers_database: str, flow_template: str, tmp_path: Path) -> None:
+    """A project that pgfence init 0.2.0 wrote (core, both layers, after pgflow's own
+    migrations), pushed by the real Supabase CLI, with a lease and a claimed task live; then
+    this release's init writes the upgrade migrations and the next `supabase db push` applies
+    those alone (the applied ones are left alone). After it the database is this release,
+    the pgflow layer's schema is a fresh install's, and the live lease and task carry on."""
+    project = tmp_path / "app"
+    migrations = project / "supabase/migrations"
+    migrations.mkdir(parents=True)
+    (project / "supabase/config.toml").write_text('project_id = "app"\n')
+    for m in sorted(PGFLOW_MIGRATIONS.glob("*.sql")):
+        shutil.copy(m, migrations)
+    database = layers_database
+    old = Files(package_of("0.2.0", tmp_path / "package-0.2.0"))
+    init.Project(project, supabase=True, layers=["pgmq", "pgflow"], role="service_role",
+                 cron=True, files=old).run(dry_run=False)
+    database_url = f"postgresql://postgres@{LOOPBACK}:{cluster.port}/{database}"
+
+    def push() -> list[str]:
+        out = subprocess.run([str(SUPABASE), "db", "push", f"--remote={database_url}", "--yes"],
+                             cwd=project, capture_output=True, text=True, timeout=HUNG,
+                             env={**os.environ, "PGSSLMODE": "disable",
+                                  "SUPABASE_TELEMETRY_DISABLED": "1"})
+        assert out.returncode == 0, out.stdout + out.stderr
+        return re.findall(r"Applying migration (\S+)\.\.\.", out.stdout + out.stderr)
+
+    first = push()
+    assert [n.split("_", 1)[1] for n in first[-5:]] == [
+        "pgfence.sql", "pgfence_pgmq.sql", "pgfence_pgflow.sql", "pgfence_grants.sql",
+        "pgfence_cron.sql"]
+
+    def sql(query: str) -> str:
+        return cluster.psql(database, "-qAt", "-c", query).strip()
+
+    assert sql("select pgfence.version()") == "0.2.0"
+    lease = sql("select pgfence.register('emails'); "
+                "select pgfence.enqueue('emails', '{\"to\": \"ada\"}'); "
+                "select lease_id from pgfence.acquire('emails', 'w', '1 hour')").split()[-1]
+    attempt = sql(f"select attempt_id from pgfence.claim('{lease}', 'emails')")
+    fingerprint = bundle_query("fingerprint.sql", "pgfence_pgflow")
+    fresh = cluster.psql(flow_template, "-qAt", "-c", fingerprint).strip()
+    assert sql(fingerprint) != fresh          # the layer is 0.2.0's: the comparison can fail
+
+    doc = init.Project(project, supabase=True, layers=["pgmq", "pgflow"], role="service_role",
+                       cron=True).run(dry_run=False)
+    v = Files().newest()
+    upgrades = [f"{name}.sql" for name, _ in expected_upgrades("0.2.0", ["pgmq", "pgflow"])]
+    assert [f["action"] for f in doc["files"] if "/migrations/" in f["path"]].count(
+        "write") == len(upgrades)
+    second = push()
+    assert [n.split("_", 1)[1] for n in second] == upgrades
+    assert sql("select pgfence.version()") == v
+    assert sql(fingerprint) == fresh
+    assert sql("select state from pgfence.renew('" + lease + "', '1 hour')") == "active"
+    assert sql(f"select pgfence.complete('{attempt}', '{{\"sent\": true}}')") == "accepted"
+    assert push() == []                       # nothing new: a third push applies nothing
+
+
+NET_VAULT_STAND_IN = ROOT / "tests/sql/pg_net_vault_stand_in.sql"
+
+
+@pytest.mark.parametrize("handshake", [True, False], ids=["as written", "negative control"])
+def test_the_supervisor_starts_the_worker_through_the_handshake(
+        cluster: Cluster, supabase_like: str, tmp_path: Path, handshake: bool) -> None:
+    """`pgfence init --supabase --supervise emails`, applied as the quick start applies it, on
+    a database with the test-only stand-ins for pg_net (requests recorded, not sent) and Vault;
+    the job's command run as pg_cron would run it (as the role that scheduled it); the request
+    it made delivered to the real example worker (Deno) as pg_net would post it. The worker
+    acquires with the invocation id and completes the task under it. And what must not happen:
+    no start without a URL in Vault or without work, one start per turn, none for a paused
+    resource. The negative control is the job without the handshake (a made-up id instead of
+    request_start's): it starts the worker of a paused resource, and again while the first
+    start is pending."""
+    cluster.psql(supabase_like, "-f", NET_VAULT_STAND_IN, "-c",
+                 f"grant usage on schema net, vault to {OWNER}; "
+                 f"grant execute on all functions in schema net to {OWNER}; "
+                 f"grant all on all tables in schema net, vault to {OWNER}")
+    project = tmp_path / "app"
+    (project / "supabase").mkdir(parents=True)
+    init.Project(project, supabase=True, layers=[], role="service_role", cron=True,
+                 supervise="emails").run(dry_run=False)
+    (supervisor,) = (project / "supabase/migrations").glob("*_pgfence_supervisor.sql")
+    owner_url = url(cluster, supabase_like)
+    for m in sorted((project / "supabase/migrations").glob("*.sql")):
+        subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction",
+                        "-d", owner_url, "-f", str(m)], check=True, capture_output=True,
+                       text=True)
+
+    def sql(query: str) -> str:
+        out = subprocess.run(["psql", "-X", "-qAt", "-v", "ON_ERROR_STOP=1", "-d", owner_url,
+                              "-c", query], check=True, capture_output=True, text=True)
+        return out.stdout.strip()
+
+    (job, schedule, user) = sql("select command, schedule, username from cron.job where "
+                                "jobname = 'pgfence-supervise-emails'").rsplit("|", 2)
+    assert schedule == "30 seconds" and user == OWNER
+    if not handshake:
+        job, n = re.subn(r"pgfence\.request_start\([^)]*\)", "gen_random_uuid()", job)
+        assert n == 1
+
+    def tick() -> list[tuple[str, str, str]]:
+        """One run of the job, as pg_cron runs it; the requests it made."""
+        before = int(sql("select count(*) from net.stand_in_calls"))
+        sql(job)
+        rows = sql("select url, headers->>'Authorization', body->>'invocation_id' from "
+                   f"net.stand_in_calls where id > {before} order by id")
+        return [tuple(r.split("|")) for r in rows.splitlines()]  # type: ignore[misc]
+
+    def pending() -> int:
+        return int(sql("select pending_invocations from pgfence.resource_status "
+                       "where resource = 'emails'"))
+
+    port = free_port()
+    sql("select pgfence.enqueue('emails', '{\"to\": \"ada@example.com\"}')")
+    assert tick() == [] and pending() == 0         # no URL in Vault yet: nothing is started
+    sql(f"insert into vault.decrypted_secrets values ('pgfence_worker_url', "
+        f"'http://127.0.0.1:{port}/'), ('pgfence_worker_key', 'the-service-key')")
+    sql("select pgfence.set_enabled('emails', false)")
+    if not handshake:
+        assert len(tick()) == 1 and len(tick()) == 1   # paused, and started, twice over
+        return
+    assert tick() == [] and pending() == 0         # paused: no start
+    sql("select pgfence.set_enabled('emails', true)")
+    (call,) = tick()
+    assert call[:2] == (f"http://127.0.0.1:{port}/", "Bearer the-service-key")
+    invocation = call[2]
+    assert tick() == []                            # a start is pending: one per turn
+
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "NO_COLOR": "1",
+           "DENO_DIR": str(tmp_path / "deno-dir"), "DENO_NO_UPDATE_CHECK": "1",
+           "PGFENCE_DATABASE_URL": owner_url, "PORT": str(port)}
+    (project / "node_modules").symlink_to(ROOT / ".tools/node_modules")
+    (project / "package.json").write_text("{}")
+    worker = subprocess.Popen([str(DENO), "run", "--allow-net", "--allow-env", "--allow-read",
+                               "--allow-sys", "supabase/functions/pgfence-worker/index.ts"],
+                              cwd=project, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        assert worker.stdout is not None
+        assert "Listening on" in worker.stdout.readline()
+
+        def deliver() -> tuple[int, str]:
+            """The recorded request, posted as pg_net posts it."""
+            body, headers = sql("select body::text || '|' || headers::text from "
+                                "net.stand_in_calls order by id desc limit 1").split("|")
+            request = urllib.request.Request(call[0], data=body.encode(), method="POST",
+                                             headers=json.loads(headers))
+            try:
+                with urllib.request.urlopen(request, timeout=HUNG) as answer:
+                    return answer.status, answer.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+
+        status, said = deliver()
+        assert status == 200 and '"accepted":1' in said, said
+    finally:
+        worker.kill()
+        worker.wait()
+    assert sql("select t.state || '|' || l.invocation_id from pgfence.tasks t join "
+               "pgfence.leases l using (lease_id)") == f"completed|{invocation}"
+    assert tick() == []                            # the queue is empty: nothing to start
+    assert "pgfence_worker_url" in supervisor.read_text()

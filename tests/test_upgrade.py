@@ -355,7 +355,9 @@ def test_sqitch_up_down_up_across_a_release(dbs: Databases, start: str,
     sqitch("deploy", f"db:pg:{name}")
     head = schema_dump(name)
     assert head == dbs.head_dump()
-    sqitch("revert", "-y", "--to", f"@v{start}", f"db:pg:{name}")
+    # The target named for the revert's first step (pgfence.check_revert, docs/upgrading.md).
+    sqitch("revert", "-y", "--to", f"@v{start}", "--set", f"pgfence_revert_to={start}",
+           f"db:pg:{name}")
     assert dbs.version(name) == start
     assert schema_dump(name) == schema_dump(release_dump)
     sqitch("deploy", f"db:pg:{name}")
@@ -517,8 +519,8 @@ def test_negative_control_a_reworked_script_changes_only_the_head(tmp_path: Path
     subprocess.run(["sqitch", "rework", "enqueue", "-n", "rework enqueue"], cwd=copy,
                    check=True, capture_output=True, env=env)
     script = copy / "migrations/deploy/enqueue.sql"
-    guard = (f"select pgfence.expect_release('pgfence', '{released()[-1]}');\n" if at_release
-             else "")
+    guard = (f"do $$ begin perform pgfence.expect_release('pgfence', '{released()[-1]}'); "
+             "end $$;\n" if at_release else "")
     script.write_text(script.read_text().replace("begin;\n", "begin;\n" + guard, 1)
                       + "\n-- edited\n")
     lines = plan.read_text().splitlines(keepends=True)
@@ -526,7 +528,7 @@ def test_negative_control_a_reworked_script_changes_only_the_head(tmp_path: Path
         subprocess.run(["sqitch", "add", f"release_{head}", "-n", f"Release {head}"], cwd=copy,
                        check=True, capture_output=True, env=env)
         (copy / f"migrations/deploy/release_{head}.sql").write_text(
-            f"begin;\nselect pgfence.seal('pgfence', '{head}');\ncommit;\n")
+            f"begin;\ndo $$ begin perform pgfence.seal('pgfence', '{head}'); end $$;\ncommit;\n")
     else:  # the head's release change stays last
         last = next(ln for ln in lines if ln.startswith(f"release_{HEAD} "))
         lines.remove(last)

@@ -4,6 +4,7 @@ pgfence into a fresh database with `pgfence --db-url URL install`."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -47,8 +48,10 @@ def build_wheel(source: Path, out: Path) -> Path:
 
 
 def repository_sql() -> dict[str, bytes]:
-    # The SQL files, and the fingerprints `pgfence version` compares a schema with.
-    files = [*sorted((ROOT / "sql").rglob("*.sql")), ROOT / "sql/releases/fingerprints"]
+    # The SQL files, and the fingerprints `pgfence version` compares a schema (core and each
+    # layer) with.
+    files = [*sorted((ROOT / "sql").rglob("*.sql")),
+             *sorted((ROOT / "sql/releases").glob("fingerprints*"))]
     return {f"pgfence/schema/{p.relative_to(ROOT / 'sql')}": p.read_bytes() for p in files}
 
 
@@ -77,7 +80,8 @@ def test_the_wheel_carries_every_sql_file(wheel: Path) -> None:
 
 
 # What `pgfence init` writes into a project: the Deno client, its postgres.js pin, the worker.
-DENO_FILES = ("mod.ts", "pgflow.ts", "deno.json", "examples/supabase_worker.ts")
+DENO_FILES = ("mod.ts", "pgflow.ts", "deno.json", "examples/supabase_worker.ts",
+              "examples/pgflow_edge_function.ts")
 
 
 def test_the_wheel_carries_the_deno_client_init_writes(wheel: Path) -> None:
@@ -98,7 +102,7 @@ def test_the_wheel_ships_no_test_kit(wheel: Path) -> None:
 def test_negative_control_without_the_package_data_the_wheel_has_no_sql(tmp_path: Path) -> None:
     copy = source_tree(tmp_path / "repo")
     pyproject = (ROOT / "pyproject.toml").read_text()
-    globs = ('"schema/*.sql", "schema/releases/*.sql", "schema/releases/fingerprints",\n'
+    globs = ('"schema/*.sql", "schema/releases/*.sql", "schema/releases/fingerprints*",\n'
              '           "schema/upgrades/*.sql", "schema/queries/*.sql"')
     assert globs in pyproject
     (copy / "pyproject.toml").write_text(pyproject.replace(", " + globs, ""))
@@ -149,6 +153,21 @@ def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_data
     version = subprocess.run([str(venv / "bin/pgfence"), "--db-url", url, "version"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HUNG)
     assert version.returncode == 0 and "up to date" in version.stdout, version.stderr
+
+    # Every release from the wheel alone, no git tag or checkout: the oldest, then upgraded.
+    oldest = Files().known()[0]
+    cluster.create_database(f"{fresh_database}_old")
+    old_url, old_name = f"{url}_old", f"127.0.0.1:{port}/{fresh_database}_old"
+    try:
+        for args in (["install", "--to", oldest], ["upgrade"]):
+            step = subprocess.run([str(venv / "bin/pgfence"), "--db-url", old_url, "--json",
+                                   *args, "--confirm", old_name], cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, timeout=HUNG)
+            assert step.returncode == 0, step.stdout + step.stderr
+            assert json.loads(step.stdout)["installed"] == (oldest if args[0] == "install"
+                                                            else newest)
+    finally:
+        cluster.drop_database(f"{fresh_database}_old")
 
     # pgfence init from the wheel alone: the Deno client it writes is the repository's.
     project = tmp_path / "project"

@@ -7,6 +7,7 @@
  */
 import {
   connect,
+  ConnectionLost,
   errorClasses,
   InvalidArgument,
   LeaseLost,
@@ -1022,4 +1023,59 @@ test("negative control: a worker that does not listen works on after beforeunloa
                           where queue = ${q} and state = 'completed'`),
     [{ n: 3 }],
   );
+});
+
+// --- supervision: the one loop keeps any worker across leases and faults ----------------------
+
+/** An owner whose statements fail once at the steps named: what postgres.js throws when a
+ * connection breaks, or from inside itself. */
+class FaultyOwner extends Owner {
+  faults: Map<string, () => Error> = new Map();
+  protected override beforeStep(step: string): void {
+    const fault = this.faults.get(step);
+    if (fault === undefined) return;
+    this.faults.delete(step);
+    throw fault();
+  }
+}
+
+test("supervise keeps a Worker going through faults until stop, backing off", async (t) => {
+  const [r, q] = [t.name("w"), t.name("q")];
+  await t.admin`select pgfence.register(${r})`;
+  for (let n = 1; n <= 2; n++) await t.admin`select pgfence.enqueue(${q}, ${t.admin.json({ n })})`;
+  const owner = new FaultyOwner({ sql: t.sql, resource: r });
+  owner.faults.set(
+    "claim",
+    () => new TypeError("Cannot read properties of null (reading 'write')"),
+  );
+  owner.faults.set("release", () => new ConnectionLost("socket ended", "ECONNRESET"));
+  const waits: number[] = [];
+  const worker = new (class extends Worker {
+    protected override pause(seconds: number): Promise<void> {
+      waits.push(seconds);
+      return super.pause(seconds);
+    }
+  })({ owner, queue: q, idleWait: 0.05, handler: (p) => p, backoff: { base: 0.01, cap: 0.05 } });
+  const done = worker.supervise();
+  await t.waitUntil(async () => {
+    const [{ n }] = await t.admin`select count(*)::int as n from pgfence.tasks
+                                   where queue = ${q} and state = 'completed'`;
+    return n === 2;
+  }, "both tasks");
+  worker.stop();
+  await done; // resolves: no fault ended it
+  assertEquals([worker.faults, worker.handled, owner.faults.size], [1, 2, 0]);
+  assert(waits.length >= 1 && waits[0] <= 0.01, `it waited ${waits} after the fault`);
+  assertEquals(
+    await t.rows(t.admin`select status from pgfence.lease_status where resource = ${r}
+                          order by generation desc limit 1`),
+    [{ status: "released" }],
+  );
+});
+
+test("supervise ends on an error no retry mends (PF002: no such resource)", async (t) => {
+  const owner = new Owner({ sql: t.sql, resource: t.name("nosuch") });
+  const worker = new Worker({ owner, queue: t.name("q"), handler: () => null });
+  await rejects(worker.supervise(), ResourceUnknown);
+  assertEquals(worker.faults, 0);
 });

@@ -820,30 +820,168 @@ export class Owner {
   }
 }
 
+// --- platforms ------------------------------------------------------------------------------
+
+/**
+ * Where a worker runs: how the runtime tells it to stop, and how it is kept alive until its
+ * lease is released. One adapter per place (`edgeRuntime`, `processRuntime`); `runtime()` picks
+ * the one the program runs in. A worker's loop is the same in all of them.
+ */
+export interface Platform {
+  /** The adapter's name: `edge-runtime` or `process`. */
+  readonly name: string;
+  /**
+   * Calls `stop(reason)` when the runtime is about to end the program; returns a function that
+   * removes the listeners.
+   */
+  onShutdown(stop: (reason: string) => void): () => void;
+  /** Keeps the program alive until `work` settles (the Edge Runtime's `waitUntil`). */
+  keepAlive(work: Promise<unknown>): void;
+}
+
+/** The Edge Runtime's global, where there is one (Supabase Edge Functions). */
+interface EdgeRuntimeGlobal {
+  waitUntil(promise: Promise<unknown>): void;
+}
+
+function edgeRuntimeGlobal(): EdgeRuntimeGlobal | undefined {
+  const runtime = (globalThis as { EdgeRuntime?: Partial<EdgeRuntimeGlobal> }).EdgeRuntime;
+  return typeof runtime?.waitUntil === "function" ? runtime as EdgeRuntimeGlobal : undefined;
+}
+
+/**
+ * The reason of the Edge Runtime's `beforeunload`: its `detail` is `{ reason }` where the
+ * runtime dispatches it (supabase/edge-runtime, `ext/runtime/js/bootstrap.js`), and the reason
+ * itself in the type Supabase's functions-js declares (`CustomEvent<BeforeunloadReason>`).
+ */
+function unloadReason(event: Event): string {
+  const detail = (event as CustomEvent<unknown>).detail;
+  const reason = typeof detail === "string"
+    ? detail
+    : (detail as { reason?: unknown } | null | undefined)?.reason;
+  return typeof reason === "string" ? reason : "unknown";
+}
+
+/**
+ * Supabase's Edge Runtime: it dispatches `beforeunload` on globalThis shortly before it ends an
+ * isolate (`detail.reason`: `wall_clock`, `cpu`, `memory`, `early_drop`, `termination`), and
+ * `EdgeRuntime.waitUntil(promise)` keeps the isolate alive until the promise settles. Signal
+ * listeners are stubbed out there for user functions: `beforeunload` is the only signal.
+ */
+export const edgeRuntime: Platform = Object.freeze({
+  name: "edge-runtime",
+  onShutdown(stop: (reason: string) => void): () => void {
+    const listener = (event: Event) => stop(`beforeunload: ${unloadReason(event)}`);
+    globalThis.addEventListener("beforeunload", listener);
+    return () => globalThis.removeEventListener("beforeunload", listener);
+  },
+  keepAlive(work: Promise<unknown>): void {
+    edgeRuntimeGlobal()?.waitUntil(work.catch(() => {}));
+  },
+});
+
+/**
+ * A process (the Deno CLI under a process supervisor, Kubernetes, systemd): SIGTERM and SIGINT
+ * stop the worker. While a listener is installed the signal no longer ends the program: the
+ * worker's loop ends it, once its lease is released. A pending timer keeps a process alive.
+ */
+export const processRuntime: Platform = Object.freeze({
+  name: "process",
+  onShutdown(stop: (reason: string) => void): () => void {
+    const removers: (() => void)[] = [];
+    for (const signal of ["SIGTERM", "SIGINT"] as const) {
+      const listener = () => stop(signal);
+      try {
+        Deno.addSignalListener(signal, listener);
+        removers.push(() => Deno.removeSignalListener(signal, listener));
+      } catch {
+        // A runtime without signals (Windows has no SIGTERM): nothing to listen to.
+      }
+    }
+    return () => removers.forEach((remove) => remove());
+  },
+  keepAlive(): void {},
+});
+
+/** The platform this program runs on: the Edge Runtime where its global is, else a process. */
+export function runtime(): Platform {
+  return edgeRuntimeGlobal() !== undefined ? edgeRuntime : processRuntime;
+}
+
+// --- the startup handshake over HTTP -----------------------------------------------------------
+
+/** A JSON answer (`content-type: application/json`). */
+export function jsonResponse(status: number, body: unknown): Response {
+  return new Response(JSON.stringify(body) + "\n", {
+    status,
+    headers: { "content-type": "application/json" },
+  });
+}
+
+/** An invocation id of `pgfence.request_start`: a uuid. */
+const INVOCATION_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * The invocation id a start request carries (`{"invocation_id": "<uuid>"}`, the body a
+ * supervisor sends with an id of `pgfence.request_start`; `pgfence_pgflow.ensure_workers`
+ * sends it so), or the JSON answer that refuses the request before anything is acquired: 400
+ * for a body that is not a JSON object or an id that is not a uuid, 409 for a request without
+ * an id (a worker starts only through the handshake). No answer carries a stack. Whether the id
+ * is the pending one, `Owner.acquire` tells (false, or 22023 for an id never issued: 409 too).
+ */
+export async function invocationOf(request: Request): Promise<string | Response> {
+  let body: unknown;
+  try {
+    const text = await request.text();
+    body = text.trim() === "" ? {} : JSON.parse(text);
+  } catch {
+    return jsonResponse(400, { error: "Bad Request", message: "the body is not JSON" });
+  }
+  if (body === null || typeof body !== "object" || Array.isArray(body)) {
+    return jsonResponse(400, { error: "Bad Request", message: "the body is not a JSON object" });
+  }
+  const id = (body as { invocation_id?: unknown }).invocation_id;
+  if (id === undefined || id === null) {
+    return jsonResponse(409, {
+      started: false,
+      message: "no invocation id: this worker starts only through the startup handshake " +
+        "(pgfence.request_start)",
+    });
+  }
+  if (typeof id !== "string" || !INVOCATION_ID.test(id)) {
+    return jsonResponse(400, { error: "Bad Request", message: "invocation_id is not a uuid" });
+  }
+  return id;
+}
+
 // --- Worker -------------------------------------------------------------------------------
 
 /** The database's answer to a complete or fail (I5). */
 export type Verdict = "accepted" | "duplicate" | "stale";
 
-/** One claimed task: the attempt id is what its result is reported with. */
-export interface Task {
-  /** The task's id: the key for the handler's external effects (idempotency key). */
-  taskId: bigint;
+/** What every worker's task has: the attempt it is reported with, and its visibility. */
+export interface Attempt {
   /** This attempt's id (a capability: never log it). */
   attemptId: string;
-  /** The attempt number, from 1. */
-  attempt: number;
-  /** The task's payload (JSON). */
-  payload: unknown;
   /** Until when the attempt holds the task, on the owner's clock: the local estimate,
    * counted from when the claim (or the last extend) was sent. */
   visibleUntil: number;
 }
 
+/** One claimed task: the attempt id is what its result is reported with. */
+export interface Task extends Attempt {
+  /** The task's id: the key for the handler's external effects (idempotency key). */
+  taskId: bigint;
+  /** The attempt number, from 1. */
+  attempt: number;
+  /** The task's payload (JSON). */
+  payload: unknown;
+}
+
 /** What a handler gets beside the payload. */
-export interface HandlerContext {
+export interface HandlerContext<T extends Attempt = Task> {
   /** The task, with its ids. */
-  task: Task;
+  task: T;
   /** Aborts when the owner gives the lease up (a handler past its deadline, a refusal, a
    * shutdown whose grace ran out). */
   signal: AbortSignal;
@@ -857,25 +995,41 @@ export interface HandlerContext {
 /** Returns the task's result (JSON); throws to fail it. */
 export type Handler = (payload: unknown, context: HandlerContext) => unknown;
 
-/** The settings of a `Worker`. */
-export interface WorkerOptions {
+/** How a refused worker waits before it asks again: capped exponential backoff, full jitter. */
+export interface RefusalBackoff {
+  /** Seconds: the first wait's ceiling (default 1). */
+  base?: number;
+  /** Seconds: the largest ceiling (default 30). */
+  cap?: number;
+  /** The jitter's source, in [0, 1) (default Math.random). */
+  random?: () => number;
+}
+
+/** What every worker is set with, whatever it works (`Worker`, `PgmqWorker`, `FlowWorker`). */
+export interface LoopOptions {
   /** The Owner whose lease the tasks are claimed under. */
   owner: Owner;
-  /** The queue to work. */
-  queue: string;
-  /** The handler of every task. */
-  handler: Handler;
   /** Tasks per claim (default 1). */
   qty?: number;
   /** Seconds a claimed task stays the attempt's (default 30). */
   visibility?: number;
   /** Seconds to wait when the queue is empty (default 1). */
   idleWait?: number;
-  /** Seconds per handler call on the owner's clock (default: visibility); Infinity: none. */
-  handlerTimeout?: number;
   /** Seconds (real time) the task in hand gets after a shutdown signal (`installShutdown`)
    * before it is handed back (default 5). */
   shutdownGrace?: number;
+  /** The backoff after a refusal (`supervise`). */
+  backoff?: RefusalBackoff;
+}
+
+/** The settings of a `Worker`. */
+export interface WorkerOptions extends LoopOptions {
+  /** The queue to work. */
+  queue: string;
+  /** The handler of every task. */
+  handler: Handler;
+  /** Seconds per handler call on the owner's clock (default: visibility); Infinity: none. */
+  handlerTimeout?: number;
 }
 
 /** What `Worker.run` is asked to do. */
@@ -891,56 +1045,77 @@ export interface RunOptions {
   deadline?: number;
 }
 
-/** The Edge Runtime's global, where there is one (Supabase Edge Functions). */
-interface EdgeRuntimeGlobal {
-  waitUntil(promise: Promise<unknown>): void;
-}
-
-function edgeRuntime(): EdgeRuntimeGlobal | undefined {
-  const runtime = (globalThis as { EdgeRuntime?: Partial<EdgeRuntimeGlobal> }).EdgeRuntime;
-  return typeof runtime?.waitUntil === "function" ? runtime as EdgeRuntimeGlobal : undefined;
+/** What `supervise` is asked to do. */
+export interface SuperviseOptions {
+  /** An invocation id of `pgfence.request_start` (the startup handshake): then the worker
+   * acquires once, with it, and ends when that term ends. */
+  invocationId?: string | null;
+  /** Each term's `RunOptions` (`maxTasks` counts per term). */
+  run?: RunOptions;
 }
 
 /**
- * Claims and handles tasks of one queue while its Owner is valid.
- *
- * Each handler call runs under a deadline, `handlerTimeout` seconds on the owner's clock
- * (default: `visibility`, after which the task may be handed to someone else anyway). No
- * handler starts unless its task's remaining visibility covers that deadline: the worker
- * extends the task first, and skips it when the extend finds the attempt superseded
- * (`skipped`). A handler still running at its deadline makes the owner stop renewing and
- * drain (`Owner.renewUntil`), and aborts `context.signal`: a hung promise cannot keep the
- * lease alive forever. The worker then starts no other handler; when the hung one returns,
- * its result is reported (accepted if nobody re-claimed the task, stale otherwise) and the
- * worker releases and returns. `verdicts` counts the database's answers to the reports.
+ * Errors that no retry can mend: the resource does not exist (PF002), the role may not do this
+ * (42501), an argument is invalid (22023), the install is not what the client needs (55000).
+ * They end a supervised worker; anything else, a lost connection, an error inside the driver,
+ * a refusal, only makes it wait and try again.
  */
-export class Worker {
+const PERMANENT = new Set(["PF002", "42501", "22023", "55000"]);
+
+/** Whether `e` ends a supervised worker (see `PERMANENT`). */
+function permanent(e: unknown): boolean {
+  return e instanceof PgfenceError && PERMANENT.has(e.sqlstate);
+}
+
+/**
+ * The loop every worker runs, whatever it works: claim under the Owner's lease, check each
+ * task's visibility against its handler's deadline (extend or skip), run the handler under
+ * that deadline, report; drain and release when a term ends; across terms (`supervise`),
+ * acquire again with refusal backoff; on a shutdown (`stop`, `installShutdown`), finish or hand
+ * back the task in hand within a grace, then release. `Worker` works pgfence's queue with it,
+ * `PgmqWorker` a pgmq queue, `FlowWorker` (pgflow.ts) a pgflow flow: each says only how it
+ * claims, extends, reports and calls its handlers.
+ *
+ * Each handler call runs under a deadline (`handlerTimeout(task)` seconds on the owner's clock).
+ * No handler starts unless its task's remaining visibility covers that deadline: the worker
+ * extends the task first, and skips it when the extend finds the attempt superseded
+ * (`skipped`). A handler still running at its deadline makes the owner stop renewing and drain
+ * (`Owner.renewUntil`), and aborts `context.signal`: a hung promise cannot keep the lease alive
+ * forever. The worker then starts no other handler; when the hung one returns, its result is
+ * reported (accepted if nobody re-claimed the task, stale otherwise) and the term ends.
+ * `verdicts` counts the database's answers to the reports.
+ */
+export abstract class WorkerLoop<T extends Attempt> {
   /** The owner of the lease. */
   readonly owner: Owner;
-  /** The queue worked. */
-  readonly queue: string;
-  /** The handler of every task. */
-  readonly handler: Handler;
   /** Tasks per claim. */
   readonly qty: number;
   /** Seconds a claimed task stays the attempt's. */
   readonly visibility: number;
   /** Seconds to wait when the queue is empty. */
   readonly idleWait: number;
-  /** Seconds per handler call, on the owner's clock. */
-  readonly handlerTimeout: number;
   /** Seconds the task in hand gets after a shutdown signal. */
   readonly shutdownGrace: number;
+  /** The backoff after a refusal. */
+  readonly backoff: Readonly<Required<RefusalBackoff>>;
   /** Handler calls so far. */
   handled = 0;
   /** Claimed tasks not started because their attempt no longer held them. */
   skipped = 0;
   /** Tasks handed back at a shutdown: not finished within the grace, left to be reclaimed. */
   handedBack = 0;
+  /** Refusals so far (`supervise`): acquires refused or not granted, and terms ended by one. */
+  refusals = 0;
+  /** Faults a supervised worker waited out: lost connections, errors inside the driver. */
+  faults = 0;
+  /** The last of them (its message, ids redacted), or null. */
+  lastFault: string | null = null;
   /** The database's answers to the reports. */
   readonly verdicts: Record<Verdict, number> = { accepted: 0, duplicate: 0, stale: 0 };
   /** Why the worker was stopped (`stop`, `SIGTERM`, `beforeunload: wall_clock`, ...), or null. */
   stoppedBy: string | null = null;
+  /** Resolves when `supervise` (started by a one-line `start`) ends. */
+  done: Promise<void> = Promise.resolve();
   #stop = false;
   #stopping = new AbortController();
   #halt = new AbortController();
@@ -948,28 +1123,50 @@ export class Worker {
   #running = false;
   #wake: (() => void) | null = null;
 
-  /** A worker of `options.queue` under `options.owner`; nothing runs before `run`. */
-  constructor(options: WorkerOptions) {
+  /** A worker under `options.owner`; nothing runs before `run` or `supervise`. */
+  constructor(options: LoopOptions) {
     this.owner = options.owner;
-    this.queue = options.queue;
-    this.handler = options.handler;
     this.qty = options.qty ?? 1;
     this.visibility = options.visibility ?? 30;
     this.idleWait = options.idleWait ?? 1;
-    this.handlerTimeout = options.handlerTimeout ?? this.visibility;
     this.shutdownGrace = options.shutdownGrace ?? 5;
+    this.backoff = Object.freeze({
+      base: options.backoff?.base ?? 1,
+      cap: options.backoff?.cap ?? 30,
+      random: options.backoff?.random ?? Math.random,
+    });
   }
 
-  /** Seconds of visibility a task must have left when its handler starts. */
-  get #needed(): number {
-    return Number.isFinite(this.handlerTimeout) ? this.handlerTimeout : this.visibility;
+  /** Aborts when the worker is stopped (`stop`, a shutdown signal). */
+  get stopping(): AbortSignal {
+    return this.#stopping.signal;
+  }
+
+  /** Whether `stop` was called. */
+  get stopped(): boolean {
+    return this.#stop;
+  }
+
+  /** Seconds per handler call of `task`, on the owner's clock; Infinity: none. */
+  abstract handlerTimeout(task: T): number;
+
+  /** Seconds of visibility `task` must have left when its handler starts. */
+  protected needed(task: T): number {
+    const timeout = this.handlerTimeout(task);
+    return Number.isFinite(timeout) ? timeout : this.granted(task);
+  }
+
+  /** Seconds of visibility the claim gave `task` (default: `visibility`). */
+  protected granted(_task: T): number {
+    return this.visibility;
   }
 
   /**
-   * Drains: claim nothing more, start no other handler, finish the one in hand, release. With
-   * `grace` (seconds of real time), the task in hand is handed back if it has not finished by
-   * then: not reported, left to return to the queue when its visibility runs out, while the
-   * worker releases and returns. `reason` is kept in `stoppedBy` (the first one).
+   * Drains: claim nothing more, start no other handler, finish the one in hand, release; a
+   * supervised worker ends. With `grace` (seconds of real time), the task in hand is handed
+   * back if it has not finished by then: not reported, left to return to the queue when its
+   * visibility runs out, while the worker releases and returns. `reason` is kept in
+   * `stoppedBy` (the first one).
    */
   stop(options: { grace?: number; reason?: string } = {}): void {
     this.stoppedBy ??= options.reason ?? "stop";
@@ -983,35 +1180,68 @@ export class Worker {
   }
 
   /**
-   * Shutdown signals stop the worker with `shutdownGrace` (see `stop`): SIGTERM, where the
-   * runtime lets a program listen for it, and the `beforeunload` event, which Supabase's Edge
-   * Runtime dispatches on globalThis shortly before it ends an isolate (`detail.reason`:
-   * `wall_clock`, `cpu`, `memory`, `early_drop`, `termination`). Returns a function that removes
-   * the listeners.
+   * The platform's shutdown signals stop the worker with `shutdownGrace` (see `stop`): the Edge
+   * Runtime's `beforeunload` there, SIGTERM and SIGINT in a process (`Platform`). Returns a
+   * function that removes the listeners.
    */
-  installShutdown(): () => void {
-    const grace = this.shutdownGrace;
-    const onSigterm = () => this.stop({ grace, reason: "SIGTERM" });
-    const onUnload = (event: Event) => {
-      const reason = (event as CustomEvent<{ reason?: unknown } | null>).detail?.reason;
-      this.stop({ grace, reason: `beforeunload: ${reason ?? "unknown"}` });
-    };
-    let sigterm = false;
-    try {
-      Deno.addSignalListener("SIGTERM", onSigterm);
-      sigterm = true;
-    } catch {
-      // The Edge Runtime refuses (or ignores) signal listeners: beforeunload is its signal.
-    }
-    globalThis.addEventListener("beforeunload", onUnload);
-    return () => {
-      if (sigterm) Deno.removeSignalListener("SIGTERM", onSigterm);
-      globalThis.removeEventListener("beforeunload", onUnload);
-    };
+  installShutdown(platform: Platform = runtime()): () => void {
+    return platform.onShutdown((reason) => this.stop({ grace: this.shutdownGrace, reason }));
   }
 
   /**
-   * The loop; drains and releases the lease when it ends, however it ends. It ends after
+   * Keeps the worker running across leases until `stop`: acquire, `run`, and again. A refusal
+   * (the lease held by another, the resource disabled (PF003) in an update window, a claim
+   * refused (PF001, PF007) because the lease was superseded, drained or expired) and a fault
+   * (a lost connection, the database away, an error inside the driver: counted in `faults`)
+   * make it wait before it asks again, `backoff.random() * min(cap, base * 2^n)` seconds after
+   * the n-th in a row (at least 10 ms); a term that handled a task resets n. With an
+   * `invocationId` (the startup handshake) it acquires once, with that id, and ends with that
+   * term: a new term needs a new invocation. Only an error no retry can mend ends it (PF002:
+   * no such resource, 42501, 22023, 55000): it rejects with that error.
+   */
+  async supervise(options: SuperviseOptions = {}): Promise<void> {
+    const invocationId = options.invocationId ?? null;
+    let row = 0; // refusals and faults in a row
+    while (!this.#stop) {
+      const before = this.handled;
+      let refused = false;
+      try {
+        refused = !(await this.owner.acquire(invocationId));
+        if (!refused) {
+          await this.run(options.run);
+          refused = this.owner.lost !== "released"; // a claim refused, a renewal refused
+        }
+      } catch (e) {
+        if (permanent(e)) throw e;
+        if (e instanceof ResourceDisabled || e instanceof LeaseLost) refused = true;
+        else this.#fault(e);
+      }
+      if (this.handled > before) row = 0;
+      if (this.#stop || invocationId !== null) return;
+      if (refused) this.refusals += 1;
+      else if (this.handled > before) continue;
+      await this.pause(this.refusalWait(row++));
+    }
+  }
+
+  #fault(e: unknown): void {
+    this.faults += 1;
+    this.lastFault = redact(e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+  }
+
+  /** Seconds to wait after `n` refusals in a row (full jitter, at least 10 ms). */
+  refusalWait(n: number): number {
+    const ceiling = Math.min(this.backoff.cap, this.backoff.base * 2 ** n);
+    return Math.max(0.01, this.backoff.random() * ceiling);
+  }
+
+  /** Waits `seconds` of real time, or less if `stop` is called. */
+  protected pause(seconds: number): Promise<void> {
+    return pause(seconds, this.#stopping.signal);
+  }
+
+  /**
+   * One term; drains and releases the lease when it ends, however it ends. It ends after
    * `maxTasks` handler calls, on `stop` (or a shutdown signal), once the lease is known lost,
    * (`untilIdle`) when the queue has nothing to claim, or when nothing more could finish by
    * `deadline`. While the lease is in doubt (a lost connection) it claims nothing and waits for
@@ -1020,22 +1250,26 @@ export class Worker {
    */
   run(options: RunOptions = {}): Promise<void> {
     const done = this.#run(options);
-    edgeRuntime()?.waitUntil(done.catch(() => {}));
+    runtime().keepAlive(done);
     return done;
   }
 
   async #run(options: RunOptions): Promise<void> {
     const { maxTasks, untilIdle = false, deadline } = options;
     const owner = this.owner;
-    // Nothing could finish by `deadline` any more.
-    const late = () => deadline !== undefined && owner.clock() + this.#needed > deadline;
+    const start = this.handled;
+    // `task` could not finish by `deadline` any more.
+    const late = (task?: T) =>
+      deadline !== undefined &&
+      owner.clock() + (task === undefined ? 0 : this.needed(task)) > deadline;
     this.#running = true;
     try {
-      while (!this.#stop && (maxTasks === undefined || this.handled < maxTasks)) {
+      while (!this.#stop && (maxTasks === undefined || this.handled - start < maxTasks)) {
         if (!(await this.#trusted()) || late()) break;
         const tasks = await this.claim();
         if (tasks === null) continue; // the claim's answer was lost: its tasks come back
         if (tasks.length === 0) {
+          if (owner.lost !== null) break; // the claim was refused
           const requeued = await this.requeue();
           if (requeued === 0) {
             if (untilIdle) break;
@@ -1049,13 +1283,14 @@ export class Worker {
           if (this.#stop) break;
           // Fresh: the claim's first task, started right after its answer, without waiting.
           const fresh = i === 0 && owner.valid;
-          if (!(await this.#trusted()) || late()) break;
+          if (!(await this.#trusted()) || late(task)) break;
           await this.#inHand(task, fresh);
         }
       }
     } finally {
       this.#running = false;
       clearTimeout(this.#graceTimer);
+      this.#graceTimer = undefined;
       await this.leave();
     }
   }
@@ -1066,7 +1301,7 @@ export class Worker {
   }
 
   /** The task in hand: handled, unless a shutdown's grace runs out first (handed back). */
-  async #inHand(task: Task, fresh: boolean): Promise<void> {
+  async #inHand(task: T, fresh: boolean): Promise<void> {
     const halt = this.#halt.signal;
     let onHalt = () => {};
     const halted = new Promise<"halted">((resolve) => {
@@ -1101,10 +1336,10 @@ export class Worker {
 
   /**
    * One claim, not resent after a lost connection (its tasks, if it took any, come back when
-   * their visibility runs out, to a new attempt): null then. A refusal (PF001) marks the lease
-   * lost and returns no task.
+   * their visibility runs out, to a new attempt): null then. A refusal (PF001; PF007 where a
+   * protected table refused it) marks the lease lost and returns no task.
    */
-  protected async claim(): Promise<Task[] | null> {
+  protected async claim(): Promise<T[] | null> {
     const owner = this.owner;
     let sent = owner.clock();
     let rows: Row[];
@@ -1114,59 +1349,43 @@ export class Worker {
         return this.claimStatement(sql);
       });
     } catch (e) {
-      if (e instanceof LeaseNotCurrent) {
+      if (e instanceof LeaseNotCurrent || e instanceof UnfencedWrite) {
         owner.markLost(`claim under ${owner.name} refused: ${e.message}`);
         return [];
       }
       if (e instanceof ConnectionLost) return null;
       throw e;
     }
-    return rows.map((r) => ({
-      taskId: BigInt(r.task_id as string),
-      attemptId: r.attempt_id as string,
-      attempt: r.attempt as number,
-      payload: r.payload,
-      visibleUntil: sent + this.visibility,
-    }));
+    return await this.claimed(rows, sent);
   }
 
-  /** The claim: rows of task_id, attempt_id, attempt, payload (`PgmqWorker` reads pgmq). */
-  protected claimStatement(sql: Sql): PendingQuery {
-    return sql`select task_id, attempt_id, attempt, payload
-                 from pgfence.claim(${this.owner.leaseId}::uuid, ${this.queue}, ${this.qty},
-                                    make_interval(secs => ${this.visibility}))`;
-  }
+  /** The claim statement, on the owner's pool. */
+  protected abstract claimStatement(sql: Sql): PendingQuery;
 
-  /** requeue_expired, once: how many tasks came back, or null when its answer was lost. */
-  protected async requeue(): Promise<number | null> {
-    try {
-      const [row] = await this.owner.query(
-        "requeue",
-        (sql) => sql`select pgfence.requeue_expired() as requeued`,
-      );
-      return row.requeued as number;
-    } catch (e) {
-      if (e instanceof ConnectionLost) return null;
-      throw e;
-    }
+  /** The claim's rows as tasks; `sent`: when the claim was sent, on the owner's clock. */
+  protected abstract claimed(rows: Row[], sent: number): T[] | Promise<T[]>;
+
+  /** Brings back expired tasks when the queue is empty: how many, null when its answer was
+   * lost (default: none to bring back, a queue whose tasks come back by themselves). */
+  protected requeue(): Promise<number | null> {
+    return Promise.resolve(0);
   }
 
   /**
    * Before a handler starts: true if the task's remaining visibility covers the handler's
    * deadline, extending it first when it does not; false when the attempt no longer holds it
    * (the extend answered NULL: superseded, or its task requeued). The first task of a claim,
-   * started right after the claim's answer (`fresh`), has what the claim just gave it,
-   * `visibility`, which covers a `handlerTimeout` no longer than that: it starts without a
-   * round trip.
+   * started right after the claim's answer (`fresh`), has what the claim just gave it
+   * (`granted`), which covers a deadline no longer than that: it starts without a round trip.
    */
-  protected async stillHeld(task: Task, fresh: boolean): Promise<boolean> {
-    const needed = this.#needed;
-    if (fresh && needed <= this.visibility) return true;
+  protected async stillHeld(task: T, fresh: boolean): Promise<boolean> {
+    const needed = this.needed(task);
+    if (fresh && needed <= this.granted(task)) return true;
     if (task.visibleUntil - this.owner.clock() >= needed) return true;
     return await this.#extend(task, needed) !== null;
   }
 
-  async #extend(task: Task, visibility: number): Promise<Date | null> {
+  async #extend(task: T, visibility: number): Promise<Date | null> {
     const sent = this.owner.clock();
     const until = await this.extend(task.attemptId, visibility);
     if (until !== null) task.visibleUntil = sent + visibility;
@@ -1175,17 +1394,22 @@ export class Worker {
 
   /** One task (`fresh`: the first of its claim): the visibility check, the handler under its
    * deadline, the report. */
-  protected async handle(task: Task, fresh = false): Promise<void> {
+  protected async handle(task: T, fresh = false): Promise<void> {
     if (!(await this.stillHeld(task, fresh))) {
       this.skipped += 1;
       return;
     }
     const owner = this.owner;
-    const deadline = owner.clock() + this.handlerTimeout;
-    if (this.handlerTimeout !== Infinity) {
-      owner.renewUntil(deadline, `a handler ran past its deadline (${this.handlerTimeout} s)`);
+    const timeout = this.handlerTimeout(task);
+    // Never past the task's visibility: the handler stops (its signal aborts, the lease is
+    // drained) before anyone else may start the task.
+    const deadline = timeout === Infinity
+      ? Infinity
+      : Math.min(owner.clock() + timeout, task.visibleUntil);
+    if (deadline !== Infinity) {
+      owner.renewUntil(deadline, `a handler ran past its deadline (${timeout} s)`);
     }
-    const context: HandlerContext = {
+    const context: HandlerContext<T> = {
       task,
       signal: owner.signal,
       deadline,
@@ -1194,17 +1418,25 @@ export class Worker {
     let kind: "complete" | "fail" = "complete";
     let body: unknown;
     try {
-      body = await this.handler(task.payload, context);
+      body = await this.call(task, context);
     } catch (e) {
-      if (e instanceof LeaseLost) throw e;
+      if (e instanceof LeaseLost) throw e; // the handler saw the lease go: nothing to report
       kind = "fail";
-      body = { error: e instanceof Error ? e.message : String(e) };
+      body = this.failure(e);
     } finally {
       owner.renewUntil(null);
     }
     if (this.#halt.signal.aborted) return; // handed back at a shutdown: not reported
     await this.report(kind, task.attemptId, body);
     this.handled += 1;
+  }
+
+  /** Calls the task's handler; its result is the task's. */
+  protected abstract call(task: T, context: HandlerContext<T>): unknown;
+
+  /** What a thrown error reports (default `{ error: message }`). */
+  protected failure(e: unknown): unknown {
+    return { error: e instanceof Error ? e.message : String(e) };
   }
 
   /**
@@ -1229,19 +1461,12 @@ export class Worker {
   }
 
   /** The report: one row, `verdict`. */
-  protected reportStatement(
+  protected abstract reportStatement(
     sql: Sql,
     kind: "complete" | "fail",
     attemptId: string,
     body: unknown,
-  ): PendingQuery {
-    // sql.json: postgres.js serializes the value once (a string passed for jsonb would be
-    // encoded again, as a JSON string). null and undefined report SQL NULL.
-    const json = body === undefined || body === null ? null : sql.json(body as postgres.JSONValue);
-    return kind === "complete"
-      ? sql`select pgfence.complete(${attemptId}::uuid, ${json}) as verdict`
-      : sql`select pgfence.fail(${attemptId}::uuid, ${json}) as verdict`;
-  }
+  ): PendingQuery;
 
   /** extend, resent after a lost connection (a second extend only moves the same deadline). */
   protected async extend(attemptId: string, visibility: number): Promise<Date | null> {
@@ -1254,10 +1479,7 @@ export class Worker {
   }
 
   /** The extend: one row, `visible_until` (null when the attempt no longer holds the task). */
-  protected extendStatement(sql: Sql, attemptId: string, visibility: number): PendingQuery {
-    return sql`select pgfence.extend(${attemptId}::uuid, make_interval(secs => ${visibility}))
-                 as visible_until`;
-  }
+  protected abstract extendStatement(sql: Sql, attemptId: string, visibility: number): PendingQuery;
 
   #idle(): Promise<void> {
     return new Promise((resolve) => {
@@ -1269,6 +1491,95 @@ export class Worker {
       const timer = setTimeout(done, this.idleWait * 1000);
       this.#wake = done;
     });
+  }
+}
+
+/** JSON for postgres.js: serialized once (a string passed for jsonb would be encoded again, as
+ * a JSON string); null and undefined are SQL NULL. */
+function json(sql: Sql, body: unknown) {
+  return body === undefined || body === null ? null : sql.json(body as postgres.JSONValue);
+}
+
+/**
+ * Claims and handles tasks of one pgfence queue while its Owner is valid (the loop:
+ * `WorkerLoop`). Each handler call runs under `handlerTimeout` seconds on the owner's clock
+ * (default: `visibility`, after which the task may be handed to someone else anyway). No
+ * handler starts unless its task's remaining visibility covers that deadline: the worker
+ * extends the task first, and skips it when the extend finds the attempt superseded.
+ */
+export class Worker extends WorkerLoop<Task> {
+  /** The queue worked. */
+  readonly queue: string;
+  /** The handler of every task. */
+  readonly handler: Handler;
+  readonly #handlerTimeout: number;
+
+  /** A worker of `options.queue` under `options.owner`; nothing runs before `run`. */
+  constructor(options: WorkerOptions) {
+    super(options);
+    this.queue = options.queue;
+    this.handler = options.handler;
+    this.#handlerTimeout = options.handlerTimeout ?? this.visibility;
+  }
+
+  /** Seconds per handler call, on the owner's clock (the same for every task). */
+  handlerTimeout(_task?: Task): number {
+    return this.#handlerTimeout;
+  }
+
+  /** The claim: rows of task_id, attempt_id, attempt, payload (`PgmqWorker` reads pgmq). */
+  protected claimStatement(sql: Sql): PendingQuery {
+    return sql`select task_id, attempt_id, attempt, payload
+                 from pgfence.claim(${this.owner.leaseId}::uuid, ${this.queue}, ${this.qty},
+                                    make_interval(secs => ${this.visibility}))`;
+  }
+
+  /** The claim's rows as tasks, each visible for `visibility` from when the claim was sent. */
+  protected claimed(rows: Row[], sent: number): Task[] {
+    return rows.map((r) => ({
+      taskId: BigInt(r.task_id as string),
+      attemptId: r.attempt_id as string,
+      attempt: r.attempt as number,
+      payload: r.payload,
+      visibleUntil: sent + this.visibility,
+    }));
+  }
+
+  /** requeue_expired, once: how many tasks came back, or null when its answer was lost. */
+  protected override async requeue(): Promise<number | null> {
+    try {
+      const [row] = await this.owner.query(
+        "requeue",
+        (sql) => sql`select pgfence.requeue_expired() as requeued`,
+      );
+      return row.requeued as number;
+    } catch (e) {
+      if (e instanceof ConnectionLost) return null;
+      throw e;
+    }
+  }
+
+  /** The queue's handler, with the task's payload. */
+  protected call(task: Task, context: HandlerContext): unknown {
+    return this.handler(task.payload, context);
+  }
+
+  /** `pgfence.complete` or `pgfence.fail`: one row, `verdict`. */
+  protected reportStatement(
+    sql: Sql,
+    kind: "complete" | "fail",
+    attemptId: string,
+    body: unknown,
+  ): PendingQuery {
+    return kind === "complete"
+      ? sql`select pgfence.complete(${attemptId}::uuid, ${json(sql, body)}) as verdict`
+      : sql`select pgfence.fail(${attemptId}::uuid, ${json(sql, body)}) as verdict`;
+  }
+
+  /** `pgfence.extend`: one row, `visible_until` (null when the attempt no longer holds it). */
+  protected extendStatement(sql: Sql, attemptId: string, visibility: number): PendingQuery {
+    return sql`select pgfence.extend(${attemptId}::uuid, make_interval(secs => ${visibility}))
+                 as visible_until`;
   }
 }
 

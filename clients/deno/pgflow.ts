@@ -12,44 +12,59 @@
  * ```
  *
  * The database does the fencing: `pgfence_pgflow.start_tasks` reads and starts only under the
- * current lease, in one statement, and `complete_task` / `fail_task` answer `accepted`,
- * `duplicate` or `stale` by the attempt that holds the task (I5). This class only stops
- * starting as soon as ownership is in doubt, always drains and releases, and, refused, waits
- * with capped, jittered backoff before it asks again: it never spins.
+ * current lease, in one statement, `set_vt` keeps a task's message only for the attempt that
+ * holds it, and `complete_task` / `fail_task` answer `accepted`, `duplicate` or `stale` by that
+ * attempt (I5). The loop is the client's one (`WorkerLoop`, mod.ts): it stops starting as soon
+ * as ownership is in doubt, starts no handler whose task's visibility would run out first,
+ * always drains and releases, and, refused, waits with capped, jittered backoff before it asks
+ * again: it never spins.
  *
  * @module
  */
 // What this module's public names refer to, so that its reference is complete on its own.
-export { Owner } from "./mod.ts";
+export { edgeRuntime, Owner, processRuntime, runtime, WorkerLoop } from "./mod.ts";
 export type {
+  Attempt,
   Clock,
+  HandlerContext,
+  LoopOptions,
   OwnerOptions,
   PendingQuery,
+  Platform,
   QueryOptions,
+  RefusalBackoff,
   RetryOptions,
   Row,
+  RunOptions,
   Sql,
   Step,
+  SuperviseOptions,
+  Task,
   TransactionSql,
   Verdict,
 } from "./mod.ts";
 import type postgres from "postgres";
 import {
-  ConnectionLost,
-  LeaseLost,
-  LeaseNotCurrent,
+  type Attempt,
+  connect,
+  type HandlerContext,
+  InvalidArgument,
+  invocationOf,
+  jsonResponse,
+  type LoopOptions,
   Owner,
   type OwnerOptions,
+  type PendingQuery,
+  type Platform,
   ResourceDisabled,
   type Row,
-  UnfencedWrite,
-  type Verdict,
+  runtime,
+  type Sql,
+  WorkerLoop,
 } from "./mod.ts";
 
 /** One started step task: the attempt id is what its result is reported with. */
-export interface StepTask {
-  /** This attempt's id (a capability: never log it). */
-  attemptId: string;
+export interface StepTask extends Attempt {
   /** The run's id. */
   runId: string;
   /** The step's slug. */
@@ -65,18 +80,21 @@ export interface StepTask {
 
 /**
  * What a step handler gets beside its input: the fields of pgflow's EdgeWorker context that a
- * fenced worker can give (`env`, `shutdownSignal`, `stepTask`, `rawMessage`, `workerConfig`),
- * and this worker's own (`task`, `signal`).
+ * fenced worker can give (`env`, `sql`, `shutdownSignal`, `flowInput`, `stepTask`, `rawMessage`,
+ * `workerConfig`; not `supabase`: make that client yourself), and this worker's own (`task`,
+ * `signal`, `deadline`, `extend`).
  */
-export interface StepContext {
-  /** The task, with its attempt id. */
-  task: StepTask;
-  /** Aborts when the owner gives the lease up (a handler past its deadline, a refusal). */
-  signal: AbortSignal;
+export interface StepContext extends HandlerContext<StepTask> {
   /** EdgeWorker's: the environment (Deno.env's variables where readable). */
   env: Record<string, string | undefined>;
   /** EdgeWorker's: aborts when the worker stops or its lease is given up. */
   shutdownSignal: AbortSignal;
+  /** EdgeWorker's `sql`: the worker's pool. Writes through it are not fenced: fence them with
+   * `task`'s owner (`Owner.fenced`), or make them idempotent by the task's key. */
+  sql: Sql;
+  /** EdgeWorker's (pgflow 0.14): the run's input, read from `pgflow.runs` when the task's
+   * input did not carry it (a map task's). */
+  readonly flowInput: Promise<unknown>;
   /** EdgeWorker's `stepTask` record. */
   stepTask: {
     flow_slug: string;
@@ -125,41 +143,34 @@ interface StepDefinitionLike {
 
 /** pgflow's default step timeout (seconds) when neither step nor flow sets one. */
 const PGFLOW_TIMEOUT = 60;
-
-/** How a refused worker waits before it asks again: capped exponential backoff, full jitter. */
-export interface RefusalBackoff {
-  /** Seconds: the first wait's ceiling (default 1). */
-  base?: number;
-  /** Seconds: the largest ceiling (default 30). */
-  cap?: number;
-  /** The jitter's source, in [0, 1) (default Math.random). */
-  random?: () => number;
-}
+/** Seconds a start hides a task's message beyond its step's timeout (pgflow's rule, which
+ * `pgfence_pgflow.start_tasks` applies). */
+const START_MARGIN = 2;
 
 /** The settings of a `FlowWorker`. */
-export interface FlowWorkerOptions {
-  /** The Owner whose lease the tasks are started under. */
-  owner: Owner;
+export interface FlowWorkerOptions extends LoopOptions {
   /** A flow defined with `@pgflow/dsl`: its slug, steps, handlers and timeouts. */
   flow?: FlowDefinition;
   /** Without `flow`: the flow's slug; pgflow queues its tasks on the queue of the same name. */
   flowSlug?: string;
   /** Without `flow`: one handler per step slug. */
   handlers?: Record<string, StepHandler>;
-  /** Messages per start (default 1). */
-  qty?: number;
   /** Seconds a read message stays hidden until the start sets the step's timeout + 2 s
    * (default 2). */
   visibility?: number;
-  /** Seconds to wait when the queue is empty (default 1). */
-  idleWait?: number;
-  /** Seconds per handler call on the owner's clock (default: the step's timeout, else the
-   * flow's, else pgflow's 60). */
+  /** Seconds per handler call on the owner's clock (default: the step's timeout, from the DSL
+   * flow, else from the database, where pgflow keeps the step's and the flow's). */
   handlerTimeout?: number;
-  /** The backoff after a refusal (see `supervise`). */
-  backoff?: RefusalBackoff;
   /** The handlers' `context.env` (default: Deno.env's variables, where readable). */
   env?: Record<string, string | undefined>;
+  /**
+   * What a handler's `input` is: `with-run` (default; `FlowWorker.serve`'s is `pgflow`): the
+   * run's input under `run` beside the dependencies' outputs, on every pgflow (pgflow 0.8's
+   * shape); `pgflow`: what the pgflow in the database gives its own workers (from 0.14 a root
+   * step gets the run's input itself, another step its dependencies' outputs only, the run's
+   * input in `context.flowInput`). A map step's handler gets its item either way.
+   */
+  input?: "with-run" | "pgflow";
 }
 
 /** What `FlowWorker.start` needs: the Owner's settings and the worker's (without `owner`). */
@@ -183,54 +194,47 @@ function readEnv(): Record<string, string | undefined> {
 }
 
 /**
- * Starts and handles the tasks of one pgflow flow while its Owner is valid; drains and
- * releases the lease when `run` ends, however it ends. `verdicts` counts the database's
- * answers to the results it reported. `supervise` (or `FlowWorker.start`) keeps a worker
- * running across leases, backing off after every refusal.
+ * Starts and handles the tasks of one pgflow flow while its Owner is valid, on the client's one
+ * worker loop (`WorkerLoop`: visibility before each handler, deadlines, drain, hand-back,
+ * release, `supervise` across leases with refusal backoff, `installShutdown`). `verdicts`
+ * counts the database's answers to the results it reported.
+ *
+ * A started task is its attempt's for its step's timeout (the start hides its message for the
+ * timeout + 2 s): that is the visibility its handler's deadline must fit in. The worker reads
+ * the steps' timeouts from the database (`pgflow.steps`, `pgflow.flows`), so it needs SELECT on
+ * them, as pgflow's own worker role has. Before each later task of a batch it extends the
+ * task's message (`pgfence_pgflow.set_vt`) when what is left would not cover the handler's
+ * deadline, and skips the task when its attempt no longer holds it.
  */
-export class FlowWorker {
-  /** The owner of the lease. */
-  readonly owner: Owner;
+export class FlowWorker extends WorkerLoop<StepTask> {
   /** The flow's slug (and queue). */
   readonly flowSlug: string;
   /** The handler of each step. */
   readonly handlers: Record<string, StepHandler>;
-  /** Messages per start. */
-  readonly qty: number;
-  /** Seconds a read message stays hidden before the start sets its own. */
-  readonly visibility: number;
-  /** Seconds to wait when the queue is empty. */
-  readonly idleWait: number;
-  /** The backoff after a refusal. */
-  readonly backoff: Readonly<Required<RefusalBackoff>>;
-  /** Handler calls so far. */
-  handled = 0;
-  /** Refusals so far: acquires refused or not granted, and terms ended by a refusal. */
-  refusals = 0;
-  /** The database's answers to the reports. */
-  readonly verdicts: Record<Verdict, number> = { accepted: 0, duplicate: 0, stale: 0 };
-  /** Resolves when `supervise` (started by `FlowWorker.start`) ends. */
-  done: Promise<void> = Promise.resolve();
-  readonly #timeouts: Record<string, number>;
+  readonly #dsl: Record<string, number>;
+  readonly #handlerTimeout: number | undefined;
   readonly #env: Record<string, string | undefined>;
-  #stop = false;
-  #stopping = new AbortController();
-  #wake: (() => void) | null = null;
+  /** The flow's steps as the database has them: each one's timeout (what the start hides a
+   * task's message for, less 2 s), whether it is a map step, and whether it has
+   * dependencies; `flowInput`: whether this pgflow gives a task its dependencies' outputs
+   * only (0.14's shape). */
+  #steps = new Map<string, { timeout: number; map: boolean; root: boolean }>();
+  #flowInput = false;
+  readonly #input: "with-run" | "pgflow";
 
   /** A worker of `options.flow` (or `flowSlug` and `handlers`) under `options.owner`. */
   constructor(options: FlowWorkerOptions) {
-    this.owner = options.owner;
+    super({ ...options, visibility: options.visibility ?? 2 });
     const flow = options.flow;
+    this.#dsl = {};
     if (flow !== undefined) {
       this.flowSlug = flow.slug;
       this.handlers = {};
-      this.#timeouts = {};
       const lookup = flow as unknown as { getStepDefinition(slug: string): StepDefinitionLike };
       for (const slug of flow.stepOrder) {
         const step = lookup.getStepDefinition(slug);
         this.handlers[slug] = step.handler as unknown as StepHandler;
-        this.#timeouts[slug] = options.handlerTimeout ?? step.options.timeout ??
-          flow.options.timeout ?? PGFLOW_TIMEOUT;
+        this.#dsl[slug] = step.options.timeout ?? flow.options.timeout ?? PGFLOW_TIMEOUT;
       }
     } else {
       if (options.flowSlug === undefined || options.handlers === undefined) {
@@ -238,210 +242,179 @@ export class FlowWorker {
       }
       this.flowSlug = options.flowSlug;
       this.handlers = options.handlers;
-      this.#timeouts = {};
-      for (const slug of Object.keys(this.handlers)) {
-        this.#timeouts[slug] = options.handlerTimeout ?? PGFLOW_TIMEOUT;
-      }
     }
-    this.qty = options.qty ?? 1;
-    this.visibility = options.visibility ?? 2;
-    this.idleWait = options.idleWait ?? 1;
-    this.backoff = Object.freeze({
-      base: options.backoff?.base ?? 1,
-      cap: options.backoff?.cap ?? 30,
-      random: options.backoff?.random ?? Math.random,
-    });
+    this.#handlerTimeout = options.handlerTimeout;
     this.#env = options.env ?? readEnv();
+    this.#input = options.input ?? "with-run";
   }
 
   /**
    * The one-line start, as pgflow's `EdgeWorker.start(flow)`: an Owner on `options.resource`
-   * and a worker of `flow`, supervised (`supervise`) until `stop`; `done` resolves then.
+   * and a worker of `flow`, supervised (`supervise`) until `stop` or the platform's shutdown
+   * (`installShutdown`: `beforeunload` in the Edge Runtime, SIGTERM and SIGINT in a process);
+   * `done` resolves then, and the Edge Runtime is kept alive until it does.
    */
   static start(flow: FlowDefinition, options: FlowWorkerStartOptions): FlowWorker {
-    const { invocationId = null, qty, visibility, idleWait, handlerTimeout, backoff, env } =
+    const { invocationId = null, resource, sql, owner: name, ttl, renewEvery, clock, retry } =
       options;
-    const owner = new Owner({
-      sql: options.sql,
-      resource: options.resource,
-      owner: options.owner,
-      ttl: options.ttl,
-      renewEvery: options.renewEvery,
-      clock: options.clock,
-      retry: options.retry,
-    });
-    const worker = new FlowWorker({
-      owner,
-      flow,
-      qty,
-      visibility,
-      idleWait,
-      handlerTimeout,
-      backoff,
-      env,
-    });
-    worker.done = worker.supervise({ invocationId });
+    const owner = new Owner({ sql, resource, owner: name, ttl, renewEvery, clock, retry });
+    const worker = new FlowWorker({ ...options, owner, flow });
+    const platform = runtime();
+    const remove = worker.installShutdown(platform);
+    worker.done = worker.supervise({ invocationId }).finally(remove);
+    platform.keepAlive(worker.done);
     return worker;
   }
 
-  /** Seconds per handler call of a step. */
-  handlerTimeout(stepSlug: string): number {
-    return this.#timeouts[stepSlug] ?? PGFLOW_TIMEOUT;
-  }
-
-  /** Drains: start nothing more, finish the handler in hand, release; `supervise` ends. */
-  stop(): void {
-    this.#stop = true;
-    this.#stopping.abort();
-    this.#wake?.();
-  }
-
-  /** SIGTERM drains (see `stop`); returns a function that removes the listener. */
-  installSigterm(): () => void {
-    const listener = () => this.stop();
-    Deno.addSignalListener("SIGTERM", listener);
-    return () => Deno.removeSignalListener("SIGTERM", listener);
+  /**
+   * The drop-in entry, as pgflow's `EdgeWorker.start(flow)` in an Edge Function's `index.ts`:
+   * serves the pings of `pgfence_pgflow.ensure_workers` (pgflow 0.14's, through the startup
+   * handshake). Each ping is authenticated as pgflow's worker does (`Authorization: Bearer`
+   * `PGFLOW_AUTH_SECRET`, else `SUPABASE_SERVICE_ROLE_KEY`; none on a local Supabase: 401);
+   * a malformed body is refused (400), a ping without an invocation id, or while this
+   * isolate's worker runs, too (409), with nothing acquired. A fresh invocation id acquires
+   * the function's lease (409 when it is not the pending one, 503 while the resource is
+   * paused); then, once per isolate, the function is tracked for `ensure_workers`
+   * (`pgflow.track_worker_function`, pgflow 0.9 on) and the flow compiled or verified
+   * (`ensureFlowCompiled`: 500 naming the fix when refused, and the lease released); then the
+   * term runs (202) until the lease is lost or the platform shuts the isolate down
+   * (`beforeunload`, SIGTERM, SIGINT: the task in hand gets `shutdownGrace`), and the worker's
+   * `pgflow.workers` row is marked stopped (`pgfence_pgflow.mark_worker_stopped`). Every
+   * answer is JSON; none carries a stack.
+   */
+  static serve(flow: FlowDefinition, options: ServeOptions = {}): FlowEndpoint {
+    return serveFlow(flow, options);
   }
 
   /**
-   * Keeps the worker running across leases until `stop`: acquire, `run`, and again. A refusal
-   * (the lease held by another, the resource disabled (PF003) in an update window, a start
-   * refused (PF001, PF007) because the lease was superseded, drained or expired) makes it wait
-   * before it asks again, `backoff.random() * min(cap, base * 2^n)` seconds after the n-th
-   * refusal in a row (at least 10 ms); a term that handled a task resets n. With an
-   * `invocationId` (the startup handshake) it acquires once, with that id, and ends with that
-   * term: a new term needs a new invocation. A resource that does not exist (PF002) throws.
+   * Seconds per handler call of a step (a task's or a slug): `handlerTimeout` if set, else the
+   * DSL step's timeout, else the step's timeout in the database (known once a task of the step
+   * was started), else pgflow's 60.
    */
-  async supervise(options: { invocationId?: string | null } = {}): Promise<void> {
-    const invocationId = options.invocationId ?? null;
-    let row = 0; // refusals in a row
-    while (!this.#stop) {
-      let acquired = false;
-      try {
-        acquired = await this.owner.acquire(invocationId);
-      } catch (e) {
-        if (!(e instanceof ResourceDisabled || e instanceof ConnectionLost)) throw e;
-      }
-      if (acquired) {
-        const before = this.handled;
-        try {
-          await this.run();
-        } catch (e) {
-          if (!(e instanceof LeaseLost)) throw e;
-        }
-        if (this.handled > before) row = 0;
-        if (this.#stop || invocationId !== null) return;
-        if (this.handled > before) continue;
-      }
-      if (invocationId !== null) return; // the invocation was refused: a new one is needed
-      this.refusals += 1;
-      await this.pause(this.refusalWait(row++));
-    }
+  handlerTimeout(task: StepTask | string): number {
+    const slug = typeof task === "string" ? task : task.stepSlug;
+    return this.#handlerTimeout ?? this.#dsl[slug] ?? this.#steps.get(slug)?.timeout ??
+      PGFLOW_TIMEOUT;
   }
 
-  /** Seconds to wait after `n` refusals in a row (full jitter, at least 10 ms). */
-  refusalWait(n: number): number {
-    const ceiling = Math.min(this.backoff.cap, this.backoff.base * 2 ** n);
-    return Math.max(0.01, this.backoff.random() * ceiling);
-  }
-
-  /** Waits `seconds` of real time, or less if `stop` is called. */
-  protected pause(seconds: number): Promise<void> {
-    return new Promise((resolve) => {
-      const signal = this.#stopping.signal;
-      if (signal.aborted) return resolve();
-      const done = () => {
-        clearTimeout(timer);
-        signal.removeEventListener("abort", done);
-        resolve();
-      };
-      const timer = setTimeout(done, seconds * 1000);
-      signal.addEventListener("abort", done);
-    });
-  }
-
-  /**
-   * One term: starts and handles tasks under the Owner's current lease. It ends after
-   * `maxTasks` handler calls, on `stop`, once the lease is known lost (a start refused), or
-   * (`untilIdle`) when the flow's queue has nothing to start: the shape of an Edge Function
-   * invocation that must not idle. While the lease is in doubt (a lost connection) it starts
-   * nothing and waits for the renewer's verdict (`Owner.trust`). Drains and releases at the end.
-   */
-  async run(options: { maxTasks?: number; untilIdle?: boolean } = {}): Promise<void> {
-    const { maxTasks, untilIdle = false } = options;
-    try {
-      while (!this.#stop && (maxTasks === undefined || this.handled < maxTasks)) {
-        if (!(await this.#trusted())) break; // ownership lost: start nothing more
-        const tasks = await this.start();
-        if (tasks === null) continue; // the start's answer was lost: its tasks come back
-        if (tasks.length === 0) {
-          if (!this.owner.valid) break; // refused
-          if (untilIdle) break;
-          await this.#idle();
-          continue;
-        }
-        for (const task of tasks) {
-          // The rest come back when their visibility runs out.
-          if (this.#stop || !(await this.#trusted())) break;
-          await this.handle(task);
-        }
-      }
-    } finally {
-      try {
-        await this.owner.drain();
-      } finally {
-        await this.owner.release(); // stops the renewer even when the drain failed
-      }
-    }
-  }
-
-  async #trusted(): Promise<boolean> {
-    return this.owner.valid || await this.owner.trust(this.#stopping.signal);
+  /** The start hid the task's message for its step's timeout + 2 s (the read's `visibility`
+   * where the timeout is unknown). */
+  protected override granted(task: StepTask): number {
+    const timeout = this.#steps.get(task.stepSlug)?.timeout;
+    return timeout === undefined ? this.visibility : timeout + START_MARGIN;
   }
 
   /**
    * One fenced read and start, in one statement: nothing starts unless the lease is current.
-   * Not resent after a lost connection (null then: what it started comes back to a new
-   * attempt); a refusal (PF001, PF007) marks the lease lost and returns no task.
+   * Not resent after a lost connection (what it started comes back to a new attempt); a
+   * refusal (PF001, PF007) marks the lease lost.
    */
-  protected async start(): Promise<StepTask[] | null> {
-    const owner = this.owner;
-    let rows: Row[];
-    try {
-      rows = await owner.query(
-        "claim",
-        (sql) =>
-          sql`select attempt_id, run_id, step_slug, task_index, input, msg_id
-                from pgfence_pgflow.start_tasks(${owner.leaseId}::uuid,
-                       ${this.flowSlug}, ${this.flowSlug},
-                       make_interval(secs => ${this.visibility}), ${this.qty})`,
-      );
-    } catch (e) {
-      if (e instanceof LeaseNotCurrent || e instanceof UnfencedWrite) {
-        owner.markLost(`start under ${owner.name} refused: ${e.message}`);
-        return [];
-      }
-      if (e instanceof ConnectionLost) return null;
-      throw e;
-    }
-    return rows.map((r) => ({
+  protected claimStatement(sql: Sql): PendingQuery {
+    return sql`select attempt_id, run_id, step_slug, task_index, input, msg_id
+                 from pgfence_pgflow.start_tasks(${this.owner.leaseId}::uuid,
+                        ${this.flowSlug}, ${this.flowSlug},
+                        make_interval(secs => ${this.visibility}), ${this.qty})`;
+  }
+
+  /** The start's rows as tasks, each visible for its step's timeout + 2 s from when the start
+   * was sent; their inputs in the shape `input` asks for. */
+  protected async claimed(rows: Row[], sent: number): Promise<StepTask[]> {
+    const tasks: StepTask[] = rows.map((r) => ({
       attemptId: r.attempt_id as string,
       runId: r.run_id as string,
       stepSlug: r.step_slug as string,
       taskIndex: r.task_index as number,
       input: r.input,
       msgId: BigInt(r.msg_id as string),
+      visibleUntil: sent,
     }));
+    if (tasks.some((task) => !this.#steps.has(task.stepSlug))) await this.#readSteps();
+    for (const task of tasks) {
+      task.visibleUntil = sent + this.granted(task);
+      this.#shape(task);
+    }
+    return tasks;
+  }
+
+  /**
+   * The flow's steps as pgflow keeps them: each one's timeout (the step's, else the flow's),
+   * what the start hides a started task's message for (+ 2 s); its type and dependencies (for
+   * `input: "pgflow"`). Read again when a step is new to the worker. Its answer lost, the tasks
+   * keep the read's `visibility` only: each is extended (or skipped) before its handler starts.
+   */
+  async #readSteps(): Promise<void> {
+    try {
+      const rows = await this.owner.query(
+        "claim",
+        (sql) =>
+          sql`select s.step_slug, coalesce(s.opt_timeout, f.opt_timeout) as timeout,
+                     s.step_type = 'map' as map,
+                     not exists (select from pgflow.deps d
+                                  where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug)
+                       as root,
+                     exists (select from pg_catalog.pg_attribute a
+                              where a.attrelid = 'pgflow.step_task_record'::regclass
+                                and a.attname = 'flow_input' and not a.attisdropped)
+                       as flow_input
+                from pgflow.steps s join pgflow.flows f on f.flow_slug = s.flow_slug
+               where s.flow_slug = ${this.flowSlug}`,
+        { resend: true, until: this.owner.deadline },
+      );
+      this.#steps = new Map(rows.map((r) => [r.step_slug as string, {
+        timeout: Number(r.timeout),
+        map: r.map as boolean,
+        root: r.root as boolean,
+      }]));
+      this.#flowInput = rows.some((r) => r.flow_input as boolean);
+    } catch {
+      // See above: the tasks' own checks cover it.
+    }
+  }
+
+  /** Run inputs of the tasks whose input carried it (see `#shape`). */
+  #runInputs = new WeakMap<StepTask, unknown>();
+
+  /**
+   * `input: "pgflow"` on a pgflow that gives a task its dependencies' outputs only (0.14): the
+   * layer's input (the run's under `run`, beside them) in that shape, the run's input kept for
+   * `context.flowInput`. A root step's handler gets the run's input itself; a map step's its
+   * item, as on every pgflow.
+   */
+  #shape(task: StepTask): void {
+    const step = this.#steps.get(task.stepSlug);
+    if (step === undefined || step.map) return;
+    const { run, ...outputs } = task.input as { run?: unknown } & Record<string, unknown>;
+    this.#runInputs.set(task, run);
+    if (this.#input !== "pgflow" || !this.#flowInput) return;
+    task.input = step.root ? run : outputs;
+  }
+
+  /** The step's handler, with the task's input and the EdgeWorker-shaped context. */
+  protected call(task: StepTask, context: HandlerContext<StepTask>): unknown {
+    const handler = this.handlers[task.stepSlug];
+    if (handler === undefined) throw new Error(`no handler for step ${task.stepSlug}`);
+    return handler(task.input, this.context(task, context));
   }
 
   /** The context a step's handler gets (EdgeWorker's shape, see `StepContext`). */
-  protected context(task: StepTask): StepContext {
+  protected context(task: StepTask, base: HandlerContext<StepTask>): StepContext {
     const msgId = Number(task.msgId);
+    const runInputs = this.#runInputs;
+    const sql = this.owner.sql;
+    let flowInput: Promise<unknown> | undefined;
     return {
-      task,
-      signal: this.owner.signal,
+      ...base,
+      get flowInput(): Promise<unknown> {
+        flowInput ??= runInputs.has(task)
+          ? Promise.resolve(runInputs.get(task))
+          : sql`select input from pgflow.runs where run_id = ${task.runId}::uuid`.then((rows) =>
+            rows[0]?.input
+          );
+        return flowInput;
+      },
       env: this.#env,
-      shutdownSignal: AbortSignal.any([this.owner.signal, this.#stopping.signal]),
+      sql,
+      shutdownSignal: AbortSignal.any([this.owner.signal, this.stopping]),
       stepTask: {
         flow_slug: this.flowSlug,
         run_id: task.runId,
@@ -469,66 +442,399 @@ export class FlowWorker {
     };
   }
 
-  /** One task: the handler under its step's deadline, then the report. */
-  protected async handle(task: StepTask): Promise<void> {
-    const owner = this.owner;
-    const timeout = this.handlerTimeout(task.stepSlug);
-    // A hung handler must not keep the lease alive by proxy: past its deadline the owner stops
-    // renewing and drains, and its late result is judged like any other (I5).
-    owner.renewUntil(
-      owner.clock() + timeout,
-      `a step handler ran past its deadline (${timeout} s)`,
-    );
-    let kind: "complete" | "fail" = "complete";
-    let body: unknown;
-    try {
-      const handler = this.handlers[task.stepSlug];
-      if (handler === undefined) throw new Error(`no handler for step ${task.stepSlug}`);
-      body = await handler(task.input, this.context(task));
-    } catch (e) {
-      if (e instanceof LeaseLost) throw e; // the handler saw the lease go: nothing to report
-      kind = "fail";
-      body = e instanceof Error ? e.message : String(e);
-    } finally {
-      owner.renewUntil(null);
-    }
-    await this.report(kind, task.attemptId, body);
-    this.handled += 1;
+  /** pgflow records a failure's message. */
+  protected override failure(e: unknown): unknown {
+    return e instanceof Error ? e.message : String(e);
   }
 
   /**
-   * complete_task or fail_task, through `Owner.query`: 40P01 and 40001 are tried again, and a
-   * lost connection is sent again with the same attempt id (a second copy answers `duplicate`).
-   * The verdict is counted in `verdicts`.
+   * complete_task or fail_task: 40P01 and 40001 are tried again, and a lost connection is sent
+   * again with the same attempt id (a second copy answers `duplicate`).
    */
-  protected async report(
+  protected reportStatement(
+    sql: Sql,
     kind: "complete" | "fail",
     attemptId: string,
     body: unknown,
-  ): Promise<Verdict> {
-    const [row] = await this.owner.query(kind, (sql) => {
-      // sql.json: postgres.js serializes the value once; null and undefined report SQL NULL.
-      const json = body === undefined || body === null
-        ? null
-        : sql.json(body as postgres.JSONValue);
-      return kind === "complete"
-        ? sql`select pgfence_pgflow.complete_task(${attemptId}::uuid, ${json}) as verdict`
-        : sql`select pgfence_pgflow.fail_task(${attemptId}::uuid, ${String(body)}) as verdict`;
-    }, { resend: true });
-    const verdict = row.verdict as Verdict;
-    this.verdicts[verdict] += 1;
-    return verdict;
+  ): PendingQuery {
+    if (kind === "fail") {
+      return sql`select pgfence_pgflow.fail_task(${attemptId}::uuid, ${String(body)}) as verdict`;
+    }
+    // sql.json: postgres.js serializes the value once; null and undefined report SQL NULL.
+    const output = body === undefined || body === null
+      ? null
+      : sql.json(body as postgres.JSONValue);
+    return sql`select pgfence_pgflow.complete_task(${attemptId}::uuid, ${output}) as verdict`;
   }
 
-  #idle(): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.#wake = null;
-        resolve();
+  /** `pgfence_pgflow.set_vt`: null when the attempt no longer holds the task or its message. */
+  protected extendStatement(sql: Sql, attemptId: string, visibility: number): PendingQuery {
+    return sql`select pgfence_pgflow.set_vt(${attemptId}::uuid, make_interval(secs => ${visibility}))
+                 as visible_until`;
+  }
+}
+
+// --- the drop-in entry: an Edge Function that ensure_workers starts ---------------------------
+
+/** How the entry compiles or verifies the flow in the database (pgflow's `compilation`). */
+export type Compilation = false | {
+  /** When the database's flow differs: recompile it, deleting its runs (pgflow 0.14's
+   * `allowDataLoss`; pgflow recompiles by itself on a local Supabase). Default false. */
+  allowDataLoss?: boolean;
+};
+
+/** What `FlowWorker.serve` is set with: a one-line start's settings, and the entry's. */
+export type ServeOptions =
+  & Omit<FlowWorkerStartOptions, "sql" | "resource" | "invocationId" | "owner">
+  & {
+    /** The database (default: `connect(EDGE_WORKER_DB_URL)`, pgflow's variable; the serve
+     * then ends the pool when it stops). */
+    sql?: Sql;
+    /** The function's resource (default: its name, the request's path, which is what
+     * `ensure_workers` pings and `pgfence.register` must name). */
+    resource?: string;
+    /** Compile or verify the flow before the first term (default `{}`), or not (`false`). */
+    compilation?: Compilation;
+    /** The environment (default: Deno.env's variables): `SUPABASE_URL`,
+     * `PGFLOW_AUTH_SECRET`, `SUPABASE_SERVICE_ROLE_KEY`, `SB_EXECUTION_ID`,
+     * `EDGE_WORKER_DB_URL`, `HOST`, `PORT`. */
+    env?: Record<string, string | undefined>;
+    /** Where to listen (default: `HOST` and `PORT` from the environment, else Deno.serve's
+     * 0.0.0.0:8000; the Edge Runtime chooses its own). */
+    listen?: { hostname?: string; port?: number };
+    /** The platform (default: `runtime()`). */
+    platform?: Platform;
+  };
+
+/** A flow's compilation refused: the database's flow is missing (pgflow before 0.9) or
+ * differs from the DSL's. `message` names what differs and the command that fixes it. */
+export class FlowNotCompiled extends Error {
+  /** What differs, one line each (pgflow's `differences`). */
+  readonly differences: readonly string[];
+  /** The refusal; `differences` as above. */
+  constructor(message: string, differences: readonly string[] = []) {
+    super(message);
+    this.name = "FlowNotCompiled";
+    this.differences = differences;
+  }
+}
+
+/** The shape of a flow as pgflow 0.14's `ensure_flow_compiled` compares it. */
+interface FlowShape {
+  steps: {
+    slug: string;
+    stepType: string;
+    dependencies: string[];
+    whenUnmet: string;
+    whenExhausted: string;
+    requiredInputPattern: { defined: boolean; value?: unknown };
+    forbiddenInputPattern: { defined: boolean; value?: unknown };
+    options: Record<string, number>;
+  }[];
+  options: Record<string, number>;
+}
+
+/** A DSL step as the shape needs it. */
+interface ShapeStepLike {
+  slug: string;
+  stepType?: string;
+  dependencies: string[];
+  options: Record<string, unknown>;
+}
+
+function numbers(options: Record<string, unknown>, keys: string[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const key of keys) if (typeof options[key] === "number") out[key] = options[key] as number;
+  return out;
+}
+
+/** An input pattern of the shape: a step condition (`if`, `ifNot`), or none. */
+function pattern(value: unknown): { defined: boolean; value?: unknown } {
+  return value === undefined ? { defined: false } : { defined: true, value };
+}
+
+/**
+ * The flow's shape, as pgflow 0.14's `ensure_flow_compiled` reads it (its `_get_flow_shape`
+ * and `_compare_flow_shapes`), from the flow's public definition: each step in order, its type
+ * and sorted dependencies, its conditions (`if`, `ifNot`, `whenUnmet`, `whenExhausted`, with
+ * pgflow's defaults where the DSL has none, as before 0.14) and its options.
+ */
+function flowShape(flow: FlowDefinition): FlowShape {
+  const lookup = flow as unknown as { getStepDefinition(slug: string): ShapeStepLike };
+  return {
+    steps: flow.stepOrder.map((slug) => {
+      const step = lookup.getStepDefinition(slug);
+      const options = step.options;
+      return {
+        slug,
+        stepType: step.stepType ?? "single",
+        dependencies: [...step.dependencies].sort(),
+        whenUnmet: typeof options.whenUnmet === "string" ? options.whenUnmet : "skip",
+        whenExhausted: typeof options.whenExhausted === "string" ? options.whenExhausted : "fail",
+        requiredInputPattern: pattern(options.if),
+        forbiddenInputPattern: pattern(options.ifNot),
+        options: numbers(options, ["maxAttempts", "baseDelay", "timeout", "startDelay"]),
       };
-      const timer = setTimeout(done, this.idleWait * 1000);
-      this.#wake = done;
+    }),
+    options: numbers(flow.options, ["maxAttempts", "baseDelay", "timeout"]),
+  };
+}
+
+/**
+ * Compiles or verifies `flow` in the database as pgflow's worker does at its start: pgflow
+ * 0.14's `ensure_flow_compiled` (`compiled` when the flow was missing, `verified` when it
+ * matches, `recompiled` with `allowDataLoss` or on a local Supabase); a mismatch is refused
+ * (FlowNotCompiled). pgflow before 0.9 has no such function: there the flow is verified
+ * against `pgflow.steps` and `pgflow.deps`, and a missing or different one is refused, naming
+ * the command that compiles it.
+ */
+export async function ensureFlowCompiled(
+  sql: Sql,
+  flow: FlowDefinition,
+  compilation: Compilation = {},
+): Promise<"compiled" | "verified" | "recompiled" | "skipped"> {
+  if (compilation === false) return "skipped";
+  const shape = flowShape(flow);
+  const [{ ensure }] = await sql`select to_regprocedure(
+      'pgflow.ensure_flow_compiled(text, jsonb, boolean)') is not null as ensure`;
+  if (ensure) {
+    const [{ result }] = await sql`select pgflow.ensure_flow_compiled(${flow.slug},
+        ${sql.json(shape as unknown as postgres.JSONValue)}, ${compilation.allowDataLoss ?? false})
+        as result`;
+    const { status, differences } = result as { status: string; differences: string[] };
+    if (status === "mismatch") {
+      throw new FlowNotCompiled(
+        `flow ${flow.slug} in the database differs from the worker's: ${differences.join("; ")} ` +
+          "(deploy a migration of the new flow with `pgflow compile`, or start with " +
+          "compilation: { allowDataLoss: true } to recompile it, deleting its runs)",
+        differences,
+      );
+    }
+    return status as "compiled" | "verified" | "recompiled";
+  }
+  const rows = await sql`select s.step_slug, s.step_type,
+                                coalesce(array_agg(d.dep_slug order by d.dep_slug)
+                                           filter (where d.dep_slug is not null), '{}') as deps
+                           from pgflow.steps s
+                           left join pgflow.deps d
+                             on d.flow_slug = s.flow_slug and d.step_slug = s.step_slug
+                          where s.flow_slug = ${flow.slug}
+                          group by s.step_slug, s.step_type, s.step_index
+                          order by s.step_index`;
+  const ours = shape.steps.map((s) => `${s.slug} ${s.stepType} (${s.dependencies.join(", ")})`);
+  const theirs = rows.map((r) =>
+    `${r.step_slug} ${r.step_type} (${(r.deps as string[]).join(", ")})`
+  );
+  const differences = ours.length === 0 || rows.length === 0
+    ? [`flow ${flow.slug} is not in the database`]
+    : ours.flatMap((step, i) => step === theirs[i] ? [] : [`step ${i}: ${step} != ${theirs[i]}`])
+      .concat(theirs.length > ours.length ? [`${theirs.length - ours.length} more steps`] : []);
+  if (differences.length > 0) {
+    throw new FlowNotCompiled(
+      `${differences.join("; ")}: this pgflow compiles no flow at a worker's start; ` +
+        "`npx pgflow compile <the flow's file>` writes its migration, then apply it " +
+        "(`supabase migration up`)",
+      differences,
+    );
+  }
+  return "verified";
+}
+
+const answer = jsonResponse;
+
+/** Supabase's local stack: its functions are reached through kong, and are not authenticated. */
+function isLocal(env: Record<string, string | undefined>): boolean {
+  try {
+    return new URL(env.SUPABASE_URL ?? "").host === "kong:8000";
+  } catch {
+    return false;
+  }
+}
+
+/** Equal strings, in time that depends on their length only. */
+function sameSecret(a: string, b: string): boolean {
+  const [x, y] = [new TextEncoder().encode(a), new TextEncoder().encode(b)];
+  let diff = x.length ^ y.length;
+  for (let i = 0; i < Math.max(x.length, y.length); i++) diff |= (x[i] ?? 0) ^ (y[i] ?? 0);
+  return diff === 0;
+}
+
+/**
+ * pgflow's authentication of the ping: none on a local Supabase; elsewhere
+ * `Authorization: Bearer <PGFLOW_AUTH_SECRET, else SUPABASE_SERVICE_ROLE_KEY>`, the key
+ * `ensure_workers` sends. Null when it passes, else the answer (401, or 500 when neither
+ * secret is set).
+ */
+function refuseUnauthorized(
+  request: Request,
+  env: Record<string, string | undefined>,
+): Response | null {
+  if (isLocal(env)) return null;
+  const key = env.PGFLOW_AUTH_SECRET || env.SUPABASE_SERVICE_ROLE_KEY;
+  const header = request.headers.get("authorization");
+  if (!header) return answer(401, { error: "Unauthorized", message: "Unauthorized" });
+  if (!key) {
+    return answer(500, {
+      error: "Internal Server Error",
+      message: "neither PGFLOW_AUTH_SECRET nor SUPABASE_SERVICE_ROLE_KEY is set",
     });
   }
+  return sameSecret(header, `Bearer ${key}`)
+    ? null
+    : answer(401, { error: "Unauthorized", message: "Unauthorized" });
+}
+
+/** The entry `FlowWorker.serve` returns. */
+export interface FlowEndpoint {
+  /** The HTTP server. */
+  readonly server: Deno.HttpServer;
+  /** The worker of the current (or last) term, null before the first. */
+  readonly worker: FlowWorker | null;
+  /** Resolves when the entry has stopped (a shutdown signal, or `stop`): its last term
+   * released, its worker marked stopped, the server closed. */
+  readonly finished: Promise<void>;
+  /** Stops: the term in hand ends (see `WorkerLoop.stop`), then the server. */
+  stop(reason?: string): void;
+}
+
+/** The message of an error, ids redacted, without its stack. */
+function said(e: unknown): string {
+  const text = e instanceof Error ? e.message : String(e);
+  return text.replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi, "…");
+}
+
+/** Starts the term of one invocation; the answer to its ping. */
+async function term(
+  flow: FlowDefinition,
+  options: ServeOptions,
+  sql: Sql,
+  functionName: string,
+  invocationId: string,
+  once: { prepared: boolean },
+): Promise<{ response: Response; worker?: FlowWorker; work?: Promise<void> }> {
+  const env = options.env ?? readEnv();
+  const owner = new Owner({
+    sql,
+    resource: options.resource ?? functionName,
+    owner: `edge-${env.SB_EXECUTION_ID ?? crypto.randomUUID()}`,
+    ttl: options.ttl,
+    renewEvery: options.renewEvery,
+    clock: options.clock,
+    retry: options.retry,
+  });
+  try {
+    if (!(await owner.acquire(invocationId))) {
+      return {
+        response: answer(409, {
+          started: false,
+          message: "not the pending invocation: replayed, or another worker is current",
+        }),
+      };
+    }
+  } catch (e) {
+    if (e instanceof ResourceDisabled) {
+      return { response: answer(503, { started: false, paused: true, message: said(e) }) };
+    }
+    if (e instanceof InvalidArgument) { // an invocation id the database never issued
+      return { response: answer(409, { started: false, message: said(e) }) };
+    }
+    return { response: answer(500, { error: "Internal Server Error", message: said(e) }) };
+  }
+  try {
+    if (!once.prepared) {
+      // pgflow 0.14's worker start: the function tracked for ensure_workers, the flow compiled
+      // or verified; once per isolate.
+      const [{ tracked }] = await sql`select to_regprocedure(
+          'pgflow.track_worker_function(text)') is not null as tracked`;
+      if (tracked) await sql`select pgflow.track_worker_function(${functionName})`;
+      await ensureFlowCompiled(sql, flow, options.compilation);
+      once.prepared = true;
+    }
+  } catch (e) {
+    await owner.release().catch(() => {});
+    return { response: answer(500, { error: "Internal Server Error", message: said(e) }) };
+  }
+  const worker = new FlowWorker({ ...options, owner, flow, input: options.input ?? "pgflow" });
+  const work = worker.run().catch(() => {
+    // A fault ended the term: its lease is released or runs out, and ensure_workers starts
+    // another invocation.
+  }).finally(async () => {
+    // pgflow's worker marks itself stopped as it ends, so ensure_workers pings at once.
+    if (owner.leaseId !== null) {
+      await sql`select pgfence_pgflow.mark_worker_stopped(${owner.leaseId}::uuid)`.catch(() => {});
+    }
+  });
+  return {
+    response: answer(202, {
+      status: "started",
+      started: true,
+      generation: String(owner.generation),
+      functionName,
+    }),
+    worker,
+    work,
+  };
+}
+
+function serveFlow(flow: FlowDefinition, options: ServeOptions): FlowEndpoint {
+  const env = options.env ?? readEnv();
+  const own = options.sql === undefined;
+  const sql = options.sql ?? connect(env.EDGE_WORKER_DB_URL ?? "");
+  const platform = options.platform ?? runtime();
+  const once = { prepared: false };
+  let current: { worker: FlowWorker; work: Promise<void> } | null = null;
+  let stopping: string | null = null;
+  let running = false;
+  let last: Promise<unknown> = Promise.resolve();
+  let finish = () => {};
+  const finished = new Promise<void>((resolve) => (finish = resolve));
+
+  const handler = async (request: Request): Promise<Response> => {
+    const refused = refuseUnauthorized(request, env);
+    if (refused !== null) return refused;
+    const invocation = await invocationOf(request);
+    if (invocation instanceof Response) return invocation;
+    if (stopping !== null || running) {
+      return answer(409, { started: false, message: "a worker is running in this isolate" });
+    }
+    const functionName = new URL(request.url).pathname.replace(/^\/+|\/+$/g, "");
+    running = true; // one term at a time: a ping meanwhile is refused above
+    const begun = term(flow, options, sql, functionName, invocation, once);
+    last = begun.then((started) => started.work);
+    const started = await begun;
+    if (started.worker !== undefined && started.work !== undefined) {
+      current = { worker: started.worker, work: started.work };
+      started.work.finally(() => (running = false));
+      platform.keepAlive(started.work);
+      if (stopping !== null) {
+        started.worker.stop({ grace: started.worker.shutdownGrace, reason: stopping });
+      }
+    } else {
+      running = false;
+    }
+    return started.response;
+  };
+  const port = env.PORT === undefined ? undefined : Number(env.PORT);
+  const server = Deno.serve(options.listen ?? { hostname: env.HOST, port }, handler);
+
+  const stop = (reason = "stop") => {
+    if (stopping !== null) return;
+    stopping = reason;
+    current?.worker.stop({ grace: current.worker.shutdownGrace, reason });
+    (async () => {
+      await last; // the term in hand, or the one a ping is starting (stopped as it starts)
+      await server.shutdown();
+      if (own) await sql.end();
+    })().finally(finish);
+  };
+  const remove = platform.onShutdown(stop);
+  finished.finally(remove);
+  return {
+    server,
+    get worker() {
+      return current?.worker ?? null;
+    },
+    finished,
+    stop,
+  };
 }

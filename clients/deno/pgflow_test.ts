@@ -8,9 +8,17 @@
  * @module
  */
 import { compileFlow, Flow } from "@pgflow/dsl";
-import { FlowWorker, type StepContext } from "./pgflow.ts";
-import { Owner } from "./mod.ts";
-import { assert, assertEquals, gate, type Target, test } from "./test_support.ts";
+import { ensureFlowCompiled, FlowNotCompiled, FlowWorker, type StepContext } from "./pgflow.ts";
+import { ConnectionLost, Owner } from "./mod.ts";
+import {
+  assert,
+  assertEquals,
+  FakeClock,
+  gate,
+  rejects,
+  type Target,
+  test,
+} from "./test_support.ts";
 
 /** A slug of this test's own: pgflow's slugs allow letters, digits and underscores. */
 function slug(t: Target, base: string): string {
@@ -72,6 +80,7 @@ test("a @pgflow/dsl flow, compiled by pgflow, runs end to end in one line", asyn
     [3, 4],
   );
   assertEquals(worker.verdicts, { accepted: 5, duplicate: 0, stale: 0 });
+  assertEquals([worker.faults, worker.lastFault, worker.refusals], [0, null, 0]);
   assertEquals(worker.handlerTimeout("first"), 10); // the flow's timeout
   assertEquals(
     await t.rows(t.admin`select status from pgfence.lease_status where resource = ${resource}`),
@@ -227,4 +236,340 @@ test("a surviving runtime whose lease was superseded needs a fresh invocation", 
 test("negative control: a supervisor without the handshake acquires again by itself", async (t) => {
   const { leases } = await supersededMidHandler(t, false);
   assert(leases >= 2, `${leases} leases`);
+});
+
+// --- visibility per task ---------------------------------------------------------------------
+
+/** A flow of one root step, `only`, whose timeout in the database is `timeout` seconds. */
+async function oneStep(t: Target, base: string, timeout: number): Promise<string> {
+  const flowSlug = slug(t, base);
+  const flow = new Flow<{ n: number }>({ slug: flowSlug, timeout }).step(
+    { slug: "only" },
+    () => null,
+  );
+  await install(t, flow as unknown as Flow);
+  return flowSlug;
+}
+
+/** Whether message `msgId` of `flowSlug`'s queue is hidden now (its vt ahead of the clock). */
+async function hidden(t: Target, flowSlug: string, msgId: bigint): Promise<boolean> {
+  const [{ hidden }] = await t.admin.unsafe(
+    `select vt > clock_timestamp() as hidden from pgmq.q_${flowSlug} where msg_id = $1`,
+    [String(msgId)],
+  );
+  return hidden as boolean;
+}
+
+test("without a DSL flow, a handler's deadline is the step's timeout in the database", async (t) => {
+  const [resource, clock] = [t.name("fn"), new FakeClock()];
+  const flowSlug = await oneStep(t, "dbtimeout", 3);
+  await t.admin`select pgfence.register(${resource})`;
+  await t.admin`select pgflow.start_flow(${flowSlug}, '{"n": 1}')`;
+  const owner = new Owner({ sql: t.sql, resource, clock: clock.read });
+  assert(await owner.acquire());
+  const seen: number[] = [];
+  const worker = new FlowWorker({
+    owner,
+    flowSlug,
+    handlers: {
+      only: (_input, context) => {
+        seen.push(context.deadline - clock.now, worker.handlerTimeout(context.task));
+        return null;
+      },
+    },
+  });
+  await worker.run({ untilIdle: true });
+  assertEquals(seen, [3, 3]); // not pgflow's 60
+});
+
+test("a later task of a batch whose visibility ran short is extended before it starts", async (t) => {
+  const [resource, clock] = [t.name("fn"), new FakeClock()];
+  const flowSlug = await oneStep(t, "batch", 5);
+  await t.admin`select pgfence.register(${resource})`;
+  for (const n of [1, 2]) {
+    await t.admin`select pgflow.start_flow(${flowSlug}, ${t.admin.json({ n })})`;
+  }
+  const owner = new Owner({ sql: t.sql, resource, clock: clock.read });
+  assert(await owner.acquire());
+  const hiddenAtStart: boolean[] = [];
+  const worker: FlowWorker = new FlowWorker({
+    owner,
+    flowSlug,
+    qty: 2,
+    handlers: {
+      only: async (_input, { task }) => {
+        hiddenAtStart.push(await hidden(t, flowSlug, task.msgId));
+        if (hiddenAtStart.length === 1) {
+          // Time passes for both: 4 of the second task's 7 s (5 + 2) are used up, and the
+          // database sees its message's visibility run out.
+          clock.now += 4;
+          await t.admin.unsafe(
+            `update pgmq.q_${flowSlug} set vt = clock_timestamp() - interval '1 ms'
+              where msg_id <> $1`,
+            [String(task.msgId)],
+          );
+        }
+        return null;
+      },
+    },
+  });
+  await worker.run({ untilIdle: true });
+  // The second handler started with its message hidden again, for its deadline.
+  assertEquals([hiddenAtStart, worker.handled, worker.skipped], [[true, true], 2, 0]);
+});
+
+test("a later task of a batch taken over meanwhile is skipped, not started", async (t) => {
+  const [resource, other, clock] = [t.name("fn"), t.name("other-fn"), new FakeClock()];
+  const flowSlug = await oneStep(t, "skip", 5);
+  for (const r of [resource, other]) await t.admin`select pgfence.register(${r})`;
+  for (const n of [1, 2]) {
+    await t.admin`select pgflow.start_flow(${flowSlug}, ${t.admin.json({ n })})`;
+  }
+  const owner = new Owner({ sql: t.sql, resource, clock: clock.read });
+  assert(await owner.acquire());
+  const ran: unknown[] = [];
+  const worker: FlowWorker = new FlowWorker({
+    owner,
+    flowSlug,
+    qty: 2,
+    handlers: {
+      only: async (input, { task }) => {
+        ran.push(input);
+        if (ran.length === 1) {
+          // The second task's time runs out, and another worker function takes it over.
+          clock.now += 4;
+          await t.admin.unsafe(
+            `update pgmq.q_${flowSlug} set vt = clock_timestamp() - interval '1 ms'
+              where msg_id <> $1`,
+            [String(task.msgId)],
+          );
+          const [{ lease_id }] = await t.admin`select lease_id
+                                                 from pgfence.acquire(${other}, 'other', '1 hour')`;
+          const taken = await t.admin`select step_slug from pgfence_pgflow.start_tasks(
+                                        ${lease_id as string}::uuid, ${flowSlug}, ${flowSlug},
+                                        '30 s', 1)`;
+          assertEquals(taken.length, 1);
+        }
+        return null;
+      },
+    },
+  });
+  await worker.run({ untilIdle: true });
+  assertEquals([ran.length, worker.handled, worker.skipped], [1, 1, 1]);
+  assertEquals(
+    await t.rows(t.admin`select attempts_count, status from pgflow.step_tasks
+                          where flow_slug = ${flowSlug} order by attempts_count, status`),
+    [{ attempts_count: 1, status: "completed" }, { attempts_count: 2, status: "started" }],
+  );
+});
+
+test("a handler longer than its step's timeout starts only once its message is kept that long", async (t) => {
+  const resource = t.name("fn");
+  const flowSlug = await oneStep(t, "long", 5);
+  await t.admin`select pgfence.register(${resource})`;
+  await t.admin`select pgflow.start_flow(${flowSlug}, '{"n": 1}')`;
+  const owner = new Owner({ sql: t.sql, resource });
+  assert(await owner.acquire());
+  const left: number[] = [];
+  const worker = new FlowWorker({
+    owner,
+    flowSlug,
+    handlerTimeout: 3600,
+    handlers: {
+      only: async (_input, { task }) => {
+        const [{ seconds }] = await t.admin.unsafe(
+          `select extract(epoch from vt - clock_timestamp())::float8 as seconds
+             from pgmq.q_${flowSlug} where msg_id = $1`,
+          [String(task.msgId)],
+        );
+        left.push(seconds as number);
+        return null;
+      },
+    },
+  });
+  await worker.run({ untilIdle: true });
+  assert(left.length === 1 && left[0] > 3000, `${left} s of visibility left`); // not 7
+});
+
+// --- the one loop: shutdown and faults of the one-line start ---------------------------------
+
+/**
+ * A stand-in for Supabase's Edge Runtime while `fn` runs: `EdgeRuntime.waitUntil` records its
+ * promises, and `unload(detail)` dispatches `beforeunload` on globalThis as the runtime does
+ * (supabase/edge-runtime, ext/runtime/js/bootstrap.js: a cancelable CustomEvent whose detail is
+ * `{ reason }`; Supabase's functions-js types the detail as the reason itself).
+ */
+async function inEdgeRuntime(
+  fn: (waited: Promise<unknown>[], unload: (detail: unknown) => void) => Promise<void>,
+): Promise<void> {
+  const waited: Promise<unknown>[] = [];
+  const global = globalThis as { EdgeRuntime?: unknown };
+  global.EdgeRuntime = { waitUntil: (p: Promise<unknown>) => waited.push(p) };
+  const unload = (detail: unknown) =>
+    globalThis.dispatchEvent(new CustomEvent("beforeunload", { cancelable: true, detail }));
+  try {
+    await fn(waited, unload);
+  } finally {
+    delete global.EdgeRuntime;
+  }
+}
+
+for (const detail of [{ reason: "wall_clock" }, "wall_clock"]) {
+  const shape = typeof detail === "string" ? "the reason" : "{ reason }";
+  test(`beforeunload (detail: ${shape}) drains a one-line start and releases`, async (t) => {
+    const [flowSlug, resource, name] = [slug(t, "unload"), t.name("fn"), t.name("edge")];
+    const inHandler = gate();
+    const release = gate();
+    const flow = heldFlow(flowSlug, () => inHandler.open(), release.promise);
+    await install(t, flow as unknown as Flow);
+    await t.admin`select pgfence.register(${resource})`;
+    for (const n of [1, 2]) {
+      await t.admin`select pgflow.start_flow(${flowSlug}, ${t.admin.json({ n })})`;
+    }
+    await inEdgeRuntime(async (waited, unload) => {
+      const worker = FlowWorker.start(flow as unknown as Flow, {
+        sql: t.sql,
+        resource,
+        owner: name,
+        idleWait: 0.05,
+        shutdownGrace: 3600,
+      });
+      await inHandler.promise;
+      unload(detail);
+      assertEquals(worker.stoppedBy, "beforeunload: wall_clock"); // at once, in the event
+      // The isolate is kept alive (EdgeRuntime.waitUntil) while the task is in hand.
+      let settled = 0;
+      for (const p of waited) p.finally(() => settled++);
+      await new Promise((resolve) => setTimeout(resolve, 0)); // what has settled, has
+      assert(settled < waited.length, "nothing keeps the isolate alive");
+      release.open(); // the task in hand finishes within the grace ...
+      await worker.done; // ... and the worker ends: no other task, no other lease
+      await Promise.all(waited);
+      assertEquals([worker.handled, worker.handedBack], [1, 0]);
+    });
+    assertEquals(
+      await t.rows(t.admin`select status from pgfence.lease_status where owner = ${name}`),
+      [{ status: "released" }],
+    );
+    assertEquals(
+      await t.rows(t.admin`select status, count(*)::int as n from pgflow.step_tasks
+                            where flow_slug = ${flowSlug} group by status order by status`),
+      [{ status: "completed", n: 1 }, { status: "queued", n: 1 }],
+    );
+  });
+}
+
+/** An owner whose statements fail once at the steps named, with the error made for each: what
+ * postgres.js throws when a connection breaks, or from inside itself. */
+class Faulty extends Owner {
+  faults: Map<string, () => Error> = new Map();
+  protected override beforeStep(step: string): void {
+    const fault = this.faults.get(step);
+    if (fault === undefined) return;
+    this.faults.delete(step);
+    throw fault();
+  }
+}
+
+test("no fault of the connection or inside the driver ends a supervised worker", async (t) => {
+  const [flowSlug, resource] = [slug(t, "faults"), t.name("fn")];
+  const flow = dslFlow(flowSlug, {});
+  await install(t, flow as unknown as Flow);
+  await t.admin`select pgfence.register(${resource})`;
+  const [{ run_id: runId }] = await t.admin`select run_id
+                                              from pgflow.start_flow(${flowSlug}, '{"n": 2}')`;
+  const owner = new Faulty({ sql: t.sql, resource });
+  // The first claim meets an error from inside postgres.js (a write on a socket it had
+  // nulled), and the release at the end of that term a connection that broke.
+  owner.faults.set(
+    "claim",
+    () => new TypeError("Cannot read properties of null (reading 'write')"),
+  );
+  owner.faults.set(
+    "release",
+    () => new ConnectionLost("write CONNECTION_CLOSED", "CONNECTION_CLOSED"),
+  );
+  const worker = new FlowWorker({
+    owner,
+    flow: flow as unknown as Flow,
+    idleWait: 0.05,
+    qty: 5,
+    backoff: { base: 0.01, cap: 0.05 },
+  });
+  const done = worker.supervise();
+  await t.waitUntil(async () => {
+    const [{ status }] = await t.admin`select status from pgflow.runs where run_id = ${runId}`;
+    return status !== "started";
+  }, "the run to finish");
+  worker.stop();
+  await done; // resolves: neither fault ended it
+  assertEquals(
+    await t.rows(t.admin`select status from pgflow.runs where run_id = ${runId}`),
+    [{ status: "completed" }],
+  );
+  assertEquals([worker.faults, owner.faults.size], [1, 0]);
+  assert(worker.lastFault?.startsWith("ConnectionLost") === true, `${worker.lastFault}`);
+});
+
+// --- the drop-in entry's start: compile or verify, pgflow's input ------------------------------
+
+/** Whether the database's pgflow compiles flows itself (0.14: ensure_flow_compiled). */
+async function compiles(t: Target): Promise<boolean> {
+  const [{ ok }] = await t.admin`select to_regprocedure(
+      'pgflow.ensure_flow_compiled(text, jsonb, boolean)') is not null as ok`;
+  return ok as boolean;
+}
+
+test("the flow is compiled or verified as pgflow's worker does, a mismatch refused", async (t) => {
+  const flowSlug = slug(t, "compile");
+  const flow = dslFlow(flowSlug, {}) as unknown as Flow;
+  const other = new Flow({ slug: flowSlug }).step({ slug: "first" }, () => 1)
+    .step({ slug: "other", dependsOn: ["first"] }, () => 2) as unknown as Flow;
+  if (await compiles(t)) {
+    // pgflow 0.14: compiled when missing, then verified; a different flow refused.
+    assertEquals(await ensureFlowCompiled(t.sql, flow), "compiled");
+    assertEquals(await ensureFlowCompiled(t.sql, flow), "verified");
+  } else {
+    // pgflow 0.8 compiles nothing at a worker's start: a missing flow is refused, naming the
+    // command that compiles it; once compiled (by pgflow's compiler), it is verified.
+    const refused = await rejects(ensureFlowCompiled(t.sql, flow), FlowNotCompiled);
+    assert(String(refused).includes("npx pgflow compile"), String(refused));
+    await install(t, flow);
+    assertEquals(await ensureFlowCompiled(t.sql, flow), "verified");
+  }
+  const mismatch = await rejects(ensureFlowCompiled(t.sql, other), FlowNotCompiled);
+  assert((mismatch as FlowNotCompiled).differences.length > 0, String(mismatch));
+  assertEquals(await ensureFlowCompiled(t.sql, other, false), "skipped");
+});
+
+test("input: pgflow gives handlers the shape the database's pgflow gives its own", async (t) => {
+  const [resource, flowSlug] = [t.name("fn"), slug(t, "shape")];
+  const seen: Record<string, unknown> = {};
+  const flow = new Flow<{ n: number }>({ slug: flowSlug })
+    .step({ slug: "first" }, async (input, context) => {
+      seen.first = [input, await (context as unknown as StepContext).flowInput];
+      return { m: 2 };
+    })
+    .step({ slug: "second", dependsOn: ["first"] }, async (input, context) => {
+      seen.second = [input, await (context as unknown as StepContext).flowInput];
+      return null;
+    });
+  await install(t, flow as unknown as Flow);
+  await t.admin`select pgfence.register(${resource})`;
+  await t.admin`select pgflow.start_flow(${flowSlug}, '{"n": 1}')`;
+  const owner = new Owner({ sql: t.sql, resource });
+  assert(await owner.acquire());
+  const worker = new FlowWorker({ owner, flow: flow as unknown as Flow, input: "pgflow" });
+  await worker.run({ untilIdle: true });
+  const [{ ok: new14 }] = await t.admin`select exists (select from pg_attribute
+      where attrelid = 'pgflow.step_task_record'::regclass and attname = 'flow_input') as ok`;
+  assertEquals(
+    seen,
+    new14
+      ? { first: [{ n: 1 }, { n: 1 }], second: [{ first: { m: 2 } }, { n: 1 }] } // 0.14's
+      : {
+        first: [{ run: { n: 1 } }, { n: 1 }],
+        second: [{ run: { n: 1 }, first: { m: 2 } }, { n: 1 }],
+      },
+  );
 });

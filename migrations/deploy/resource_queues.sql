@@ -16,7 +16,7 @@ set local lock_timeout = '5s';
 -- lease_id: claims would maintain it). Kept when prune removes the tasks: a resource's queues
 -- are few.
 create table pgfence.resource_queues (
-  resource text not null references pgfence.resources,
+  resource text not null references pgfence.resources on delete cascade,
   queue    text not null,
   primary key (resource, queue)
 );

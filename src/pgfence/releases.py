@@ -26,7 +26,13 @@ from importlib.resources.abc import Traversable
 VERSION = re.compile(r"\d+\.\d+\.\d+")
 _HEADER = re.compile(rf"-- pgfence (?:v)?({VERSION.pattern}): one-file install")
 _RELEASE = re.compile(rf"pgfence--({VERSION.pattern})\.sql")
+# What queries/NAME.sql names pgfence's schema or Sqitch project by: replaced to aim it at a
+# layer's (scripts/bundle's SUBJECT, the same text).
+SUBJECT = {"fingerprint.sql": "'pgfence'::pg_catalog.regnamespace",
+           "sqitch_registry.sql": "n.nspname, 'pgfence')"}
 _UPGRADE = re.compile(rf"pgfence--({VERSION.pattern})--({VERSION.pattern})\.sql")
+# A layer's: pgfence-LAYER--A--B.sql, from the layer's last release A to pgfence release B.
+_LAYER_UPGRADE = re.compile(rf"pgfence-([a-z0-9_]+)--({VERSION.pattern})--({VERSION.pattern})\.sql")
 
 
 class BrokenPackage(Exception):
@@ -77,19 +83,45 @@ class Files:
                                 f"({first[:80]!r}); expected '-- pgfence X.Y.Z: one-file install'")
         return match.group(1)
 
-    def query(self, name: str) -> str:
-        """One of the read-only queries the files share with the CLI (``schema/queries/``)."""
-        return _read(self.root / "queries" / name)
+    def query(self, name: str, subject: str = "pgfence") -> str:
+        """One of the read-only queries the files share with the CLI (``schema/queries/``),
+        about pgfence's schema and Sqitch project or a layer's (``subject``: pgfence_pgflow),
+        aimed as scripts/bundle aims it in a layer's upgrade file (the same SUBJECT text;
+        tests/test_cli_install.py compares the two)."""
+        text = _read(self.root / "queries" / name)
+        if subject != "pgfence":
+            if not re.fullmatch(r"pgfence_[a-z0-9_]+", subject) or SUBJECT[name] not in text:
+                raise BrokenPackage(f"queries/{name} cannot be aimed at {subject}")
+            text = text.replace(SUBJECT[name], SUBJECT[name].replace("'pgfence'", f"'{subject}'"))
+        return text
 
-    def fingerprints(self) -> dict[str, str]:
-        """The schema fingerprint of each release (``schema/releases/fingerprints``): what
-        ``queries/fingerprint.sql`` gives on a fresh install of it."""
-        found = {}
-        for line in _read(self.root / "releases" / "fingerprints").splitlines():
+    def fingerprints(self, layer: str = "") -> dict[str, str]:
+        """The schema fingerprint of each release (``schema/releases/fingerprints``), or of a
+        layer's (``fingerprints-LAYER``): what ``queries/fingerprint.sql`` gives on a fresh
+        install of it (aimed at the layer's schema)."""
+        path = self.root / "releases" / (f"fingerprints-{layer}" if layer else "fingerprints")
+        found: dict[str, str] = {}
+        if layer and not path.is_file():
+            return found
+        for line in _read(path).splitlines():
             if line.strip() and not line.startswith("#"):
                 version, value = line.split()
                 found[version] = value
         return found
+
+    def layers(self) -> list[str]:
+        """The optional layers this package carries (``pgfence-LAYER.sql``)."""
+        return sorted(m.group(1) for item in self.root.iterdir()
+                      if (m := re.fullmatch(r"pgfence-([a-z0-9_]+)\.sql", item.name)))
+
+    def layer_release(self, layer: str, fingerprint: str) -> str | None:
+        """The release of ``layer`` whose schema has ``fingerprint``, as a layer upgrade file
+        judges a database (sql/releases/fingerprints-LAYER): the newest of the releases that
+        share it (a release that did not change the layer has the one before's schema), or
+        None when none does (changed by hand). The one place the CLI tells a layer's release,
+        until the layers record their version themselves (issue 39)."""
+        same = [v for v, f in self.fingerprints(layer).items() if f == fingerprint]
+        return max(same, key=key) if same else None
 
     def upgrades(self) -> list[Upgrade]:
         folder = self.root / "upgrades"
@@ -98,6 +130,22 @@ class Files:
             match = _UPGRADE.fullmatch(item.name)
             if match and key(match.group(1)) < key(match.group(2)):
                 found.append(Upgrade(match.group(1), match.group(2), item))
+        return sorted(found, key=lambda u: (key(u.source), key(u.target)))
+
+    def layer_chain(self, layer: str, source: str, target: str) -> list[Upgrade]:
+        """The upgrade files that carry ``layer`` from pgfence release ``source`` to
+        ``target``, in order. A layer's file is named after the layer's last release A (the last
+        release that changed it, or one it was released with unchanged) and the pgfence release
+        B it comes with; a release that did not change the layer has none. So every file with
+        source <= A and B <= target applies, oldest first: each checks first that the layer's
+        schema is release A's (sql/releases/fingerprints-LAYER) and refuses anything else."""
+        folder = self.root / "upgrades"
+        found = []
+        for item in folder.iterdir() if folder.is_dir() else ():
+            match = _LAYER_UPGRADE.fullmatch(item.name)
+            if (match and match.group(1) == layer and key(source) <= key(match.group(2))
+                    and key(match.group(3)) <= key(target)):
+                found.append(Upgrade(match.group(2), match.group(3), item))
         return sorted(found, key=lambda u: (key(u.source), key(u.target)))
 
     def releases(self) -> dict[str, Traversable]:
@@ -109,6 +157,13 @@ class Files:
             if match:
                 found[match.group(1)] = item
         return dict(sorted(found.items(), key=lambda kv: key(kv[0])))
+
+    def release(self, version: str) -> str:
+        """The full install of past release ``version`` (``releases/pgfence--X.sql``)."""
+        found = self.releases().get(version)
+        if found is None:
+            raise BrokenPackage(f"this pgfence package has no full install of release {version}")
+        return _read(found)
 
     def known(self) -> list[str]:
         """Every release the files name, oldest first."""

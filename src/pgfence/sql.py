@@ -79,3 +79,22 @@ def uuid_literal(value: uuid.UUID) -> str:
 
 def text_array(values: Iterable[str]) -> str:
     return "array[" + ", ".join(literal(v) for v in values) + "]::text[]"
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d)?")
+_UNIT = {None: 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def seconds(value: str, what: str) -> float:
+    """A duration given on the command line (``90``, ``90s``, ``15m``, ``2h``, ``7d``) in
+    seconds (raises BadInput). The one parser of the CLI's durations (--timeout, --older-than)."""
+    match = _DURATION.fullmatch(value.strip())
+    if not match:
+        raise BadInput(f"invalid {what} {value!r}: a number of seconds, or with a unit: "
+                       "90s, 15m, 2h, 7d")
+    return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def interval(secs: float) -> str:
+    """A duration in seconds as an SQL interval expression."""
+    return f"({literal(repr(float(secs)))}::float8 * interval '1 second')"

@@ -17,7 +17,8 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,14 @@ _SCRIPT_FAILURES = {"08", "53", "57", "58", "XX"}
 
 
 class Refused(Exception):
-    """The database refused the statement (a pgfence error, a conflict)."""
+    """The database refused the statement (a pgfence error, a conflict): ``text`` is what it
+    said (the message and its detail), ``hint`` its hint, ``sqlstate`` its code. The direct
+    transport carries all three; the Supabase CLI 3.1.0 passes on the message alone
+    (tests/test_cli.py), so there ``sqlstate`` and ``hint`` are None."""
+
+    def __init__(self, text: str, sqlstate: str | None = None, hint: str | None = None) -> None:
+        super().__init__(text + (f" (hint: {hint})" if hint else ""))
+        self.text, self.sqlstate, self.hint = text, sqlstate, hint
 
 
 class TransportFailure(Exception):
@@ -157,7 +165,7 @@ class Direct:
             # What pgfence or the SQL raised is a refusal; a lost connection, a shutdown or a
             # serialization failure is the transport's (the same request may be retried).
             if e.sqlstate and e.sqlstate[:2] in _REFUSALS:
-                raise Refused(redact(_message(e), self._secrets)) from None
+                raise self._refused(e) from None
             raise TransportFailure(redact(str(e), self._secrets)) from None
         finally:
             conn.close()
@@ -178,22 +186,26 @@ class Direct:
             conn.commit()
         except psycopg.Error as e:
             if e.sqlstate and e.sqlstate[:2] not in _SCRIPT_FAILURES:
-                raise Refused(redact(_message(e), self._secrets)) from None
+                raise self._refused(e) from None
             raise TransportFailure(redact(str(e), self._secrets)) from None
         finally:
             conn.close()            # without a commit, the server rolls the transaction back
 
-
-def _message(e: psycopg.Error) -> str:
-    diag = e.diag
-    text = diag.message_primary or str(e)
-    if diag.message_hint:
-        text += f" (hint: {diag.message_hint})"
-    return f"{e.sqlstate}: {text}" if e.sqlstate else text
+    def _refused(self, e: psycopg.Error) -> Refused:
+        diag = e.diag
+        text = diag.message_primary or str(e)
+        if diag.message_detail:
+            text += f" ({diag.message_detail})"
+        hint = redact(diag.message_hint, self._secrets) if diag.message_hint else None
+        return Refused(redact(f"{e.sqlstate}: {text}", self._secrets), e.sqlstate, hint)
 
 
 def _plain(value: Any) -> Any:
-    return value if value is None or isinstance(value, bool | int | float | str) else str(value)
+    """A column's value as JSON has it: json and jsonb stay objects and arrays (psycopg parses
+    them, as the Supabase CLI's JSON does); other types (timestamps, uuids) become text."""
+    if value is None or isinstance(value, bool | int | float | str | dict | list):
+        return value
+    return str(value)
 
 
 @dataclass
@@ -203,6 +215,8 @@ class Supabase:
     binary: str
     remote: str | None              # None: the local stack; LINKED, a ref/branch, or a URL
     timeout: float = 120.0
+    # Around each call (seconds each): the CLI shows a progress line on a terminal.
+    progress: Callable[[], AbstractContextManager[object]] = nullcontext
 
     def __post_init__(self) -> None:
         """Resolves the target as the Supabase CLI would, then pins it: every call gets
@@ -251,8 +265,10 @@ class Supabase:
         if self._password:
             env["PGPASSWORD"] = self._password      # not on the argv, which ps shows
         try:
-            return subprocess.run([path, *args], capture_output=True, text=True, env=env,
-                                  timeout=self.timeout, shell=False, stdin=subprocess.DEVNULL)
+            with self.progress():
+                return subprocess.run([path, *args], capture_output=True, text=True, env=env,
+                                      timeout=self.timeout, shell=False,
+                                      stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise TransportFailure(
                 f"the Supabase CLI did not answer in {self.timeout:.0f} s") from None

@@ -1,55 +1,33 @@
 /**
- * A pgflow worker shaped like a Supabase Edge Function: a supervisor (pg_cron, or any
- * scheduler) asks `pgfence.request_start(resource)` for an invocation id and, when it gets one,
- * calls this function with it; the function acquires the lease with that invocation (the
- * startup handshake), answers at once, and works the flow until its queue is idle, then drains
- * and releases. A second call while a worker is current is refused by the handshake: there is
- * no id to send, and an id sent twice finds the lease taken (409).
+ * A pgflow worker as a Supabase Edge Function, the way pgflow 0.14's docs write one
+ * (`EdgeWorker.start(flow)` in the function's `index.ts`), fenced: one call,
+ * `FlowWorker.serve(flow)`, serves the pings of `pgfence_pgflow.ensure_workers` (pg_cron, every
+ * second; docs/pgflow.md, "Moving from pgflow's EdgeWorker").
  *
- *   POST /  {"invocation_id": "<uuid from pgfence.request_start>"}
- *   202 {"started": true, "generation": "7"}  |  409 {"started": false}  |  503 (paused)
+ *   POST /<function>  Authorization: Bearer <PGFLOW_AUTH_SECRET or SUPABASE_SERVICE_ROLE_KEY>
+ *                     {"invocation_id": "<uuid from pgfence.request_start>"}
+ *   202 {"status": "started", "started": true, "generation": "7", "functionName": "..."}
+ *   409 {"started": false, "message": ...}   no invocation id, a replayed one, a worker running
+ *   400 {"error": "Bad Request", ...}        a body that is not JSON, an id that is not a uuid
+ *   401 {"error": "Unauthorized", ...}       the key is missing or wrong (not on a local stack)
+ *   503 {"started": false, "paused": true}   the resource is disabled (an update window)
+ *   500 {"error": ..., "message": ...}       the flow in the database differs (and the fix)
  *
- * Environment: DATABASE_URL (the transaction pooler, port 6543 on Supabase), PGFENCE_RESOURCE
- * (the function's resource, default `pgflow-two`), FLOW (default `two`), HOST and PORT (default
- * 0.0.0.0:8000; Supabase's runtime chooses its own).
+ * The function's name (the request's path) is its pgfence resource: `pgfence.register` it.
+ * Environment: EDGE_WORKER_DB_URL (pgflow's: the transaction pooler, port 6543 on Supabase),
+ * SUPABASE_SERVICE_ROLE_KEY or PGFLOW_AUTH_SECRET (Supabase sets the first), FLOW (default
+ * `two`), HOST and PORT when run with `deno run` (the Edge Runtime chooses its own).
  */
-import { connect, Owner, ResourceDisabled } from "pgfence";
+import { Flow } from "@pgflow/dsl";
 import { FlowWorker } from "pgfence/pgflow";
 
-const sql = connect(Deno.env.get("DATABASE_URL")!);
-const resource = Deno.env.get("PGFENCE_RESOURCE") ?? "pgflow-two";
-const flowSlug = Deno.env.get("FLOW") ?? "two";
-
 // The flow's steps: each gets pgflow's input ({ run, <dependency>: output }) and returns JSON.
-const handlers = {
-  first: (input: unknown) => ({ seen: (input as { run: unknown }).run }),
-  second: (input: unknown) => ({ from_first: (input as { first: unknown }).first }),
-};
+const TwoSteps = new Flow<{ n: number }>({ slug: Deno.env.get("FLOW") ?? "two" })
+  .step({ slug: "first" }, (input) => ({ seen: input.run }))
+  .step({ slug: "second", dependsOn: ["first"] }, (input) => ({ from_first: input.first }));
 
-function answer(status: number, body: unknown): Response {
-  return new Response(JSON.stringify(body), {
-    status,
-    headers: { "content-type": "application/json" },
-  });
-}
-
-const listen = {
-  hostname: Deno.env.get("HOST") ?? "0.0.0.0",
-  port: Number(Deno.env.get("PORT") ?? 8000),
-};
-Deno.serve(listen, async (request) => {
-  const { invocation_id: invocationId } = await request.json() as { invocation_id?: string };
-  const owner = new Owner({ sql, resource, owner: `edge-${crypto.randomUUID()}` });
-  try {
-    if (!(await owner.acquire(invocationId ?? null))) return answer(409, { started: false });
-  } catch (e) {
-    if (e instanceof ResourceDisabled) return answer(503, { started: false, paused: true });
-    throw e;
-  }
-  const worker = new FlowWorker({ owner, flowSlug, handlers });
-  const work = worker.run({ untilIdle: true }).catch((e) => console.error("worker:", e));
-  // On Supabase, EdgeRuntime.waitUntil keeps the isolate alive until the work is done.
-  (globalThis as { EdgeRuntime?: { waitUntil(p: Promise<unknown>): void } }).EdgeRuntime
-    ?.waitUntil(work);
-  return answer(202, { started: true, generation: String(owner.generation) });
+FlowWorker.serve(TwoSteps, {
+  // The DSL this example pins (@pgflow/dsl 0.8.1) types a handler's input as pgflow 0.8 gave it,
+  // the run's input under `run`; with @pgflow/dsl 0.14, leave `input` out (pgflow's own shape).
+  input: "with-run",
 });

@@ -7,35 +7,41 @@
  * database refuses its reads, and a late archive of a message read again since is `stale`.
  *
  *   POST /  {"invocation_id": "<uuid from pgfence.request_start>"}
- *   202 {"started": true, "generation": "7"}  |  409 {"started": false}  |  503 (paused)
+ *   202 {"started": true, "generation": "7"}
+ *   409 {"started": false, ...}   no invocation id, or not the pending one: nothing acquired
+ *   400 {"error": "Bad Request"}  a body that is not JSON, an id that is not a uuid
+ *   503 {"started": false, "paused": true}   the resource is disabled (an update window)
  *
  * Environment: DATABASE_URL (the transaction pooler, port 6543 on Supabase), PGFENCE_RESOURCE
  * (default `jobs-worker`), QUEUE (default `jobs`), HOST and PORT (default 0.0.0.0:8000).
  */
-import { connect, Owner, PgmqWorker, ResourceDisabled } from "pgfence";
+import {
+  connect,
+  InvalidArgument,
+  invocationOf,
+  jsonResponse as answer,
+  Owner,
+  PgmqWorker,
+  ResourceDisabled,
+} from "pgfence";
 
 const sql = connect(Deno.env.get("DATABASE_URL")!);
 const resource = Deno.env.get("PGFENCE_RESOURCE") ?? "jobs-worker";
 const queue = Deno.env.get("QUEUE") ?? "jobs";
-
-function answer(status: number, body: unknown): Response {
-  return new Response(JSON.stringify(body), {
-    status,
-    headers: { "content-type": "application/json" },
-  });
-}
 
 const listen = {
   hostname: Deno.env.get("HOST") ?? "0.0.0.0",
   port: Number(Deno.env.get("PORT") ?? 8000),
 };
 Deno.serve(listen, async (request) => {
-  const { invocation_id: invocationId } = await request.json() as { invocation_id?: string };
+  const invocationId = await invocationOf(request); // or the 400 / 409 that refuses it
+  if (invocationId instanceof Response) return invocationId;
   const owner = new Owner({ sql, resource, owner: `edge-${crypto.randomUUID()}` });
   try {
-    if (!(await owner.acquire(invocationId ?? null))) return answer(409, { started: false });
+    if (!(await owner.acquire(invocationId))) return answer(409, { started: false });
   } catch (e) {
     if (e instanceof ResourceDisabled) return answer(503, { started: false, paused: true });
+    if (e instanceof InvalidArgument) return answer(409, { started: false }); // never issued
     throw e;
   }
   const worker = new PgmqWorker({

@@ -12,7 +12,8 @@
  *
  *   POST /  {"invocation_id": "<uuid from pgfence.request_start>"}
  *   200 {"started": true, "generation": "1", "handled": 1, "verdicts": {...}}
- *   409 {"started": false}                   not the pending invocation id
+ *   409 {"started": false, ...}              no invocation id, or not the pending one
+ *   400 {"error": "Bad Request", ...}        a body that is not JSON, an id that is not a uuid
  *   503 {"started": false, "paused": true}   the resource is disabled (an update window)
  *   500 {"error": "..."}                     e.g. the role lacks pgfence_worker (grants)
  *
@@ -26,6 +27,9 @@ import {
   connect,
   type HandlerContext,
   InsufficientPrivilege,
+  InvalidArgument,
+  invocationOf,
+  jsonResponse as answer,
   Owner,
   ResourceDisabled,
   Worker,
@@ -46,26 +50,21 @@ function handle(payload: unknown, { task }: HandlerContext): unknown {
   return { done: payload, task: String(task.taskId) };
 }
 
-function answer(status: number, body: unknown): Response {
-  return new Response(JSON.stringify(body) + "\n", {
-    status,
-    headers: { "content-type": "application/json" },
-  });
-}
-
 const listen = {
   hostname: Deno.env.get("HOST") ?? "0.0.0.0",
   port: Number(Deno.env.get("PORT") ?? 8000),
 };
 Deno.serve(listen, async (request) => {
-  const body = await request.json().catch(() => ({})) as { invocation_id?: string };
+  const invocationId = await invocationOf(request); // or the 400 / 409 that refuses it
+  if (invocationId instanceof Response) return invocationId;
   const owner = new Owner({ sql, resource, owner: `edge-${crypto.randomUUID()}` });
   try {
-    if (!(await owner.acquire(body.invocation_id ?? null))) {
+    if (!(await owner.acquire(invocationId))) {
       return answer(409, { started: false });
     }
   } catch (e) {
     if (e instanceof ResourceDisabled) return answer(503, { started: false, paused: true });
+    if (e instanceof InvalidArgument) return answer(409, { started: false }); // never issued
     if (e instanceof InsufficientPrivilege) {
       return answer(500, {
         error: `permission denied: ${(e as Error).message}; the role this function connects ` +

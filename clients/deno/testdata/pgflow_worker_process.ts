@@ -4,18 +4,20 @@
  * `{"started": attemptId, "step": slug}` and waits for a line on stdin before it returns
  * `{"by": $NAME}`. At the end it prints what it saw.
  *
- * With UNFENCED=1 it is the negative control: the same worker speaking pgflow's own protocol
+ * With START=1 it is `FlowWorker.start` of the same flow, defined with the DSL, stopped by a
+ * signal. With UNFENCED=1 it is the negative control: the same worker speaking pgflow's own protocol
  * (pgmq.read_with_poll, pgflow.start_tasks, pgflow.complete_task), which no lease fences.
  */
 import type postgres from "postgres";
+import { Flow } from "@pgflow/dsl";
 import { connect, Owner } from "pgfence";
-import { FlowWorker, type StepTask } from "pgfence/pgflow";
+import { FlowWorker, type StepContext, type StepTask } from "pgfence/pgflow";
 import type { Verdict } from "pgfence";
 
 class UnfencedFlowWorker extends FlowWorker {
   readonly workerId = crypto.randomUUID();
 
-  protected override async start(): Promise<StepTask[]> {
+  protected override async claim(): Promise<StepTask[]> {
     const sql = this.owner.sql;
     await sql`insert into pgflow.workers (worker_id, queue_name, function_name)
               values (${this.workerId}::uuid, ${this.flowSlug}, ${this.owner.resource})
@@ -33,6 +35,7 @@ class UnfencedFlowWorker extends FlowWorker {
       taskIndex: r.task_index as number,
       input: r.input,
       msgId: BigInt(r.msg_id as string),
+      visibleUntil: Infinity, // pgflow's own protocol checks nothing
     }));
   }
 
@@ -73,6 +76,38 @@ const options = {
   // gave its lease up for its deadline before its renewal could be refused).
   handlerTimeout: 600,
 };
+if (Deno.env.get("START") === "1") {
+  // The one-line start, with flow `two` defined by the DSL: stopped by SIGTERM or SIGINT
+  // (the process platform), it finishes the task in hand, releases and ends.
+  const dsl = (input: unknown, context: unknown) => step(input, context as StepContext);
+  const two = new Flow({ slug: "two", timeout: 600 })
+    .step({ slug: "first" }, dsl)
+    .step({ slug: "second", dependsOn: ["first"] }, dsl);
+  const worker = FlowWorker.start(two, {
+    sql,
+    resource: Deno.env.get("RESOURCE")!,
+    owner: name,
+    renewEvery: 0.05,
+    idleWait: 0.05,
+    shutdownGrace: Infinity, // the task in hand finishes, however long the test takes
+  });
+  // Says when a signal has stopped it, so that the test lets the handler return only then.
+  worker.stopping?.addEventListener(
+    "abort",
+    () => console.log(JSON.stringify({ stopped: worker.stoppedBy })),
+  );
+  try {
+    await worker.done;
+  } finally {
+    console.log(JSON.stringify({
+      verdicts: worker.verdicts,
+      handled: worker.handled,
+      stoppedBy: worker.stoppedBy,
+    }));
+    await sql.end();
+  }
+  Deno.exit(0);
+}
 const worker = Deno.env.get("UNFENCED") === "1"
   ? new UnfencedFlowWorker(options)
   : new FlowWorker(options);

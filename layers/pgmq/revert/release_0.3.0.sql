@@ -4,6 +4,6 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-select pgfence.unseal('pgfence_pgmq', '0.3.0');
+do $$ begin perform pgfence.unseal('pgfence_pgmq', '0.3.0'); end $$;
 
 commit;

@@ -1,0 +1,2 @@
+-- Verify pgfence:register
+select 'pgfence.register(text, boolean)'::regprocedure;
