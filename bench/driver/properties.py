@@ -241,7 +241,7 @@ SCALE_QUERIES: dict[str, tuple[str, float]] = {
         ("select * from pgfence.resource_status where resource = '{one}'", 10),
     "health()": ("select * from pgfence.health()", 50),
     "queue_status": ("select * from pgfence.queue_status", 50),
-    "resource_status, all rows (no target)": ("select * from pgfence.resource_status", math.inf),
+    "resource_status, all rows (pgfence status)": ("select * from pgfence.resource_status", 500),
     "lease_status, one resource (no target)":
         ("select * from pgfence.lease_status where resource = '{one}'", math.inf),
 }
