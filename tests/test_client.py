@@ -17,9 +17,9 @@ from typing import Any
 import psycopg
 import pytest
 
+import pgfence.connection
 from pgfence._core import Link, Op, Steps
 from pgfence.client import Context, Leader, LeaseLost, Owner, Worker, drive
-import pgfence.connection
 from pgfence.connection import connect
 from testkit.cluster import Cluster, PgBouncer
 from testkit.harness import HANG, Database
@@ -329,20 +329,7 @@ def test_the_worker_prepares_its_statements_on_a_direct_connection(
     for n, dsn in enumerate(dsns):
         for i in range(4):
             any_db.sql("select pgfence.enqueue('q', %s)", (f'{{"n": {i}}}',))
-        owner = Owner(dsn, "w", ttl=30)
-        assert owner.acquire()
-        seen: list[tuple[int | None, list[str]]] = []
-        workers: list[Worker] = []
-
-        def handler(payload: Any, ctx: Context) -> None:
-            # The worker's own connection, between its statements: the second batch sees
-            # what the first one's claim and complete_many left prepared.
-            work = workers[0]._links._conns[Link.WORK]
-            seen.append((work.prepare_threshold, prepared(work)))
-
-        workers.append(Worker(owner, "q", handler, qty=2))
-        workers[0].run(max_tasks=4)
-        threshold, statements = seen[-1]
+        threshold, statements = prepared_by_a_worker(dsn)
         if direct:
             assert threshold == 0
             assert any("pgfence.claim(" in s for s in statements), statements
@@ -351,6 +338,25 @@ def test_the_worker_prepares_its_statements_on_a_direct_connection(
             assert (threshold, statements) == (None, [])
         assert any_db.one("select count(*) from pgfence.tasks where state = 'completed'") == \
             4 * (n + 1)
+
+
+def prepared_by_a_worker(dsn: str) -> tuple[int | None, list[str]]:
+    """A worker's two batches of two: its WORK connection's prepare_threshold and what the
+    server holds prepared for it, seen from the second batch's last handler."""
+    owner = Owner(dsn, "w", ttl=30)
+    assert owner.acquire()
+    seen: list[tuple[int | None, list[str]]] = []
+    workers: list[Worker] = []
+
+    def handler(payload: Any, ctx: Context) -> None:
+        # The worker's own connection, between its statements: the second batch sees what the
+        # first one's claim and complete_many left prepared.
+        work = workers[0]._links._conns[Link.WORK]
+        seen.append((work.prepare_threshold, prepared(work)))
+
+    workers.append(Worker(owner, "q", handler, qty=2))
+    workers[0].run(max_tasks=4)
+    return seen[-1]
 
 
 def test_prepared_statements_through_a_transaction_pooler_fail(
