@@ -68,6 +68,9 @@ begin
   v_new := regexp_replace(v_def,
     '\n\s*select h\.resource into v_resource from pgfence\.hold_current\(claim\.lease_id\) h;',
     E'\n  select l.resource into v_resource from pgfence.leases l where l.lease_id = claim.lease_id;');
+  if v_new = v_def then  -- release 0.2.1's claim (an --apply of it): no resource to record
+    v_new := regexp_replace(v_def, '\n\s*perform pgfence\.hold_current\(claim\.lease_id\);', E'\n');
+  end if;
   if v_new = v_def then
     raise exception 'bench: the ownership check of pgfence.claim was not found; update bench/setup.sql';
   end if;
