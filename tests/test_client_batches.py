@@ -13,7 +13,7 @@ looked at before its handler, and handlers run twice.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -134,7 +134,7 @@ def two_resources_one_slow_handler(db: Database, c: Client, qty: int,
         # The first handler is slow: it extends its task, then runs past its batch's hold.
         if c.aio:
             async def extended() -> None:
-                assert await ctx.extend(EXTENSION) is not None
+                assert await cast(pgfence.aio.Context, ctx).extend(EXTENSION) is not None
                 await later(meanwhile(ctx))
             return extended()
         assert ctx.extend(EXTENSION) is not None

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -159,12 +159,11 @@ def test_fault_at_each_step_applies_every_result_once(scene: Scene, step: str) -
             scene.relay.arm(PATTERNS["requeue"], before=time_passes)
         if step == "extend" and first:
             # The claim holds its task for its handler: the extend is the handler's own.
-            extended = ctx.extend(LONG)
             if c.aio:
                 async def checked() -> None:
-                    assert await extended is not None
+                    assert await cast(pgfence.aio.Context, ctx).extend(LONG) is not None
                 return checked()
-            assert extended is not None
+            assert ctx.extend(LONG) is not None
         if payload["fail"]:
             raise ValueError("task 2 fails")
         return None

@@ -7,7 +7,7 @@ is a worker that never looks)."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -159,7 +159,7 @@ def two_resources_one_slow_handler(db: Database, kind: str, broken: bool
             # hold.
             if c.aio:
                 async def extended() -> None:
-                    assert await ctx.extend(EXTENSION) is not None
+                    assert await cast(pgfence.aio.Context, ctx).extend(EXTENSION) is not None
                     await later(meanwhile())
                 return extended()
             assert ctx.extend(EXTENSION) is not None
