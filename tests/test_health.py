@@ -11,6 +11,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
+from pgfence.connection import connect
 from testkit.harness import Database
 
 # pg_cron's table as much as health reads of it (the real one: tests/test_prune.py's cluster).
@@ -245,3 +246,41 @@ def test_negative_control_a_lockdown_blind_to_columns_leaves_the_lease_readable(
     db.install_mutant("foreign-grants-no-columns")
     stranger_reads_a_live_lease(db)
     assert db.one(COLUMN_GRANT) is True, "the column grant survived the lockdown"
+
+
+def test_history_past_retention_is_counted_up_to_a_bound(db: Database) -> None:
+    """A history no prune ever cut costs health() no more than 10,001 rows a kind to report:
+    counted exactly up to 10,000, "over 10000" past that; and what it reads of the tasks is
+    those rows, not the recent history beside them (the bound is a range of prune's index, not
+    a filter over all of it). Read from the table's and its indexes' counts in health()'s own
+    transaction."""
+    healthy(db)
+
+    def finished(n: int, age: str) -> None:
+        db.sql("insert into pgfence.tasks (queue, payload, state, max_attempts, ready_at, "
+               "finished_at) select 'old', '{}', 'completed', 3, now(), "
+               f"now() - interval '{age}' from generate_series(1, %s)", (n,))
+        db.sql("analyze pgfence.tasks")       # the statistics autovacuum keeps
+
+    def index_reads() -> tuple[dict[str, str], int]:
+        with connect(db.dsn, "health") as conn, conn.transaction():
+            bad = {c: d for c, ok, d in conn.execute("select * from pgfence.health()") if not ok}
+            # Rows read from pgfence.tasks by sequential scans, and entries of its indexes.
+            row = conn.execute(
+                "select sum(pg_stat_get_xact_tuples_returned(r)) from (select "
+                "'pgfence.tasks'::regclass::oid as r union all select i.indexrelid "
+                "from pg_index i where i.indrelid = 'pgfence.tasks'::regclass) x").fetchone()
+        assert row is not None
+        return bad, int(row[0])
+
+    finished(5000, "1 day")                   # recent: within retention
+    finished(10000, "15 days")
+    bad, reads = index_reads()
+    assert bad == {"history within retention": "10000 finished tasks older than 14 days: "
+                   "schedule pgfence.prune() (docs/operations.md)"}
+    assert reads <= 10001, reads
+    finished(10000, "16 days")
+    bad, reads = index_reads()
+    assert bad == {"history within retention": "over 10000 finished tasks older than 14 days: "
+                   "schedule pgfence.prune() (docs/operations.md)"}
+    assert reads <= 10001, reads

@@ -347,6 +347,48 @@ def test_negative_control_claim_without_skip_locked(db: Database) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# queue_status' tallies: finished tasks counted by the statements that finish them, folded by
+# requeue_expired. A fold never waits for another, and no task is counted twice or lost.
+
+FOLD = "pgfence.fold_tallies()"
+
+
+def folds_meet(db: Database) -> tuple[bool, int]:
+    """A folds in a transaction left open while B completes a task and folds: whether B's fold
+    waited, and the count of completed tasks queue_status shows once both committed."""
+    db.sql("select pgfence.register('w')")
+    enqueue(db, 4)
+    a, b = db.session("a"), db.session("b")
+    lease = acquired(a.acquire("w"))
+    held = claim(a, lease, qty=4)
+    for _, attempt_id in held[:3]:
+        assert complete(a, attempt_id) == "accepted"     # three tally rows
+    a.hold_open()
+    a.begin()
+    assert a.one("select pgfence.requeue_expired()") == 0   # folds the three, holds them
+    assert complete(b, held[3][1]) == "accepted"          # a fourth row, committed
+    step = b.start("select pgfence.requeue_expired()")
+    waited = step.settle()
+    a.commit()
+    assert step.one() == 0
+    return waited, db.one("select completed from pgfence.queue_status where queue = 'q'")
+
+
+def test_folds_never_wait_for_each_other_and_count_each_task_once(any_db: Database) -> None:
+    waited, completed = folds_meet(any_db)
+    assert not waited
+    assert completed == 4
+    any_db.sql("select pgfence.fold_tallies()")
+    assert any_db.sql("select completed from pgfence.queue_tallies where queue = 'q'") == [(4,)]
+
+
+def test_negative_control_a_fold_that_waits_for_the_rows_another_holds(db: Database) -> None:
+    db.replace_in_function(FOLD, "limit 10000 for update skip locked", "limit 10000 for update")
+    waited, completed = folds_meet(db)
+    assert waited and completed == 4
+
+
+# --------------------------------------------------------------------------------------------
 # Both kinds of worker, and a mixed-version rollout
 
 

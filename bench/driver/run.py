@@ -38,6 +38,8 @@ class Options:
     profile: bool  # pg_stat_statements: each operation's top statements
     own_lease: bool
     only: frozenset[str] | None
+    jobs: int = 2000  # per run of the workers group
+    peers: bool = False  # the workers group: the peers too (bench/peers)
 
     def wanted(self, key: str) -> bool:
         return not self.only or key in self.only
