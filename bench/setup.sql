@@ -56,7 +56,8 @@ create table bench.queue (
 create index queue_ready on bench.queue (queue, ready_at) where state = 'queued';
 
 -- The claim without its ownership check: pgfence.claim's own definition with the lease
--- check (pgfence.hold_current: the FOR KEY SHARE lookup and its judgement) removed, derived from the installed function so
+-- check (pgfence.hold_current: the FOR KEY SHARE lookup and its judgement) replaced by a plain
+-- lookup of the lease's resource (claim records it), derived from the installed function so
 -- that it stays the same claim when claim changes. It keeps the name claim (in schema bench)
 -- because its body names its parameters claim.qty, claim.queue, ...
 do $$
@@ -65,7 +66,11 @@ declare
   v_new text;
 begin
   v_new := regexp_replace(v_def,
-    '\n\s*perform pgfence\.hold_current\(claim\.lease_id\);', E'\n');
+    '\n\s*select h\.resource into v_resource from pgfence\.hold_current\(claim\.lease_id\) h;',
+    E'\n  select l.resource into v_resource from pgfence.leases l where l.lease_id = claim.lease_id;');
+  if v_new = v_def then  -- release 0.2.1's claim (an --apply of it): no resource to record
+    v_new := regexp_replace(v_def, '\n\s*perform pgfence\.hold_current\(claim\.lease_id\);', E'\n');
+  end if;
   if v_new = v_def then
     raise exception 'bench: the ownership check of pgfence.claim was not found; update bench/setup.sql';
   end if;

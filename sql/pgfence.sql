@@ -464,39 +464,6 @@ revoke all on pgfence.open_updates from public;
 grant select on pgfence.open_updates to pgfence_operator, pgfence_monitor;
 
 
--- change: queue_status
--- Deploy pgfence:queue_status
--- requires: tasks
--- requires: stale_results
--- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- Queued tasks belong to a queue, not a resource: several resources may serve one queue.
-create view pgfence.queue_status as
-select t.queue,
-       count(*) filter (where t.state = 'queued') as queued,
-       count(*) filter (where t.state = 'queued' and t.ready_at <= clock_timestamp()) as ready,
-       count(*) filter (where t.state = 'claimed') as claimed,
-       count(*) filter (where t.state = 'claimed' and t.visible_until < clock_timestamp()) as overdue,
-       count(*) filter (where t.state = 'completed') as completed,
-       count(*) filter (where t.state = 'failed') as failed,
-       (select count(*) from pgfence.stale_results s
-          join pgfence.tasks st on st.task_id = s.task_id
-         where st.queue = t.queue) as stale_results
-  from pgfence.tasks t
- group by t.queue;
-comment on view pgfence.queue_status is
-  'One row per queue: tasks by state (ready = claimable now, overdue = visibility ran out, not yet requeued) and stale results.';
-
-revoke all on pgfence.queue_status from public;
-grant select on pgfence.queue_status to pgfence_monitor, pgfence_operator;
-
-
 -- change: checks
 -- Deploy pgfence:checks
 -- requires: errors
@@ -723,37 +690,6 @@ comment on function pgfence.limit_idle() is
   'called after locking rows other sessions need, so that no idle transaction wedges them.';
 
 revoke all on function pgfence.limit_idle() from public;
-
-
--- change: ref
--- Deploy pgfence:ref
--- requires: schema
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- How an error names a lease id, attempt id, invocation id, update token or request id: by a
--- digest of it, never the id itself. The ids are capabilities (whoever has a lease id may
--- fence, renew and release under it) and error messages land in server logs (on Supabase,
--- readable by every project member) and in the clients' logs. The first 12 hex digits of the
--- id's SHA-256: enough to tell ids apart in a log, and a uuid's 122 random bits cannot be
--- recovered from it. The owner of an id computes the same digest to find its own errors.
-create function pgfence.ref(id uuid)
-returns text
-language sql
-immutable
-set search_path = pg_catalog, pg_temp
-as $$
-  select left(encode(sha256(convert_to(ref.id::text, 'UTF8')), 'hex'), 12);
-$$;
-comment on function pgfence.ref(uuid) is
-  'The digest by which errors name an id (a capability, never shown): the first 12 hex digits of SHA-256 of its text.';
-
-revoke all on function pgfence.ref(uuid) from public;
-grant execute on function pgfence.ref(uuid) to pgfence_worker, pgfence_operator, pgfence_monitor;
 
 
 -- change: signing_key_hmac
@@ -1354,49 +1290,6 @@ revoke all on function pgfence.fence(uuid) from public;
 grant execute on function pgfence.fence(uuid) to pgfence_worker;
 
 
--- change: resource_status
--- Deploy pgfence:resource_status
--- requires: lease_judgement
--- requires: leases
--- requires: invocations
--- requires: tasks
--- requires: updates
--- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create or replace view pgfence.resource_status as
-select r.resource,
-       r.enabled,
-       cur.owner,
-       cur.generation,
-       cur.expires_at,
-       case when cur.lease_id is not null then greatest(cur.expires_at - clock_timestamp(), interval '0') end as time_left,
-       coalesce(not pgfence.is_current(cur.state, cur.expires_at), false) as stale,
-       (select count(*) from pgfence.leases d
-         where d.resource = r.resource and d.state = 'draining') as draining_leases,
-       (select count(*) from pgfence.invocations i
-         where i.resource = r.resource and i.acknowledged_at is null
-           and i.expires_at > clock_timestamp()) as pending_invocations,
-       (select count(*) from pgfence.tasks t
-          join pgfence.leases l on l.lease_id = t.lease_id
-         where t.state = 'claimed' and l.resource = r.resource) as claimed_tasks,
-       (select i.token from pgfence.update_items i
-         where i.resource = r.resource and i.outcome is null) as open_update
-  from pgfence.resources r
-  left join pgfence.leases cur on cur.resource = r.resource and cur.state = 'active';
-comment on view pgfence.resource_status is
-  'One row per resource: enabled, the active lease''s owner and generation (stale when expired), draining leases, '
-  'pending invocations, tasks claimed under any of its leases, the open update window it is in.';
-
-revoke all on pgfence.resource_status from public;
-grant select on pgfence.resource_status to pgfence_monitor, pgfence_operator;
-
-
 -- change: cancel_invocations
 -- Deploy pgfence:cancel_invocations
 -- requires: invocations
@@ -1832,228 +1725,6 @@ grant select (task_id, attempt, kind, body, received_at, report) on table pgfenc
    to pgfence_monitor, pgfence_operator;
 
 
--- change: report
--- Deploy pgfence:report
--- requires: limit_idle
--- requires: attempt_leases
--- requires: stale_reports
--- requires: tasks
--- requires: stale_results
--- requires: attempt_id
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- complete and fail share one rule (I5): the result of the attempt that holds the task is
--- accepted, even after its lease expired or drained, as long as no newer attempt claimed it.
-create or replace function pgfence.report(attempt_id uuid, kind text, body jsonb)
-returns text
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_task_id bigint;
-  v_attempt int;
-  v_task pgfence.tasks;
-  v_final boolean;
-  v_lease_id uuid;
-  v_reports bigint;
-begin
-  select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(report.attempt_id) a;
-  select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
-  if not found or v_attempt > v_task.attempt
-     or (v_attempt = v_task.attempt
-         and not pgfence.attempt_signed(report.attempt_id, v_task_id, v_attempt, v_task.lease_id)) then
-    perform pgfence.unknown_attempt(report.attempt_id);
-  end if;
-  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
-  if v_attempt < v_task.attempt then
-    -- An older attempt is checked against the lease it was claimed under, like the current
-    -- one, so nobody can make up stale results for a task. Attempts claimed before release
-    -- 0.2.0 have no lease on record: theirs are recorded unverified (they change nothing but
-    -- stale_results, and the bound below holds for them too).
-    v_lease_id := v_task.attempt_leases[v_attempt];
-    if v_lease_id is not null
-       and not pgfence.attempt_signed(report.attempt_id, v_task_id, v_attempt, v_lease_id) then
-      perform pgfence.unknown_attempt(report.attempt_id);
-    end if;
-    -- Each different report is kept (I5); a retry of one already kept adds nothing.
-    if not exists (select from pgfence.stale_results s
-                    where s.attempt_id = report.attempt_id and s.kind = report.kind
-                      and s.body is not distinct from report.body) then
-      select count(*) into v_reports from pgfence.stale_results s
-       where s.task_id = v_task_id and s.attempt = v_attempt;
-      if v_reports >= 10 then
-        raise exception 'pgfence: attempt % of task % has sent 10 stale results already', v_attempt, v_task_id
-          using errcode = '54000',
-                hint = 'the attempt is superseded: stop reporting; its results are in pgfence.stale_results';
-      end if;
-      insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, body, report)
-      values (report.attempt_id, v_task_id, v_attempt, report.kind, report.body,
-              (select coalesce(max(s.report), 0) + 1 from pgfence.stale_results s
-                where s.attempt_id = report.attempt_id));
-    end if;
-    return 'stale';
-  end if;
-  if v_task.reported then
-    return 'duplicate';
-  end if;
-  if report.kind = 'complete' then
-    update pgfence.tasks t
-       set state = 'completed', result = report.body, reported = true,
-           visible_until = null, finished_at = clock_timestamp()
-     where t.task_id = v_task_id;
-  else
-    v_final := v_task.attempt >= v_task.max_attempts;
-    -- Retries back off exponentially, 2 s, 4 s, 8 s ... at most an hour.
-    update pgfence.tasks t
-       set state = case when v_final then 'failed' else 'queued' end,
-           error = report.body, reported = true, visible_until = null,
-           ready_at = clock_timestamp() + least(interval '1 second' * power(2, least(v_task.attempt, 12)), interval '1 hour'),
-           finished_at = case when v_final then clock_timestamp() end
-     where t.task_id = v_task_id;
-  end if;
-  return 'accepted';
-end
-$$;
-
-revoke all on function pgfence.report(uuid, text, jsonb) from public;
-
-
--- change: claim
--- Deploy pgfence:claim
--- requires: lease_judgement
--- requires: attempt_leases
--- requires: tasks
--- requires: leases
--- requires: signing_key
--- requires: attempt_id
--- requires: checks
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create or replace function pgfence.claim(lease_id uuid, queue text, qty int default 1, visibility interval default '30 seconds')
-returns table (task_id bigint, attempt_id uuid, attempt int, payload jsonb)
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
--- The claim below has one good plan whatever the queue's size or qty (a primary-key lookup of
--- the picked ids); costed with qty unknown, plpgsql would plan it again on every call.
-set plan_cache_mode = force_generic_plan
-as $$
-declare
-  v_key bytea;
-begin
-  perform pgfence.check_not_null('lease_id', claim.lease_id);
-  perform pgfence.check_name('queue', claim.queue);
-  if claim.qty is null or claim.qty not between 1 and 1000 then
-    perform pgfence.invalid_argument('qty', 'must be 1 to 1000', claim.qty::text);
-  end if;
-  perform pgfence.check_interval('visibility', claim.visibility);
-  -- The ownership check of fence(), in the same transaction as the claim: the lease row stays
-  -- locked until this transaction ends, so no successor can be granted between the check and
-  -- the claim (I2 at the work boundary).
-  perform pgfence.hold_current(claim.lease_id);
-  select k.hmac_key into v_key from pgfence.signing_key k;
-  -- SKIP LOCKED: claimers never wait for each other's rows. The ids are picked into an array
-  -- so that the update finds its rows by primary key.
-  return query
-  update pgfence.tasks t
-     set state = 'claimed',
-         attempt = t.attempt + 1,
-         lease_id = claim.lease_id,
-         attempt_leases[t.attempt + 1] = claim.lease_id,  -- so a later stale result can be checked
-         reported = false,
-         visible_until = clock_timestamp() + claim.visibility
-   where t.task_id = any (array(
-           select p.task_id
-             from pgfence.tasks p
-            where p.queue = claim.queue and p.state = 'queued' and p.ready_at <= clock_timestamp()
-            order by p.ready_at
-            limit claim.qty
-              for update skip locked))
-  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id, v_key), t.attempt, t.payload;
-end
-$$;
-comment on function pgfence.claim(uuid, text, int, interval) is
-  'Claims up to qty ready tasks of queue under an active, unexpired lease, never waiting for rows other claimers hold; '
-  'each claim mints an attempt_id. Raises PF001 when the lease is not current, 22023 on bad arguments.';
-
-revoke all on function pgfence.claim(uuid, text, int, interval) from public;
-grant execute on function pgfence.claim(uuid, text, int, interval) to pgfence_worker;
-
-
--- change: complete
--- Deploy pgfence:complete
--- requires: limit_idle
--- requires: attempt_id
--- requires: report
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- The one accept condition of complete and complete_many (I5): attempt_id is the attempt that
--- holds the task row (task_id, attempt, lease_id, reported are the row's) and it has not
--- reported yet, its signature matching the row's attempt and lease under key. An expression
--- its callers inline into their UPDATE (LANGUAGE sql, no SET, every name qualified, each
--- parameter used once; see pgfence.sign): no function call per row.
-create or replace function pgfence.attempt_holds(task_id bigint, attempt int, lease_id uuid, reported boolean,
-                                                 key bytea, attempt_id uuid)
-returns boolean
-language sql
-stable
-as $$
-  select not attempt_holds.reported
-     and pgfence.attempt_uuid(attempt_holds.task_id, attempt_holds.attempt, attempt_holds.lease_id,
-                              attempt_holds.key) operator(pg_catalog.=) attempt_holds.attempt_id;
-$$;
-revoke all on function pgfence.attempt_holds(bigint, int, uuid, boolean, bytea, uuid) from public;
-
-create or replace function pgfence.complete(attempt_id uuid, result jsonb default null)
-returns text
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  -- The common case in one statement: the attempt that holds the task completes it, once (the
-  -- id is the current attempt's only if its signature matches the row's attempt and lease).
-  -- No clock in the condition, so a lock wait cannot make it wrong: a concurrent update of the
-  -- row is re-checked (EvalPlanQual), and a transaction that only locked it changed nothing.
-  update pgfence.tasks t
-     set state = 'completed', result = complete.result, reported = true,
-         visible_until = null, finished_at = clock_timestamp()
-    from pgfence.signing_key k
-   where t.task_id = pgfence.attempt_task(complete.attempt_id)
-     and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, k.hmac_key, complete.attempt_id);
-  if found then
-    perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
-    return 'accepted';
-  end if;
-  -- Everything else (a retry, a stale or unknown attempt, a bad id) by the rule of report.
-  return pgfence.report(complete.attempt_id, 'complete', complete.result);
-end
-$$;
-comment on function pgfence.complete(uuid, jsonb) is
-  'Finishes a task with result: accepted from the attempt that holds it (also after its lease expired), '
-  'duplicate for a retry of a reported attempt, stale (recorded in pgfence.stale_results) from a superseded attempt. Raises 22023 for an unknown attempt.';
-
-revoke all on function pgfence.complete(uuid, jsonb) from public;
-grant execute on function pgfence.complete(uuid, jsonb) to pgfence_worker;
-
-
 -- change: extend
 -- Deploy pgfence:extend
 -- requires: limit_idle
@@ -2160,134 +1831,6 @@ comment on function pgfence.check_batch(uuid[]) is
 revoke all on function pgfence.check_batch(uuid[]) from public;
 
 
--- change: complete_many
--- Deploy pgfence:complete_many
--- requires: complete
--- requires: report
--- requires: checks
--- requires: check_batch
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- complete for many attempts at once, by complete's rule for each (I5): one call, one lock
--- statement and one UPDATE for the common case, whatever the batch's size.
-create or replace function pgfence.complete_many(attempt_ids uuid[], results jsonb[] default null)
-returns table (attempt_id uuid, outcome text)
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_n int := cardinality(complete_many.attempt_ids);
-  v_accepted bigint[];
-  v_key bytea;
-begin
-  perform pgfence.check_batch(complete_many.attempt_ids);
-  if complete_many.results is not null
-     and (cardinality(complete_many.results) <> v_n or array_ndims(complete_many.results) <> 1) then
-    perform pgfence.invalid_argument('results', 'must be NULL or a one-dimensional array of one result per attempt id',
-                                     format('%s results for %s ids', cardinality(complete_many.results), v_n));
-  end if;
-  -- The rows are locked first, in task_id order, before anything is written. The UPDATE below
-  -- meets its rows in the order the caller gave the ids (a loop over them), so two batches over
-  -- overlapping tasks in different orders would each lock a row the other then waits for: a
-  -- deadlock (40P01) for one of them. Locked in one global order, the later batch waits for
-  -- the earlier to end and then judges its rows on what that one committed. Everything else
-  -- that locks task rows to write them (report, extend, requeue_expired's and claim's SKIP
-  -- LOCKED) locks one row at a time or never waits, so it cannot close a cycle with a batch.
-  -- FOR UPDATE, as report takes it: its calls below find the lock theirs already.
-  perform from pgfence.tasks t
-    where t.task_id = any (array(select pgfence.attempt_task(u.a) from unnest(complete_many.attempt_ids) u(a)))
-    order by t.task_id
-    for update;
-  -- The key read once, as claim reads it: joined into the UPDATE, the one-row table (its
-  -- statistics never gathered) would be costed as hundreds of rows, and the tasks scanned whole.
-  select k.hmac_key into v_key from pgfence.signing_key k;
-  -- The common case in one statement: every attempt that holds its task completes it, by the
-  -- one condition complete uses (pgfence.attempt_holds, inlined).
-  with done as (
-    update pgfence.tasks t
-       set state = 'completed', result = u.result, reported = true,
-           visible_until = null, finished_at = clock_timestamp()
-      from unnest(complete_many.attempt_ids, complete_many.results) with ordinality as u(attempt_id, result, n)
-     where t.task_id = pgfence.attempt_task(u.attempt_id)
-       and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, v_key, u.attempt_id)
-    returning u.n)
-  select array_agg(d.n) into v_accepted from done d;
-  -- Everything else (a retry, a stale or unknown attempt, a bad id), one by one in the order
-  -- given, by the rule of report: an unknown id raises 22023 and so undoes the whole batch.
-  return query
-  select u.attempt_id,
-         case when d.n is not null then 'accepted' else pgfence.report(u.attempt_id, 'complete', u.result) end
-    from unnest(complete_many.attempt_ids, complete_many.results) with ordinality as u(attempt_id, result, n)
-    left join unnest(v_accepted) d(n) on d.n = u.n
-   order by u.n;
-end
-$$;
-comment on function pgfence.complete_many(uuid[], jsonb[]) is
-  'complete for each attempt of attempt_ids (with results[i], or NULL), by its rule: one row per id, in the order given, '
-  'outcome accepted, duplicate or stale. Raises 22023, changing nothing, for a NULL or empty array, more than 1000 ids, '
-  'a NULL or repeated id, results of another length, or any unknown attempt.';
-
-revoke all on function pgfence.complete_many(uuid[], jsonb[]) from public;
-grant execute on function pgfence.complete_many(uuid[], jsonb[]) to pgfence_worker;
-
-
--- change: capability_ref
--- Deploy pgfence:capability_ref
--- requires: hmac
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- What monitors and operators see in place of a capability (a lease id, an attempt id): 16 hex
--- digits of an HMAC under the signing key. The same id always gives the same reference, so
--- rows still correlate; without the key nobody can turn a reference back into the id (an
--- unsigned hash of a pgmq attempt id, which has 60 random bits, could be searched).
-create function pgfence.capability_ref(id uuid)
-returns text
-language sql
-stable
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-  select pg_catalog.left(pgfence.hmac(pg_catalog.format('ref %s', capability_ref.id), k.hmac_key), 16)
-    from pgfence.signing_key k;
-$$;
-comment on function pgfence.capability_ref(uuid) is
-  'A non-reversible reference to a lease id or attempt id (16 hex digits of an HMAC under the signing key): '
-  'what monitoring views show instead of the capability.';
-
--- The role a SECURITY DEFINER function acts for: the one its caller runs as (SET ROLE, as
--- PostgREST and Supabase do, else the session's user). A definer function's own current_user
--- is its owner; the role setting is not changed by it. Nobody can claim a role this way that
--- they could not SET ROLE to and use directly. The layers check the third party's privileges
--- of this role (pgmq's, pgflow's) before acting for it.
--- No SET and every name qualified, so that it is inlined into its callers' expressions.
-create function pgfence.invoker()
-returns name
-language sql
-stable
-as $$
-  select case when pg_catalog.current_setting('role') operator(pg_catalog.=) 'none'
-              then session_user
-              else pg_catalog.current_setting('role')::pg_catalog.name end;
-$$;
-comment on function pgfence.invoker() is
-  'The role the caller of a SECURITY DEFINER function acts as (SET ROLE, else session_user).';
-
-revoke all on function pgfence.capability_ref(uuid), pgfence.invoker() from public;
-grant execute on function pgfence.capability_ref(uuid) to pgfence_monitor, pgfence_operator;
-
-
 -- change: layers
 -- Deploy pgfence:layers
 
@@ -2364,64 +1907,6 @@ comment on function pgfence.release(uuid) is
 
 revoke all on function pgfence.release(uuid) from public;
 grant execute on function pgfence.release(uuid) to pgfence_worker;
-
-
--- change: requeue_expired
--- Deploy pgfence:requeue_expired
--- requires: limit_idle
--- requires: tasks
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create or replace function pgfence.requeue_expired(max_tasks int default 1000)
-returns int
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_count int;
-begin
-  if requeue_expired.max_tasks is null or requeue_expired.max_tasks not between 1 and 100000 then
-    perform pgfence.invalid_argument('max_tasks', 'must be 1 to 100000', requeue_expired.max_tasks::text);
-  end if;
-  -- SKIP LOCKED lets several sessions run this at once. A row whose visibility was extended
-  -- after this statement's snapshot is re-read under the lock and no longer matches.
-  with expired as (
-    select t.task_id
-      from pgfence.tasks t
-     where t.state = 'claimed' and t.visible_until < clock_timestamp()
-     order by t.visible_until
-     limit requeue_expired.max_tasks
-       for update skip locked)
-  update pgfence.tasks t
-     set state = case when t.attempt >= t.max_attempts then 'failed' else 'queued' end,
-         ready_at = clock_timestamp(),
-         visible_until = null,
-         error = case when t.attempt >= t.max_attempts
-                      then jsonb_build_object('reason', 'visibility expired', 'attempts', t.attempt)
-                      else t.error end,
-         finished_at = case when t.attempt >= t.max_attempts then clock_timestamp() end
-    from expired
-   where t.task_id = expired.task_id;
-  get diagnostics v_count = row_count;
-  if v_count > 0 then
-    perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
-  end if;
-  return v_count;
-end
-$$;
-comment on function pgfence.requeue_expired(int) is
-  'Tasks whose visibility ran out go back to their queue, or fail for good after max_attempts; returns how many. '
-  'Safe to run from several sessions at once; never touches an attempt within its visibility.';
-
-revoke all on function pgfence.requeue_expired(int) from public;
-grant execute on function pgfence.requeue_expired(int) to pgfence_worker, pgfence_operator;
 
 
 -- change: errors
@@ -2718,70 +2203,6 @@ comment on function pgfence.prune(interval) is
 
 revoke all on function pgfence.prune(interval) from public;
 grant execute on function pgfence.prune(interval) to pgfence_operator;
-
-
--- change: counters
--- Deploy pgfence:counters
--- requires: resources
--- requires: leases
--- requires: tasks
--- requires: attempt_leases
--- requires: stale_reports
--- requires: unfenced_writes
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- Counters for monitoring, one row per resource, for a postgres_exporter or Supabase metrics
--- query (docs/operations.md says what to alert on). Gauges (generation, lease_age,
--- queue_depth, oldest_ready_age) and counters over the history prune keeps (takeovers,
--- stale_results, unfenced_writes: they fall when prune removes old rows). No lease id or
--- attempt id: a lease is named by (resource, generation). Queues are not a resource's (several
--- may serve one): a resource's queues are those its leases have claimed from.
-create view pgfence.counters as
-select r.resource,
-       r.enabled,
-       cur.generation,
-       case when cur.lease_id is null then 'none'
-            when cur.expires_at > clock_timestamp() then 'current'
-            else 'expired' end as lease_state,
-       clock_timestamp() - cur.acquired_at as lease_age,
-       (select count(*) from pgfence.leases l
-         where l.resource = r.resource and l.state = 'superseded') as takeovers,
-       (select count(*) from pgfence.stale_results s
-          join pgfence.tasks t on t.task_id = s.task_id
-          join pgfence.leases l on l.lease_id = t.attempt_leases[s.attempt]
-         where l.resource = r.resource) as stale_results,
-       (select count(*) from pgfence.unfenced_writes w
-         where r.resource = any (pg_catalog.string_to_array(w.resource, ','))) as unfenced_writes,
-       q.queues,
-       coalesce(q.depth, 0) as queue_depth,
-       q.oldest_ready_age
-  from pgfence.resources r
-  left join pgfence.leases cur on cur.resource = r.resource and cur.state = 'active'
-  left join lateral (
-         select array_agg(w.queue order by w.queue) as queues,
-                sum(w.depth)::bigint as depth,
-                max(w.oldest) as oldest_ready_age
-           from (select t.queue,
-                        (select count(*) from pgfence.tasks x
-                          where x.queue = t.queue and x.state = 'queued') as depth,
-                        (select clock_timestamp() - min(x.ready_at) from pgfence.tasks x
-                          where x.queue = t.queue and x.state = 'queued'
-                            and x.ready_at <= clock_timestamp()) as oldest
-                   from (select distinct t.queue
-                           from pgfence.tasks t
-                           join pgfence.leases l on l.lease_id = t.lease_id
-                          where l.resource = r.resource) t) w) q on true;
-comment on view pgfence.counters is
-  'Per resource: generation, lease state and age, takeovers, stale results, unfenced writes (over the history kept), '
-  'the queues its leases claimed from, their queued tasks and the age of the oldest ready one. No capability.';
-
-revoke all on pgfence.counters from public;
-grant select on pgfence.counters to pgfence_monitor, pgfence_operator;
 
 
 -- change: releases
@@ -3089,7 +2510,8 @@ as $$
   with rec as (
     select x.object, x.digest from pgfence.schema_records x
      where x.schema_name = schema_drift.schema_name
-       and x.release = pgfence.installed_release(schema_drift.schema_name))
+       -- A subquery, so that it is looked up once, not once per row of the record.
+       and x.release = (select pgfence.installed_release(schema_drift.schema_name)))
   select coalesce(r.object, o.object),
          case when r.object is null then 'added' when o.object is null then 'missing' else 'changed' end
     from rec r
@@ -3267,8 +2689,9 @@ as $$
     select a.grantee, a.privilege_type, format('type %s', y.oid::regtype),
            format('revoke all on type %s from %%s', y.oid::regtype)
       from pg_type y, aclexplode(coalesce(y.typacl, acldefault('T', y.typowner))) a
-     where y.typnamespace in (select oid from s) and y.typtype in ('d', 'e', 'r', 'm')
-       and a.grantee <> y.typowner
+     where y.typnamespace in (select oid from s) and a.grantee <> y.typowner
+       and (y.typtype in ('d', 'e', 'r', 'm')  -- and a composite type of its own (pgfence.lease)
+            or y.typtype = 'c' and (select c.relkind from pg_class c where c.oid = y.typrelid) = 'c')
     union all
     select a.grantee, a.privilege_type, format('schema %I', n.nspname),
            format('revoke all on schema %I from %%s', n.nspname)
@@ -3399,25 +2822,36 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_bad text;
+  v_acl text[];
+  v_acls text[] := '{}'::text[];
   v_layer regproc;
   v_schema name;
+  v_old timestamptz;
+  v_release text;
 begin
   -- Schema as installed, the core's and each layer's: nothing changed, added or removed by
   -- hand since its release's record (functions, relations, columns, constraints, indexes,
   -- views, triggers, policies, types, owners, every ACL).
+  -- Each schema's drift is computed once (it digests the whole schema): its ACL rows are kept
+  -- for "roles and grants", below.
   for v_schema in select 'pgfence'::name union all
                   (select l.schema_name from pgfence.layers l order by l.schema_name) loop
     name := case v_schema when 'pgfence' then '' else v_schema || ': ' end || 'schema matches its release';
     select string_agg(case when d.object = 'record' then
                              format('no record of its release (%s predates 0.3.0: upgrade it)', v_schema)
-                           else format('%s %s', d.object, d.how) end, '; ' order by d.object) into v_bad
-      from pgfence.schema_drift(v_schema) d
-     where d.object not like 'acl %';
+                           else format('%s %s', d.object, d.how) end, '; ' order by d.object)
+             filter (where d.object not like 'acl %'),
+           array_agg(format('grants on %s %s', substr(d.object, 5),
+                            case d.how when 'changed' then 'differ from the release''s' else d.how end))
+             filter (where d.object like 'acl %')
+      into v_bad, v_acl
+      from pgfence.schema_drift(v_schema) d;
+    v_acls := v_acls || v_acl;
     ok := v_bad is null;
-    detail := coalesce(v_bad, format('%s %s, %s objects as recorded', v_schema, pgfence.installed_release(v_schema),
+    v_release := pgfence.installed_release(v_schema);
+    detail := coalesce(v_bad, format('%s %s, %s objects as recorded', v_schema, v_release,
                                      (select count(*) from pgfence.schema_records r
-                                       where r.schema_name = v_schema
-                                         and r.release = pgfence.installed_release(v_schema))));
+                                       where r.schema_name = v_schema and r.release = v_release)));
     return next;
   end loop;
 
@@ -3436,11 +2870,7 @@ begin
       from (select 'pgfence'::name as s union all select l.schema_name from pgfence.layers l) x,
            pgfence.foreign_grants(x.s) g
     union all
-    select format('grants on %s %s', substr(d.object, 5),
-                  case d.how when 'changed' then 'differ from the release''s' else d.how end)
-      from (select 'pgfence'::name as s union all select l.schema_name from pgfence.layers l) x,
-           pgfence.schema_drift(x.s) d
-     where d.object like 'acl %') y;
+    select unnest(v_acls)) y;
   ok := v_bad is null;
   detail := coalesce(v_bad, 'pgfence_worker, pgfence_operator, pgfence_monitor; nothing for PUBLIC');
   return next;
@@ -3478,17 +2908,19 @@ begin
 
   -- Overdue: a resource left without a live owner, or a task its worker no longer holds
   -- that nothing requeued, for over a minute.
+  -- (A lease's expiry has no index: renewals stay HOT. The active leases are one per resource.)
   name := 'no lease or task overdue';
+  v_old := clock_timestamp() - interval '1 minute';
   select string_agg(x, '; ' order by x) into v_bad from (
     select format('resource %s: its lease (generation %s) expired at %s and nobody took over',
                   l.resource, l.generation, l.expires_at) as x
       from pgfence.leases l join pgfence.resources r using (resource)
-     where l.state = 'active' and r.enabled and l.expires_at < clock_timestamp() - interval '1 minute'
+     where l.state = 'active' and r.enabled and l.expires_at < v_old
     union all
     select format('queue %s: %s claimed tasks past their visibility, the oldest since %s',
                   t.queue, count(*), min(t.visible_until))
       from pgfence.tasks t
-     where t.state = 'claimed' and t.visible_until < clock_timestamp() - interval '1 minute'
+     where t.state = 'claimed' and t.visible_until < v_old
      group by t.queue) y;
   ok := v_bad is null;
   detail := coalesce(v_bad, 'none');
@@ -3516,19 +2948,28 @@ begin
   detail := coalesce(v_bad, 'none open for over an hour');
   return next;
 
-  -- Twice prune's default bound: older history means no prune runs.
+  -- Twice prune's default bound: older history means no prune runs. The bound is a value, not
+  -- the clock in the condition, so that it is a range of prune's indexes (tasks_finished,
+  -- leases_ended) instead of a filter over all of them; and each kind is counted up to 10,001
+  -- rows, read in the index's order (a bitmap scan would read every match before the limit),
+  -- so a history that no prune ever cut costs no more than that to report.
   name := 'history within retention';
+  v_old := clock_timestamp() - interval '14 days';
   select string_agg(x, '; ' order by x) into v_bad from (
-    select format('%s finished tasks older than 14 days', count(*)) as x
-      from pgfence.tasks t where t.state in ('completed', 'failed') and t.finished_at < clock_timestamp() - interval '14 days'
+    select format('%s finished tasks older than 14 days', case when count(*) > 10000 then 'over 10000' else count(*)::text end) as x
+      from (select from pgfence.tasks t
+             where t.state in ('completed', 'failed') and t.finished_at < v_old
+             order by t.finished_at limit 10001) t
     having count(*) > 0
     union all
-    select format('%s ended leases older than 14 days', count(*))
-      from pgfence.leases l where l.state in ('released', 'superseded') and l.ended_at < clock_timestamp() - interval '14 days'
+    select format('%s ended leases older than 14 days', case when count(*) > 10000 then 'over 10000' else count(*)::text end)
+      from (select from pgfence.leases l
+             where l.state in ('released', 'superseded') and l.ended_at < v_old
+             order by l.ended_at limit 10001) l
     having count(*) > 0
     union all
-    select format('%s invocations expired over 14 days ago', count(*))
-      from pgfence.invocations i where i.expires_at < clock_timestamp() - interval '14 days'
+    select format('%s invocations expired over 14 days ago', case when count(*) > 10000 then 'over 10000' else count(*)::text end)
+      from (select from pgfence.invocations i where i.expires_at < v_old limit 10001) i
     having count(*) > 0) y;
   ok := v_bad is null;
   detail := coalesce(v_bad || ': schedule pgfence.prune() (docs/operations.md)', 'nothing older than 14 days');
@@ -3591,6 +3032,825 @@ comment on function pgfence.version() is 'The pgfence release installed in this 
 
 revoke all on function pgfence.version() from public;
 grant execute on function pgfence.version() to pgfence_worker, pgfence_operator, pgfence_monitor;
+
+
+-- change: capability_ref
+-- Deploy pgfence:capability_ref
+-- requires: capability_ref@v0.2.1
+
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- STRICT: no id, no reference. Before 0.3.0 a NULL id got the HMAC of 'ref ', one reference
+-- shared by every missing id (a view's NULL read id, deprecate's "no lease") that looked real.
+create or replace function pgfence.capability_ref(id uuid)
+returns text
+language sql
+stable
+strict
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select pg_catalog.left(pgfence.hmac(pg_catalog.format('ref %s', capability_ref.id), k.hmac_key), 16)
+    from pgfence.signing_key k;
+$$;
+comment on function pgfence.capability_ref(uuid) is
+  'A non-reversible reference to a lease id or attempt id (16 hex digits of an HMAC under the signing key): '
+  'what monitoring views show instead of the capability; NULL for NULL.';
+
+
+-- change: leases_by_resource
+-- Deploy pgfence:leases_by_resource
+-- requires: leases
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- A resource's leases, for the monitors: counters' takeovers, resource_status' claimed tasks,
+-- lease_status of one resource. Without it each of those read every lease of every resource
+-- (a sequential scan per resource row: seconds at 10,000 resources). acquire adds one entry a
+-- lease; ending a lease already changes an indexed state; a renewal changes neither key, so
+-- it stays a HOT update.
+-- Built inside the upgrade's transaction (CONCURRENTLY cannot be), so acquires wait for the
+-- build: at 100,000 leases, about a second (docs/upgrading.md).
+-- squawk-ignore require-concurrent-index-creation
+create index leases_by_resource on pgfence.leases (resource, state);
+
+
+-- change: resource_queues
+-- Deploy pgfence:resource_queues
+-- requires: tasks
+-- requires: leases
+-- requires: resources
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- The queues each resource's leases have claimed from, for pgfence.counters: claim records a
+-- pair the first time (a primary-key probe per claim, no write after that). Found from the
+-- tasks instead, a resource's queues cost a scan of every task (tasks have no index on
+-- lease_id: claims would maintain it). Kept when prune removes the tasks: a resource's queues
+-- are few.
+create table pgfence.resource_queues (
+  resource text not null references pgfence.resources on delete cascade,
+  queue    text not null,
+  primary key (resource, queue)
+);
+comment on table pgfence.resource_queues is
+  'The queues each resource''s leases have claimed from (written by claim). Not a public interface: read pgfence.counters.';
+
+-- The pairs of the history kept so far (the claims before this change).
+insert into pgfence.resource_queues (resource, queue)
+select distinct l.resource, t.queue
+  from pgfence.tasks t
+  join pgfence.leases l on l.lease_id = t.lease_id;
+
+revoke all on table pgfence.resource_queues from public;
+
+
+-- change: queue_tallies
+-- Deploy pgfence:queue_tallies
+-- requires: tasks
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Finished tasks per queue, kept incrementally: each statement that finishes tasks (complete,
+-- complete_many, report, requeue_expired) adds one row of its counts here, in its own
+-- transaction, so a count is exact and commits or rolls back with the work it counts.
+-- Writers only insert (no row is updated in place), so completions never wait for each other
+-- on a counter; fold_tallies sums a queue's rows into one. pgfence.queue_status adds up what
+-- is here instead of counting a history of millions of finished tasks (a scan of each).
+-- No primary key: nothing looks a row up, and an index would cost every completion an entry.
+create table pgfence.queue_tallies (
+  queue     text not null,
+  completed bigint not null default 0,
+  failed    bigint not null default 0
+);
+comment on table pgfence.queue_tallies is
+  'Finished tasks per queue, one row per finishing statement until folded. Not a public interface: read pgfence.queue_status.';
+
+-- The counts of the history kept so far, as one row per queue. (Under Sqitch, tasks finished
+-- while the later changes of this upgrade deploy, before complete and the other writers are
+-- reworked, are not counted: docs/upgrading.md. The one-file upgrade is one transaction.)
+insert into pgfence.queue_tallies (queue, completed, failed)
+select t.queue, count(*) filter (where t.state = 'completed'), count(*) filter (where t.state = 'failed')
+  from pgfence.tasks t
+ where t.state in ('completed', 'failed')
+ group by t.queue;
+
+revoke all on table pgfence.queue_tallies from public;
+
+-- Sums each queue's rows into one, at most 10,000 rows a call. The rows are taken FOR UPDATE
+-- SKIP LOCKED and deleted by the statement that inserts their sum, so a row is folded once
+-- however many folds run at once, and a fold never waits. requeue_expired calls it (workers
+-- call that when their queue is empty, and pg_cron every minute): between folds the tallies
+-- grow by a row per finishing statement.
+create function pgfence.fold_tallies()
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if not exists (select from pgfence.queue_tallies q group by q.queue having count(*) > 1) then
+    return;   -- folded already: no rows rewritten
+  end if;
+  with gone as (
+    delete from pgfence.queue_tallies q
+     where q.ctid = any (array(select x.ctid from pgfence.queue_tallies x limit 10000 for update skip locked))
+    returning q.queue, q.completed, q.failed)
+  insert into pgfence.queue_tallies (queue, completed, failed)
+  select g.queue, sum(g.completed), sum(g.failed) from gone g group by g.queue;
+end
+$$;
+comment on function pgfence.fold_tallies() is
+  'Sums the rows of pgfence.queue_tallies into one per queue (at most 10,000 rows a call; rows another fold holds are skipped).';
+
+revoke all on function pgfence.fold_tallies() from public;
+
+
+-- change: claim
+-- Deploy pgfence:claim
+-- requires: lease_judgement
+-- requires: attempt_leases
+-- requires: tasks
+-- requires: leases
+-- requires: signing_key
+-- requires: attempt_id
+-- requires: checks
+-- requires: errors
+-- requires: resource_queues
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.claim(lease_id uuid, queue text, qty int default 1, visibility interval default '30 seconds')
+returns table (task_id bigint, attempt_id uuid, attempt int, payload jsonb)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+-- The claim below has one good plan whatever the queue's size or qty (a primary-key lookup of
+-- the picked ids); costed with qty unknown, plpgsql would plan it again on every call.
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_key bytea;
+  v_resource text;
+begin
+  perform pgfence.check_not_null('lease_id', claim.lease_id);
+  perform pgfence.check_name('queue', claim.queue);
+  if claim.qty is null or claim.qty not between 1 and 1000 then
+    perform pgfence.invalid_argument('qty', 'must be 1 to 1000', claim.qty::text);
+  end if;
+  perform pgfence.check_interval('visibility', claim.visibility);
+  -- The ownership check of fence(), in the same transaction as the claim: the lease row stays
+  -- locked until this transaction ends, so no successor can be granted between the check and
+  -- the claim (I2 at the work boundary).
+  select h.resource into v_resource from pgfence.hold_current(claim.lease_id) h;
+  select k.hmac_key into v_key from pgfence.signing_key k;
+  -- SKIP LOCKED: claimers never wait for each other's rows. The ids are picked into an array
+  -- so that the update finds its rows by primary key.
+  return query
+  update pgfence.tasks t
+     set state = 'claimed',
+         attempt = t.attempt + 1,
+         lease_id = claim.lease_id,
+         attempt_leases[t.attempt + 1] = claim.lease_id,  -- so a later stale result can be checked
+         reported = false,
+         visible_until = clock_timestamp() + claim.visibility
+   where t.task_id = any (array(
+           select p.task_id
+             from pgfence.tasks p
+            where p.queue = claim.queue and p.state = 'queued' and p.ready_at <= clock_timestamp()
+            order by p.ready_at
+            limit claim.qty
+              for update skip locked))
+  returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id, v_key), t.attempt, t.payload;
+  -- The resource now serves this queue (pgfence.counters): written once, then only read (a
+  -- read costs half an INSERT ... ON CONFLICT that finds the row).
+  if found then
+    perform from pgfence.resource_queues q where q.resource = v_resource and q.queue = claim.queue;
+    if not found then
+      insert into pgfence.resource_queues (resource, queue) values (v_resource, claim.queue)
+      on conflict do nothing;
+    end if;
+  end if;
+end
+$$;
+comment on function pgfence.claim(uuid, text, int, interval) is
+  'Claims up to qty ready tasks of queue under an active, unexpired lease, never waiting for rows other claimers hold; '
+  'each claim mints an attempt_id. Raises PF001 when the lease is not current, 22023 on bad arguments.';
+
+revoke all on function pgfence.claim(uuid, text, int, interval) from public;
+grant execute on function pgfence.claim(uuid, text, int, interval) to pgfence_worker;
+
+
+-- change: complete
+-- Deploy pgfence:complete
+-- requires: limit_idle
+-- requires: attempt_id
+-- requires: report
+-- requires: queue_tallies
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- The one accept condition of complete and complete_many (I5): attempt_id is the attempt that
+-- holds the task row (task_id, attempt, lease_id, reported are the row's) and it has not
+-- reported yet, its signature matching the row's attempt and lease under key. An expression
+-- its callers inline into their UPDATE (LANGUAGE sql, no SET, every name qualified, each
+-- parameter used once; see pgfence.sign): no function call per row.
+create or replace function pgfence.attempt_holds(task_id bigint, attempt int, lease_id uuid, reported boolean,
+                                                 key bytea, attempt_id uuid)
+returns boolean
+language sql
+stable
+as $$
+  select not attempt_holds.reported
+     and pgfence.attempt_uuid(attempt_holds.task_id, attempt_holds.attempt, attempt_holds.lease_id,
+                              attempt_holds.key) operator(pg_catalog.=) attempt_holds.attempt_id;
+$$;
+revoke all on function pgfence.attempt_holds(bigint, int, uuid, boolean, bytea, uuid) from public;
+
+create or replace function pgfence.complete(attempt_id uuid, result jsonb default null)
+returns text
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  -- The common case in one statement: the attempt that holds the task completes it, once (the
+  -- id is the current attempt's only if its signature matches the row's attempt and lease).
+  -- No clock in the condition, so a lock wait cannot make it wrong: a concurrent update of the
+  -- row is re-checked (EvalPlanQual), and a transaction that only locked it changed nothing.
+  -- Counted in its queue's tally by the same statement (pgfence.queue_tallies).
+  with done as (
+    update pgfence.tasks t
+       set state = 'completed', result = complete.result, reported = true,
+           visible_until = null, finished_at = clock_timestamp()
+      from pgfence.signing_key k
+     where t.task_id = pgfence.attempt_task(complete.attempt_id)
+       and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, k.hmac_key, complete.attempt_id)
+    returning t.queue)
+  insert into pgfence.queue_tallies (queue, completed) select d.queue, 1 from done d;
+  if found then
+    perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+    return 'accepted';
+  end if;
+  -- Everything else (a retry, a stale or unknown attempt, a bad id) by the rule of report.
+  return pgfence.report(complete.attempt_id, 'complete', complete.result);
+end
+$$;
+comment on function pgfence.complete(uuid, jsonb) is
+  'Finishes a task with result: accepted from the attempt that holds it (also after its lease expired), '
+  'duplicate for a retry of a reported attempt, stale (recorded in pgfence.stale_results) from a superseded attempt. Raises 22023 for an unknown attempt.';
+
+revoke all on function pgfence.complete(uuid, jsonb) from public;
+grant execute on function pgfence.complete(uuid, jsonb) to pgfence_worker;
+
+
+-- change: report
+-- Deploy pgfence:report
+-- requires: limit_idle
+-- requires: attempt_leases
+-- requires: stale_reports
+-- requires: tasks
+-- requires: stale_results
+-- requires: attempt_id
+-- requires: errors
+-- requires: queue_tallies
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- complete and fail share one rule (I5): the result of the attempt that holds the task is
+-- accepted, even after its lease expired or drained, as long as no newer attempt claimed it.
+create or replace function pgfence.report(attempt_id uuid, kind text, body jsonb)
+returns text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_task_id bigint;
+  v_attempt int;
+  v_task pgfence.tasks;
+  v_final boolean;
+  v_lease_id uuid;
+  v_reports bigint;
+begin
+  select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(report.attempt_id) a;
+  select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
+  if not found or v_attempt > v_task.attempt
+     or (v_attempt = v_task.attempt
+         and not pgfence.attempt_signed(report.attempt_id, v_task_id, v_attempt, v_task.lease_id)) then
+    perform pgfence.unknown_attempt(report.attempt_id);
+  end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+  if v_attempt < v_task.attempt then
+    -- An older attempt is checked against the lease it was claimed under, like the current
+    -- one, so nobody can make up stale results for a task. Attempts claimed before release
+    -- 0.2.0 have no lease on record: theirs are recorded unverified (they change nothing but
+    -- stale_results, and the bound below holds for them too).
+    v_lease_id := v_task.attempt_leases[v_attempt];
+    if v_lease_id is not null
+       and not pgfence.attempt_signed(report.attempt_id, v_task_id, v_attempt, v_lease_id) then
+      perform pgfence.unknown_attempt(report.attempt_id);
+    end if;
+    -- Each different report is kept (I5); a retry of one already kept adds nothing.
+    if not exists (select from pgfence.stale_results s
+                    where s.attempt_id = report.attempt_id and s.kind = report.kind
+                      and s.body is not distinct from report.body) then
+      select count(*) into v_reports from pgfence.stale_results s
+       where s.task_id = v_task_id and s.attempt = v_attempt;
+      if v_reports >= 10 then
+        raise exception 'pgfence: attempt % of task % has sent 10 stale results already', v_attempt, v_task_id
+          using errcode = '54000',
+                hint = 'the attempt is superseded: stop reporting; its results are in pgfence.stale_results';
+      end if;
+      insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, body, report)
+      values (report.attempt_id, v_task_id, v_attempt, report.kind, report.body,
+              (select coalesce(max(s.report), 0) + 1 from pgfence.stale_results s
+                where s.attempt_id = report.attempt_id));
+    end if;
+    return 'stale';
+  end if;
+  if v_task.reported then
+    return 'duplicate';
+  end if;
+  if report.kind = 'complete' then
+    update pgfence.tasks t
+       set state = 'completed', result = report.body, reported = true,
+           visible_until = null, finished_at = clock_timestamp()
+     where t.task_id = v_task_id;
+    insert into pgfence.queue_tallies (queue, completed) values (v_task.queue, 1);
+  else
+    v_final := v_task.attempt >= v_task.max_attempts;
+    -- Retries back off exponentially, 2 s, 4 s, 8 s ... at most an hour.
+    update pgfence.tasks t
+       set state = case when v_final then 'failed' else 'queued' end,
+           error = report.body, reported = true, visible_until = null,
+           ready_at = clock_timestamp() + least(interval '1 second' * power(2, least(v_task.attempt, 12)), interval '1 hour'),
+           finished_at = case when v_final then clock_timestamp() end
+     where t.task_id = v_task_id;
+    if v_final then
+      insert into pgfence.queue_tallies (queue, failed) values (v_task.queue, 1);
+    end if;
+  end if;
+  return 'accepted';
+end
+$$;
+
+revoke all on function pgfence.report(uuid, text, jsonb) from public;
+
+
+-- change: complete_many
+-- Deploy pgfence:complete_many
+-- requires: complete
+-- requires: report
+-- requires: checks
+-- requires: check_batch
+-- requires: errors
+-- requires: queue_tallies
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- complete for many attempts at once, by complete's rule for each (I5): one call, one lock
+-- statement and one UPDATE for the common case, whatever the batch's size.
+create or replace function pgfence.complete_many(attempt_ids uuid[], results jsonb[] default null)
+returns table (attempt_id uuid, outcome text)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_n int := cardinality(complete_many.attempt_ids);
+  v_accepted bigint[];
+  v_key bytea;
+begin
+  perform pgfence.check_batch(complete_many.attempt_ids);
+  if complete_many.results is not null
+     and (cardinality(complete_many.results) <> v_n or array_ndims(complete_many.results) <> 1) then
+    perform pgfence.invalid_argument('results', 'must be NULL or a one-dimensional array of one result per attempt id',
+                                     format('%s results for %s ids', cardinality(complete_many.results), v_n));
+  end if;
+  -- The rows are locked first, in task_id order, before anything is written. The UPDATE below
+  -- meets its rows in the order the caller gave the ids (a loop over them), so two batches over
+  -- overlapping tasks in different orders would each lock a row the other then waits for: a
+  -- deadlock (40P01) for one of them. Locked in one global order, the later batch waits for
+  -- the earlier to end and then judges its rows on what that one committed. Everything else
+  -- that locks task rows to write them (report, extend, requeue_expired's and claim's SKIP
+  -- LOCKED) locks one row at a time or never waits, so it cannot close a cycle with a batch.
+  -- FOR UPDATE, as report takes it: its calls below find the lock theirs already.
+  perform from pgfence.tasks t
+    where t.task_id = any (array(select pgfence.attempt_task(u.a) from unnest(complete_many.attempt_ids) u(a)))
+    order by t.task_id
+    for update;
+  -- The key read once, as claim reads it: joined into the UPDATE, the one-row table (its
+  -- statistics never gathered) would be costed as hundreds of rows, and the tasks scanned whole.
+  select k.hmac_key into v_key from pgfence.signing_key k;
+  -- The common case in one statement: every attempt that holds its task completes it, by the
+  -- one condition complete uses (pgfence.attempt_holds, inlined), counted in its queue's tally
+  -- (pgfence.queue_tallies: a row per queue of the batch).
+  with done as (
+    update pgfence.tasks t
+       set state = 'completed', result = u.result, reported = true,
+           visible_until = null, finished_at = clock_timestamp()
+      from unnest(complete_many.attempt_ids, complete_many.results) with ordinality as u(attempt_id, result, n)
+     where t.task_id = pgfence.attempt_task(u.attempt_id)
+       and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, v_key, u.attempt_id)
+    returning u.n, t.queue),
+  tally as (
+    insert into pgfence.queue_tallies (queue, completed)
+    select d.queue, count(*) from done d group by d.queue)
+  select array_agg(d.n) into v_accepted from done d;
+  -- Everything else (a retry, a stale or unknown attempt, a bad id), one by one in the order
+  -- given, by the rule of report: an unknown id raises 22023 and so undoes the whole batch.
+  return query
+  select u.attempt_id,
+         case when d.n is not null then 'accepted' else pgfence.report(u.attempt_id, 'complete', u.result) end
+    from unnest(complete_many.attempt_ids, complete_many.results) with ordinality as u(attempt_id, result, n)
+    left join unnest(v_accepted) d(n) on d.n = u.n
+   order by u.n;
+end
+$$;
+comment on function pgfence.complete_many(uuid[], jsonb[]) is
+  'complete for each attempt of attempt_ids (with results[i], or NULL), by its rule: one row per id, in the order given, '
+  'outcome accepted, duplicate or stale. Raises 22023, changing nothing, for a NULL or empty array, more than 1000 ids, '
+  'a NULL or repeated id, results of another length, or any unknown attempt.';
+
+revoke all on function pgfence.complete_many(uuid[], jsonb[]) from public;
+grant execute on function pgfence.complete_many(uuid[], jsonb[]) to pgfence_worker;
+
+
+-- change: requeue_expired
+-- Deploy pgfence:requeue_expired
+-- requires: limit_idle
+-- requires: queue_tallies
+-- requires: tasks
+-- requires: errors
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.requeue_expired(max_tasks int default 1000)
+returns int
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_count int;
+begin
+  if requeue_expired.max_tasks is null or requeue_expired.max_tasks not between 1 and 100000 then
+    perform pgfence.invalid_argument('max_tasks', 'must be 1 to 100000', requeue_expired.max_tasks::text);
+  end if;
+  -- SKIP LOCKED lets several sessions run this at once. A row whose visibility was extended
+  -- after this statement's snapshot is re-read under the lock and no longer matches.
+  -- A task that fails for good is counted in its queue's tally by the same statement
+  -- (pgfence.queue_tallies).
+  with expired as (
+    select t.task_id
+      from pgfence.tasks t
+     where t.state = 'claimed' and t.visible_until < clock_timestamp()
+     order by t.visible_until
+     limit requeue_expired.max_tasks
+       for update skip locked),
+  done as (
+    update pgfence.tasks t
+       set state = case when t.attempt >= t.max_attempts then 'failed' else 'queued' end,
+           ready_at = clock_timestamp(),
+           visible_until = null,
+           error = case when t.attempt >= t.max_attempts
+                        then jsonb_build_object('reason', 'visibility expired', 'attempts', t.attempt)
+                        else t.error end,
+           finished_at = case when t.attempt >= t.max_attempts then clock_timestamp() end
+      from expired
+     where t.task_id = expired.task_id
+    returning t.queue, t.state),
+  tally as (
+    insert into pgfence.queue_tallies (queue, failed)
+    select d.queue, count(*) from done d where d.state = 'failed' group by d.queue)
+  select count(*) into v_count from done;
+  if v_count > 0 then
+    perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+  end if;
+  -- Called when a queue runs empty and every minute by pg_cron: the moment to fold the tallies
+  -- of queue_status (their rows are locked to the transaction's end: other folds skip them).
+  perform pgfence.fold_tallies();
+  return v_count;
+end
+$$;
+comment on function pgfence.requeue_expired(int) is
+  'Tasks whose visibility ran out go back to their queue, or fail for good after max_attempts; returns how many. '
+  'Safe to run from several sessions at once; never touches an attempt within its visibility.';
+
+revoke all on function pgfence.requeue_expired(int) from public;
+grant execute on function pgfence.requeue_expired(int) to pgfence_worker, pgfence_operator;
+
+
+-- change: counters
+-- Deploy pgfence:counters
+-- requires: resources
+-- requires: leases
+-- requires: tasks
+-- requires: attempt_leases
+-- requires: stale_reports
+-- requires: unfenced_writes
+-- requires: resource_queues
+-- requires: leases_by_resource
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Counters for monitoring, one row per resource, for a postgres_exporter or Supabase metrics
+-- query (docs/operations.md says what to alert on). Gauges (generation, lease_age,
+-- queue_depth, oldest_ready_age) and counters over the history prune keeps (takeovers,
+-- stale_results, unfenced_writes: they fall when prune removes old rows). No lease id or
+-- attempt id: a lease is named by (resource, generation). Queues are not a resource's (several
+-- may serve one): a resource's queues are those its leases have claimed from
+-- (pgfence.resource_queues, which claim keeps).
+-- It stays fast for a fleet and its history: each count is one grouped scan, joined by
+-- resource, so all rows cost one pass over what is counted, and a query for one resource
+-- pushes its name down into each (leases_by_resource, resource_queues' key). A queue's depth is
+-- looked up once per queue (the planner memoizes it), not once per resource. What is counted
+-- over history is bounded by prune's retention: takeovers (a row per takeover), stale results
+-- (at most 10 per attempt), unfenced writes (a row per unfenced statement in observe mode).
+create or replace view pgfence.counters as
+select r.resource,
+       r.enabled,
+       cur.generation,
+       case when cur.lease_id is null then 'none'
+            when cur.expires_at > clock_timestamp() then 'current'
+            else 'expired' end as lease_state,
+       clock_timestamp() - cur.acquired_at as lease_age,
+       coalesce(tk.takeovers, 0) as takeovers,
+       coalesce(st.stale_results, 0) as stale_results,
+       coalesce(uw.unfenced_writes, 0) as unfenced_writes,
+       q.queues,
+       coalesce(q.depth, 0) as queue_depth,
+       -- The oldest queued task is the oldest ready one if it is ready at all.
+       case when q.first_ready <= clock_timestamp() then clock_timestamp() - q.first_ready end as oldest_ready_age
+  from pgfence.resources r
+  left join pgfence.leases cur on cur.resource = r.resource and cur.state = 'active'
+  left join (select l.resource, count(*) as takeovers
+               from pgfence.leases l
+              where l.state = 'superseded'
+              group by l.resource) tk on tk.resource = r.resource
+  left join (select l.resource, count(*) as stale_results
+               from pgfence.stale_results s
+               join pgfence.tasks t on t.task_id = s.task_id
+               join pgfence.leases l on l.lease_id = t.attempt_leases[s.attempt]
+              group by l.resource) st on st.resource = r.resource
+  left join (select w.resource, count(*) as unfenced_writes
+               from pgfence.unfenced_writes x
+              cross join unnest(pg_catalog.string_to_array(x.resource, ',')) w(resource)
+              group by w.resource) uw on uw.resource = r.resource
+  left join (select rq.resource,
+                    array_agg(rq.queue) as queues,
+                    sum(d.depth)::bigint as depth,
+                    min(d.first_ready) as first_ready
+               -- In queue order (the key's): an aggregate ordered by itself would sort each
+               -- resource's queues apart, a third of the cost at 100,000 resources.
+               from (select x.resource, x.queue from pgfence.resource_queues x
+                      order by x.resource, x.queue) rq
+              -- No clock in here, so that the planner may memoize it per queue.
+              cross join lateral (select count(*) as depth, min(x.ready_at) as first_ready
+                                    from pgfence.tasks x
+                                   where x.queue = rq.queue and x.state = 'queued') d
+              group by rq.resource) q on q.resource = r.resource;
+comment on view pgfence.counters is
+  'Per resource: generation, lease state and age, takeovers, stale results, unfenced writes (over the history kept), '
+  'the queues its leases claimed from, their queued tasks and the age of the oldest ready one. No capability.';
+
+revoke all on pgfence.counters from public;
+grant select on pgfence.counters to pgfence_monitor, pgfence_operator;
+
+
+-- change: queue_status
+-- Deploy pgfence:queue_status
+-- requires: tasks
+-- requires: stale_results
+-- requires: queue_tallies
+-- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Queued tasks belong to a queue, not a resource: several resources may serve one queue.
+-- Live tasks (queued, claimed) are counted from the two partial indexes that hold them;
+-- finished ones are not counted at all: each statement that finishes tasks adds their number
+-- to pgfence.queue_tallies, so completed and failed cost a sum of a few rows per queue
+-- however long the history, and count every task finished since the install (prune does not
+-- lower them). Stale results are counted over the history prune keeps.
+create or replace view pgfence.queue_status as
+select q.queue,
+       coalesce(w.queued, 0) as queued,
+       coalesce(w.ready, 0) as ready,
+       coalesce(c.claimed, 0) as claimed,
+       coalesce(c.overdue, 0) as overdue,
+       coalesce(y.completed, 0)::bigint as completed,
+       coalesce(y.failed, 0)::bigint as failed,
+       coalesce(s.stale_results, 0) as stale_results
+  from (select t.queue from pgfence.tasks t where t.state = 'queued'
+        union
+        select t.queue from pgfence.tasks t where t.state = 'claimed'
+        union
+        select y.queue from pgfence.queue_tallies y) q
+  left join (select t.queue, count(*) as queued,
+                    count(*) filter (where t.ready_at <= clock_timestamp()) as ready
+               from pgfence.tasks t
+              where t.state = 'queued'
+              group by t.queue) w on w.queue = q.queue
+  left join (select t.queue, count(*) as claimed,
+                    count(*) filter (where t.visible_until < clock_timestamp()) as overdue
+               from pgfence.tasks t
+              where t.state = 'claimed'
+              group by t.queue) c on c.queue = q.queue
+  left join (select y.queue, sum(y.completed) as completed, sum(y.failed) as failed
+               from pgfence.queue_tallies y
+              group by y.queue) y on y.queue = q.queue
+  left join (select st.queue, count(*) as stale_results
+               from pgfence.stale_results x
+               join pgfence.tasks st on st.task_id = x.task_id
+              group by st.queue) s on s.queue = q.queue;
+comment on view pgfence.queue_status is
+  'One row per queue: tasks by state (ready = claimable now, overdue = visibility ran out, not yet requeued; completed and '
+  'failed since the install) and stale results.';
+
+revoke all on pgfence.queue_status from public;
+grant select on pgfence.queue_status to pgfence_monitor, pgfence_operator;
+
+
+-- change: ref
+-- Deploy pgfence:ref
+-- requires: capability_ref
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- How an error names a lease id, attempt id, invocation id, update token or request id: by a
+-- reference, never the id itself. The ids are capabilities (whoever has a lease id may fence,
+-- renew and release under it) and error messages land in server logs (on Supabase, readable
+-- by every project member) and in the clients' logs. Until 0.3.0 the reference was the first
+-- 12 hex digits of the id's unkeyed SHA-256: harmless for a lease id's 122 random bits, but a
+-- pgmq attempt id has 60, and its message id and read count are in the clear, so its digest
+-- could be searched. Keyed with the install's signing key, nobody without the key can test a
+-- guess: the first 12 hex digits of capability_ref, the reference the monitoring views show,
+-- so an error's reference also finds the row there (`lease_ref like 'abc…%'`). The holder of
+-- an id asks the database for its reference (pgfence.ref, granted to the three roles).
+create or replace function pgfence.ref(id uuid)
+returns text
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select left(pgfence.capability_ref(ref.id), 12);
+$$;
+comment on function pgfence.ref(uuid) is
+  'The reference by which errors name an id (a capability, never shown): the first 12 hex digits of its '
+  'capability_ref, an HMAC under the install''s signing key.';
+
+revoke all on function pgfence.ref(uuid) from public;
+grant execute on function pgfence.ref(uuid) to pgfence_worker, pgfence_operator, pgfence_monitor;
+
+
+-- change: check_revert
+-- Deploy pgfence:check_revert
+-- requires: releases
+--
+-- A revert that will refuse refuses before anything is reverted (issue 43 item 2). Sqitch
+-- reverts one change per transaction, latest first, and tells a revert script nothing of where
+-- the revert ends: a step that refuses (the reverts of claim, report, complete and extend while
+-- tasks claimed under 0.2.0 are live, say) used to stop the revert with every later change
+-- reverted already. So the first step of every revert from 0.3.0 on, the revert of the release's
+-- own change (release_X, kept last in the plan), asks this function first. It knows the target
+-- only if the operator says it (`sqitch revert --to @vA --set pgfence_revert_to=A`: Sqitch
+-- passes --set variables to psql, its pg engine nothing else but ON_ERROR_STOP and the
+-- registry's name); without it, it checks for the deepest revert there is, to nothing.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Everything a revert to to_release (NULL: every change) would strand, in one 55000 that names
+-- each; nothing otherwise. The rules are those of the steps that refuse later in such a revert
+-- (the released revert scripts keep their own checks), and what no step checked: a layer left
+-- on a core older than it needs. Claims are held off while it runs (a share lock on the tasks,
+-- as those steps take), not for the rest of the revert: pause the queues first.
+create function pgfence.check_revert(to_release text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_to int[];
+  v_found text[] := '{}'::text[];
+  v_n bigint;
+  v_list text;
+begin
+  if check_revert.to_release !~ '^@?v?\d+\.\d+\.\d+$' then
+    perform pgfence.invalid_argument('to_release', 'must be a release, X.Y.Z (or @vX.Y.Z)', check_revert.to_release);
+  end if;
+  v_to := coalesce(string_to_array(regexp_replace(check_revert.to_release, '^@?v?', ''), '.')::int[], '{0,0,0}');
+  lock table pgfence.tasks in share mode;
+
+  -- A layer runs on the core release it came with or a later one: its revert (its own Sqitch
+  -- project) goes first. From 0.3.0 on a layer's release is recorded (pgfence.seal), and its
+  -- own revert needs the core's pgfence.unseal; every layer needs at least pgfence 0.2.0.
+  select string_agg(format('layer %s holds release %s: revert it first (cd layers/%s && sqitch revert --to @v%s)',
+                           l.schema_name, r.release, substr(l.schema_name, 9),
+                           array_to_string(v_to, '.')), '; ' order by l.schema_name)
+    into v_list
+    from pgfence.layers l
+    cross join lateral (select pgfence.installed_release(l.schema_name) as release) r
+   where string_to_array(coalesce(r.release, '0.2.0'), '.')::int[] > v_to
+     and v_to >= '{0,2,0}';
+  v_found := v_found || v_list;  -- NULL when none: removed below
+  if v_to < '{0,2,0}' then
+    select string_agg(format('layer %s is installed (it needs pgfence 0.2.0): revert it first (cd layers/%s && sqitch revert)',
+                             l.schema_name, substr(l.schema_name, 9)), '; ' order by l.schema_name)
+      into v_list
+      from pgfence.layers l;
+    v_found := v_found || v_list;  -- NULL when none: removed below
+
+    -- Attempt ids of tasks claimed under 0.2.0 are signed with HMAC-SHA256, which 0.1.0 cannot
+    -- verify (0.2.0 records each attempt's lease, which tells them from 0.1.0's claims).
+    select count(*), string_agg(distinct t.queue, ', ') into v_n, v_list
+      from pgfence.tasks t
+     where t.state = 'claimed' and t.attempt_leases[t.attempt] is not null;
+    if v_n > 0 then
+      v_found := v_found || format('%s task(s) claimed under 0.2.0 (queues %s) would no longer be completed, '
+                                   'failed or extended under release 0.1.0: let them finish, or pause their '
+                                   'resources (pgfence.prepare_update) until update_status says drained',
+                                   v_n, v_list);
+    end if;
+    select count(*) into v_n from pgfence.stale_results s where s.report > 1;
+    if v_n > 0 then
+      v_found := v_found || format('it would delete %s stale-result record(s) (later reports of one stale attempt, '
+                                   'report > 1): copy them elsewhere and delete them', v_n);
+    end if;
+    select string_agg(p.tbl::text, ', ' order by p.tbl::text) into v_list
+      from pgfence.protections p where cardinality(p.resources) > 1;
+    if v_list is not null then
+      v_found := v_found || format('tables protected for several resources (%s): protect each for one first', v_list);
+    end if;
+  end if;
+
+  v_found := array_remove(v_found, null);
+  if cardinality(v_found) > 0 then
+    raise exception 'pgfence: a revert to % would strand live state; nothing was reverted',
+                    coalesce(check_revert.to_release, 'nothing')
+      using errcode = '55000', detail = array_to_string(v_found, E';\n'),
+            hint = case when check_revert.to_release is null
+                        then 'Sqitch does not tell a revert where it ends: these are what a revert of every change '
+                             'would strand. Reverting to a release? Say which: sqitch revert --to @vA '
+                             '--set pgfence_revert_to=A'
+                        else 'deal with each, then revert again' end;
+  end if;
+end
+$$;
+comment on function pgfence.check_revert(text) is
+  'Installer: raises 55000 naming everything a revert to to_release (NULL: every change) would strand; the first '
+  'step of every revert (release_X''s) calls it before anything is reverted.';
+
+revoke all on function pgfence.check_revert(text) from public;
 
 
 -- change: layer_api
@@ -3936,8 +4196,13 @@ revoke all on function pgfence.layer_window(uuid, text[]) from public;
 -- requires: checks
 -- requires: layer_hooks
 --
--- Reworked in 0.3.0: a new resource's enabled is passed on to the layers (their
--- enabled_changed hook), as every change of enabled is.
+-- Reworked in 0.3.0: registering a name is the operator's, no longer a worker's (issue 43 item
+-- 4). A resource is configuration (enabled, windows and protections name it), and nothing
+-- removes one but an operator (pgfence.unregister): a worker that could register would grow
+-- the table without bound, and a retention that forgot unused resources by age would make a
+-- rarely run worker's next acquire fail PF002 (docs/contract.md, "Resources"). And a new
+-- resource's enabled is passed on to the layers (their enabled_changed hook), as every change of
+-- enabled is.
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -3971,8 +4236,8 @@ $$;
 comment on function pgfence.register(text, boolean) is
   'Registers a resource; idempotent. Never changes an existing resource''s enabled. Raises 22023 on a bad name.';
 
-revoke all on function pgfence.register(text, boolean) from public;
-grant execute on function pgfence.register(text, boolean) to pgfence_worker, pgfence_operator;
+revoke all on function pgfence.register(text, boolean) from public, pgfence_worker;
+grant execute on function pgfence.register(text, boolean) to pgfence_operator;
 
 
 -- change: set_enabled
@@ -4547,6 +4812,163 @@ comment on view pgfence.lease_status is
 
 revoke all on pgfence.lease_status from public;
 grant select on pgfence.lease_status to pgfence_monitor, pgfence_operator;
+
+
+-- change: unregister
+-- Deploy pgfence:unregister
+-- requires: resources
+-- requires: leases
+-- requires: invocations
+-- requires: updates
+-- requires: protections
+-- requires: layers
+-- requires: lock_resources
+-- requires: lease_judgement
+--
+-- Retention of resources (issue 43 item 4): none by age. A resource is what an operator
+-- registered (register is the operator's from 0.3.0 on), named by protections, windows and
+-- workers' configuration; one unused for any length of time is normal (a monthly job, workers
+-- down for a week), and forgetting it would make its next acquire fail PF002. So a resource
+-- goes only when an operator unregisters it, and only when nothing uses it.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Removes a resource and its ended history (its leases, invocations and the items of finished
+-- windows), or refuses (55000, naming each) while anything uses it: a lease not ended (active
+-- or draining, unexpired), a queued or claimed task or a layer's unfinished work under one of
+-- its leases (a late result is judged against that lease), a pending invocation, an open
+-- update window, a protection. Generations come from one sequence for every resource and lease
+-- ids are random, so a name registered again continues above every generation it had, and no
+-- id of the removed leases is valid again (I3). True when it removed the resource, false when
+-- there was none (a retry).
+create function pgfence.unregister(resource text)
+returns boolean
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_leases uuid[];
+  v_needed uuid[];
+  v_more uuid[];
+  v_layer regproc;
+  v_found text[];
+begin
+  perform pgfence.check_name('resource', unregister.resource);
+  -- The row first (a bounded wait, naming the holder): acquire and request_start of the name
+  -- wait for it, or answer NULL, until this transaction ends.
+  perform pgfence.lock_resources(array[unregister.resource]);
+  if not exists (select from pgfence.resources r where r.resource = unregister.resource) then
+    return false;
+  end if;
+  -- Its leases, locked as drain and release lock them: a fenced transaction still open under
+  -- one of them is waited for.
+  v_leases := array(select l.lease_id from pgfence.leases l where l.resource = unregister.resource
+                     order by l.lease_id for update);
+  v_needed := array(select distinct x.id
+                      from pgfence.tasks t
+                     cross join lateral unnest(t.attempt_leases || t.lease_id) x(id)
+                     where t.state in ('queued', 'claimed') and x.id = any (v_leases));
+  for v_layer in select l.leases::regproc from pgfence.layers l order by l.schema_name loop
+    execute pg_catalog.format('select array(select * from %s())', v_layer) into v_more;
+    v_needed := v_needed || array(select x from unnest(v_more) x where x = any (v_leases));
+  end loop;
+  v_found := array_remove(array[
+    (select format('its lease of generation %s is %s', l.generation, l.state)
+       from pgfence.leases l
+      where l.resource = unregister.resource and pgfence.is_live(l.state, l.expires_at)
+      order by l.generation desc limit 1),
+    (select format('%s task(s) or layer work not finished under its leases (generations %s)',
+                   cardinality(v_needed), string_agg(l.generation::text, ', ' order by l.generation))
+       from pgfence.leases l where l.lease_id = any (v_needed) having count(*) > 0),
+    (select format('%s pending invocation(s)', count(*))
+       from pgfence.invocations i
+      where i.resource = unregister.resource and i.acknowledged_at is null and i.expires_at > clock_timestamp()
+     having count(*) > 0),
+    (select 'an open update window' from pgfence.update_items i
+      where i.resource = unregister.resource and i.outcome is null limit 1),
+    (select format('protections of %s', string_agg(p.tbl::text, ', ' order by p.tbl::text))
+       from pgfence.protections p where unregister.resource = any (p.resources) having count(*) > 0)],
+    null);
+  if cardinality(v_found) > 0 then
+    raise exception 'pgfence: resource % is in use: %', unregister.resource, array_to_string(v_found, '; ')
+      using errcode = '55000',
+            hint = 'end its lease (deprecate), let its work finish, finish its window or unprotect its tables, then unregister it';
+  end if;
+  delete from pgfence.update_items i where i.resource = unregister.resource;
+  delete from pgfence.invocations i where i.resource = unregister.resource;
+  delete from pgfence.leases l where l.resource = unregister.resource;
+  delete from pgfence.resources r where r.resource = unregister.resource;
+  return true;
+end
+$$;
+comment on function pgfence.unregister(text) is
+  'Operator: removes a resource nothing uses, with its ended history; true if removed, false if not registered. '
+  'Raises 55000 naming what uses it, 22023 on a bad name.';
+
+revoke all on function pgfence.unregister(text) from public;
+grant execute on function pgfence.unregister(text) to pgfence_operator;
+
+
+-- change: resource_status
+-- Deploy pgfence:resource_status
+-- requires: lease_judgement
+-- requires: leases
+-- requires: invocations
+-- requires: tasks
+-- requires: updates
+-- requires: leases_by_resource
+-- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- One grouped scan per count, joined by resource: all rows (pgfence status) cost one pass over
+-- what is counted, and a query for one resource pushes its name down into each (the draining
+-- leases' and pending invocations' indexes, leases_by_resource for the claimed tasks).
+-- Counted per resource row, the claimed tasks alone read every lease of every resource: at
+-- 100,000 resources the view took minutes.
+create or replace view pgfence.resource_status as
+select r.resource,
+       r.enabled,
+       cur.owner,
+       cur.generation,
+       cur.expires_at,
+       case when cur.lease_id is not null then greatest(cur.expires_at - clock_timestamp(), interval '0') end as time_left,
+       coalesce(not pgfence.is_current(cur.state, cur.expires_at), false) as stale,
+       coalesce(d.draining_leases, 0) as draining_leases,
+       coalesce(i.pending_invocations, 0) as pending_invocations,
+       coalesce(c.claimed_tasks, 0) as claimed_tasks,
+       u.token as open_update
+  from pgfence.resources r
+  left join pgfence.leases cur on cur.resource = r.resource and cur.state = 'active'
+  left join (select l.resource, count(*) as draining_leases
+               from pgfence.leases l
+              where l.state = 'draining'
+              group by l.resource) d on d.resource = r.resource
+  left join (select v.resource, count(*) as pending_invocations
+               from pgfence.invocations v
+              where v.acknowledged_at is null and v.expires_at > clock_timestamp()
+              group by v.resource) i on i.resource = r.resource
+  left join (select l.resource, count(*) as claimed_tasks
+               from pgfence.tasks t
+               join pgfence.leases l on l.lease_id = t.lease_id
+              where t.state = 'claimed'
+              group by l.resource) c on c.resource = r.resource
+  left join pgfence.update_items u on u.resource = r.resource and u.outcome is null;
+comment on view pgfence.resource_status is
+  'One row per resource: enabled, the active lease''s owner and generation (stale when expired), draining leases, '
+  'pending invocations, tasks claimed under any of its leases, the open update window it is in.';
+
+revoke all on pgfence.resource_status from public;
+grant select on pgfence.resource_status to pgfence_monitor, pgfence_operator;
 
 
 -- change: release_0.3.0

@@ -28,6 +28,7 @@ import psycopg
 from psycopg import sql
 
 from pgfence.connection import connect
+from testkit import mutants
 
 Query = str | sql.SQL | sql.Composed
 Params = Sequence[Any] | dict[str, Any] | None
@@ -122,12 +123,19 @@ class Database:
         """Time passes for a task's handler: its visibility runs out."""
         self.sql("select pgfence_test.expire_attempt(%s)", (attempt_id,))
 
-    def replace_in_function(self, signature: str, old: str, new: str) -> None:
-        """Installs a deliberately broken variant of a function, for a negative control.
+    def install_mutant(self, *ids: str) -> None:
+        """Installs deliberately broken variants, for a negative control: mutants of the one
+        catalogue (tests/mutation/mutants.toml, testkit.mutants), named by their ids.
 
-        The variant is the real definition with one piece of text replaced, so the control
-        breaks exactly the mechanism it is about; it fails loudly if that text is gone.
+        Each is the real definition with a piece of text replaced, so the control breaks
+        exactly the mechanism it is about, and scripts/mutate runs the same variant against the
+        whole suite; it fails loudly if that text is gone.
         """
+        mutants.install(self.one, self.replace_in_function, ids)
+
+    def replace_in_function(self, signature: str, old: str, new: str) -> None:
+        """The definition of function ``signature`` with ``old`` replaced (install_mutant's
+        step; tests name a mutant instead)."""
         src = self.one("select pg_get_functiondef(%s::regprocedure)", (signature,))
         assert old in src, f"{old!r} not found in {signature}: the negative control is out of date"
         self.sql(src.replace(old, new))

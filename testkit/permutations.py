@@ -8,8 +8,9 @@ permutation whose next step belongs to a session that is still waiting cannot ha
 counted as invalid and skipped, as the isolation tester does. After each permutation the
 committed history is judged (I1, I2, I4, I5 and what the scenario adds) from the database's
 own records: lease rows, rows written in the same transaction as the work they stand for
-(``pgfence_perm.writes``, ``claims``, ``answers``), row changes logged by triggers, and commit
-times (``pg_xact_commit_timestamp``, so ``track_commit_timestamp`` must be on).
+(``pgfence_perm.writes``, ``claimed``, ``answers``), row changes logged by triggers, and commit
+times (``pg_xact_commit_timestamp``, so ``track_commit_timestamp`` must be on), by the checks
+of testkit.invariants, which judge the fault campaign's histories too.
 
     scenario = Scenario("core", sessions={"a": (...), "b": (...)}, setup=..., presents=...)
     report = run(db, scenario)
@@ -35,6 +36,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from pgfence.connection import connect
+from testkit import invariants
 from testkit.harness import Database, Session
 from testkit.harness import Step as Running
 
@@ -160,8 +162,8 @@ create schema if not exists pgfence_perm;
 -- commits with it or not at all: protected writes, claims, and what complete/fail/extend said.
 create table pgfence_perm.writes (lease_id uuid, resource text, generation bigint,
                                   not_before timestamptz);
-create table pgfence_perm.claims (lease_id uuid, task_id bigint, attempt int, attempt_id uuid,
-                                  not_before timestamptz);
+create table pgfence_perm.claimed (lease_id uuid, task_id bigint, attempt int, attempt_id uuid,
+                                   not_before timestamptz);
 create table pgfence_perm.answers (attempt_id uuid, kind text, answer text);
 -- Every change of a lease or task row, with who made it (the session's application_name) and
 -- whether it was the test's clock helper (time passing, not a pgfence call).
@@ -225,6 +227,37 @@ create function pgfence_perm.wait_past(t timestamptz) returns void language plpg
 begin
   while clock_timestamp() <= t loop perform pg_sleep(0.002); end loop;
 end $$;
+-- The history as testkit.invariants reads it.
+create view pgfence_perm.leases as
+  select l.resource, l.generation, l.lease_id, l.acquired_at,
+         least(l.drained_at, l.ended_at, l.expires_at) as term_end,
+         least(l.drained_at, l.ended_at) as ended
+    from pgfence.leases l;
+create view pgfence_perm.work as
+  select 'write'::text as what, w.resource, w.generation, w.lease_id, w.not_before,
+         pg_xact_commit_timestamp(w.xmin) as committed_at
+    from pgfence_perm.writes w
+  union all
+  select 'claim', l.resource, l.generation, c.lease_id, c.not_before,
+         pg_xact_commit_timestamp(c.xmin)
+    from pgfence_perm.claimed c join pgfence.leases l on l.lease_id = c.lease_id;
+create view pgfence_perm.results as
+  select r.attempt_id, a.task_id, a.attempt, r.kind, r.answer as outcome,
+         pg_xact_commit_timestamp(r.xmin) as committed_at
+    from pgfence_perm.answers r left join lateral pgfence.attempt_of(r.attempt_id) a on true;
+create view pgfence_perm.holders as
+  select t.task_id, t.attempt, t.state, t.result->>'by' as result_by,
+         t.result->>'by' = pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id)::text
+           as holders_result
+    from pgfence.tasks t;
+create view pgfence_perm.claims as
+  select c.task_id, c.attempt, pg_xact_commit_timestamp(c.xmin) as committed_at
+    from pgfence_perm.claimed c;
+create view pgfence_perm.requeues as
+  select c.task_id, c.at, c.by, c.old_visible_until as visible_until
+    from pgfence_perm.task_changes c
+   where c.old_state = 'claimed' and c.new_state in ('queued', 'failed') and not c.new_reported
+     and not c.time_passes;
 """
 
 # Every row pgfence holds but the signing key, and the records of the checks: deletes, which
@@ -235,101 +268,9 @@ select set_config('session_replication_role', 'replica', true);
 delete from pgfence.update_items; delete from pgfence.updates; delete from pgfence.invocations;
 delete from pgfence.leases; delete from pgfence.tasks; delete from pgfence.stale_results;
 delete from pgfence.unfenced_writes; delete from pgfence.protections; delete from pgfence.resources;
-delete from pgfence_perm.writes; delete from pgfence_perm.claims; delete from pgfence_perm.answers;
+delete from pgfence_perm.writes; delete from pgfence_perm.claimed; delete from pgfence_perm.answers;
 delete from pgfence_perm.lease_changes; delete from pgfence_perm.task_changes;
 """
-
-# Work under a lease: when it committed, and what it stood for.
-WORK = """
-with work as (
-  select 'write' as kind, w.lease_id, w.not_before, pg_xact_commit_timestamp(w.xmin) as committed
-    from pgfence_perm.writes w
-  union all
-  select 'claim', c.lease_id, c.not_before, pg_xact_commit_timestamp(c.xmin)
-    from pgfence_perm.claims c)
-select w.kind, w.not_before, w.committed, l.resource, l.generation, l.lease_id,
-       least(l.drained_at, l.ended_at, l.expires_at) as term_end,
-       least(l.drained_at, l.ended_at) as ended
-  from work w join pgfence.leases l on l.lease_id = w.lease_id
-"""
-
-CHECKS = {
-    "I1": """
-select format('I1: %s: generation %s granted at %s, inside the term of generation %s (to %s)',
-              b.resource, b.generation, b.acquired_at, a.generation,
-              least(a.drained_at, a.ended_at, a.expires_at))
-  from pgfence.leases a
-  join pgfence.leases b on b.resource = a.resource and b.generation > a.generation
- where b.acquired_at < least(a.drained_at, a.ended_at, a.expires_at)
-""",
-    "I2 after a successor": f"""
-select format('I2: %s of generation %s committed at %s, after generation %s was granted at %s',
-              w.kind, w.generation, w.committed, l.generation, l.acquired_at)
-  from ({WORK}) w
-  join pgfence.leases l on l.resource = w.resource and l.generation > w.generation
- where l.acquired_at < w.committed
-""",
-    "I2 after the term": f"""
-select format('I2: %s of generation %s began at %s, after its term ended at %s',
-              w.kind, w.generation, w.not_before, w.term_end)
-  from ({WORK}) w
- where w.not_before >= w.term_end
-""",
-    "I2 after the end": f"""
-select format('I2: %s of generation %s committed at %s, after its lease was drained or ended at %s',
-              w.kind, w.generation, w.committed, w.ended)
-  from ({WORK}) w
- where w.committed > w.ended
-""",
-    "I2 generation": """
-select format('I2: a write stamped generation %s under the lease of generation %s',
-              w.generation, l.generation)
-  from pgfence_perm.writes w join pgfence.leases l on l.lease_id = w.lease_id
- where w.generation <> l.generation
-""",
-    "I5 accepted from a superseded attempt": """
-select format('I5: %s of attempt %s of task %s accepted (committed %s) '
-              'after attempt %s was claimed (committed %s)',
-              r.kind, a.attempt, a.task_id, pg_xact_commit_timestamp(r.xmin), c.attempt,
-              pg_xact_commit_timestamp(c.xmin))
-  from pgfence_perm.answers r
-  cross join lateral pgfence.attempt_of(r.attempt_id) a
-  join pgfence_perm.claims c on c.task_id = a.task_id and c.attempt > a.attempt
- where (r.answer = 'accepted' or (r.kind = 'extend' and r.answer is not null))
-   and pg_xact_commit_timestamp(c.xmin) < pg_xact_commit_timestamp(r.xmin)
-""",
-    "I5 result of the holder": """
-select format('I5: task %s completed with the result of %s, not of its attempt %s',
-              t.task_id, t.result->>'by', t.attempt)
-  from pgfence.tasks t
- where t.state = 'completed'
-   and t.result->>'by' is distinct from pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id)::text
-""",
-    "I5 accepted kept": """
-select format('I5: the accepted result of %s is lost (task %s is %s)',
-              r.attempt_id, t.task_id, t.state)
-  from pgfence_perm.answers r
-  join pgfence.tasks t on t.task_id = pgfence.attempt_task(r.attempt_id)
- where r.kind = 'complete' and r.answer = 'accepted'
-   and (t.state <> 'completed' or t.result->>'by' <> r.attempt_id::text)
-""",
-    "I5 stale recorded": """
-select format('I5: %s of %s was told stale but is not in stale_results', r.kind, r.attempt_id)
-  from pgfence_perm.answers r
- where r.answer = 'stale'
-   and not exists (select from pgfence.stale_results s where s.attempt_id = r.attempt_id)
-""",
-    "I5 requeued within visibility": """
-select format('I5: task %s requeued at %s by %s while its attempt held it until %s',
-              c.task_id, c.at, c.by, c.old_visible_until)
-  from pgfence_perm.task_changes c
- where c.old_state = 'claimed' and c.new_state in ('queued', 'failed') and not c.new_reported
-   and not c.time_passes and c.old_visible_until > c.at
-""",
-}
-
-ALL_CHECKS = "\nunion all\n".join(f"({q.strip()})" for q in CHECKS.values())
-
 
 def check_i4(db: Database, scenario: Scenario, ctx: Mapping[str, Any]) -> list[str]:
     """I4: a worker session changes only the lease it presents, but for superseding a stale
@@ -352,7 +293,10 @@ def check_i4(db: Database, scenario: Scenario, ctx: Mapping[str, Any]) -> list[s
 
 
 def violations(db: Database, scenario: Scenario, ctx: Mapping[str, Any]) -> list[str]:
-    out = [sentence for (sentence,) in db.sql(ALL_CHECKS)]
+    """Every violation of the committed history, as a sentence: testkit.invariants' checks
+    over pgfence_perm's views, I4, and what the scenario adds."""
+    out = [f"{invariant}: {sentence}"
+           for invariant, sentence in invariants.judge(db.sql, "pgfence_perm", invariants.VIEWS)]
     out += check_i4(db, scenario, ctx)
     if scenario.check is not None:
         out += scenario.check(db, dict(ctx))

@@ -14,28 +14,16 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
 import pytest
 
-from testkit import permutations
+from testkit import install, permutations
 from testkit.cluster import Cluster, ClusterError, PgBouncer
 from testkit.harness import Database
 from tests.pgflow14 import CRON_DATABASE, cron_cluster, install_pgflow14
-from tests.support import (
-    DENO,
-    ROOT,
-    install_bundle,
-    install_pgflow,
-    install_pgflow_layer,
-    install_pgmq,
-    install_pgmq_layer,
-    install_test_helpers,
-    once_per_run,
-    sqitch,
-    xdist_worker,
-)
+from tests.support import DENO, ROOT, once_per_run, xdist_worker
 
 # The Supabase CLI (npm supabase 3.1.0) is a Bun executable. JavaScriptCore's optimizing JIT
 # tiers (DFG, FTL) spend CPU compiling code that one short command never runs again: with them
@@ -75,8 +63,9 @@ VERSIONS: dict[str, tuple[str, str]] = {
     "test_supabase_rpc.py": (PER_VERSION, "set local role and request settings in SQL"),
     "test_updates.py": (PER_VERSION, "update windows under interleavings"),
     "test_upgrade.py": (PER_VERSION, "every release upgraded to head on this server"),
-    "test_layer_upgrade.py": (PER_VERSION, "each layer release upgraded to head with live "
-                                           "state, and Sqitch's revert, on this server"),
+    "test_layer_conformance.py": (PER_VERSION, "every layer's SQL on the server: installs, "
+                                               "grants, idle bounds, windows, upgrades with "
+                                               "live state and Sqitch's revert"),
     "test_wedge.py": (PER_VERSION, "lock_timeout, SKIP LOCKED / NOWAIT of the server"),
     "test_work_boundary.py": (PER_VERSION, "claim and completion under interleavings"),
     # what tests something else than the server: once
@@ -118,9 +107,9 @@ VERSIONS: dict[str, tuple[str, str]] = {
     "test_mutation.py": (ONCE, "tests the tests (scripts/mutate), not the server"),
     "test_suite_plan.py": (ONCE, "reads this table, the test files and the docs"),
     "test_client_pgmq.py": (ONCE, "the pgmq consumer's loop in the clients; the layer's SQL is "
-                                  "per version in test_pgmq and test_layers"),
+                                  "per version in test_pgmq and test_layer_conformance"),
     "test_deno_pgmq.py": (ONCE, "the Deno pgmq consumer; the layer's SQL is per version in "
-                                "test_pgmq and test_layers"),
+                                "test_pgmq and test_layer_conformance"),
     "test_quickstart.py": (ONCE, "the README's commands (pip, pgfence init, Supabase CLI, Deno); "
                                  "the SQL they apply is per version in test_install"),
     "test_meetings.py": (ONCE, "testkit.permutations' choice of interleavings; no server"),
@@ -179,12 +168,18 @@ GROUPS: dict[str, tuple[str, str]] = {
     "test_health.py": ("roles", "its \"roles confined\" check reads every login role of the "
                                 "cluster, which its own case and the Supabase tests create"),
     "test_doctor.py": ("roles", "prints test_health's checks, \"roles confined\" among them"),
+    "reads_cluster_roles": ("roles", "its doctor judges \"roles confined\", as test_doctor's"),
     "test_idle_bound.py": ("idle", "its cases wait for the idle bound together: one batch"),
     "cron_ran": ("cron", "pg_cron runs jobs on the minute: the module's jobs share one wait"),
     "password_role": ("hba", "rewrites pg_hba.conf and reloads the server"),
     "campaign/test_campaign.py": ("campaign", "one campaign cluster, not one per worker: its "
                                               "progress is judged in real time"),
 }
+
+
+@pytest.fixture
+def reads_cluster_roles() -> None:
+    """Nothing but a group: a case that takes it runs with the roles group (see GROUPS)."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
@@ -222,7 +217,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # pgfence's roles are the cluster's: made now, before workers install pgfence at once
         # and race to create them (scripts/test's pgTAP run makes them first the same way).
         c.create_database("pgfence_roles")
-        install_bundle(c, "pgfence_roles")
+        install.core(c, "pgfence_roles")
         c.drop_database("pgfence_roles")
 
 
@@ -265,61 +260,56 @@ def cluster() -> Iterator[Cluster]:
         os.environ.update(saved)
 
 
-def make_template(cluster: Cluster, with_pgmq: bool, with_pgflow: bool = False) -> str:
+def make_template(cluster: Cluster, layers: tuple[str, ...]) -> str:
+    """pgfence, the layers (with those they need and what they stand on) and the tests'
+    helpers, by testkit.install's one recipe."""
     # Named per run: two runs on one cluster (PGFENCE_CLUSTER) must not drop each other's.
     name = f"pgfence_template_{uuid.uuid4().hex[:12]}"
     cluster.create_database(name)
     try:
-        if with_pgmq:
-            install_pgmq(cluster, name)
-        if with_pgflow:
-            install_pgflow(cluster, name)
-        install_bundle(cluster, name)
-        if with_pgmq:
-            install_pgmq_layer(cluster, name)
-        if with_pgflow:
-            install_pgflow_layer(cluster, name)
-        install_test_helpers(cluster, name)
+        install.install(cluster, name, layers, with_helpers=True)
     except BaseException:
         cluster.drop_database(name)
         raise
     return name
 
 
-@contextmanager
-def shared_template(config: pytest.Config, cluster: Cluster, kind: str,
-                    with_pgmq: bool, with_pgflow: bool = False) -> Iterator[str]:
-    """A template built once per run (tests.support.once_per_run). Without xdist this process
-    drops it at the end; with xdist the controller does, after every worker is done."""
-    name = once_per_run(config, f"template-{kind}",
-                        lambda _: make_template(cluster, with_pgmq, with_pgflow))
-    try:
-        yield name
-    finally:
-        if not xdist_worker(config):
+@pytest.fixture(scope="session")
+def templates(pytestconfig: pytest.Config, cluster: Cluster) -> Iterator[Callable[..., str]]:
+    """``templates(*layers)``: the template database with those layers, built once per run
+    (tests.support.once_per_run) by the first worker to ask. Without xdist this process drops
+    them at the end; with xdist the controller does, after every worker is done."""
+    made: set[str] = set()
+
+    def template(*layers: str) -> str:
+        key = "-".join(layers) or "core"
+        name = once_per_run(pytestconfig, f"template-{key}",
+                            lambda _: make_template(cluster, layers))
+        made.add(name)
+        return name
+
+    yield template
+    if not xdist_worker(pytestconfig):
+        for name in made:
             cluster.drop_database(name)
 
 
 @pytest.fixture(scope="session")
-def template(pytestconfig: pytest.Config, cluster: Cluster) -> Iterator[str]:
-    with shared_template(pytestconfig, cluster, "core", with_pgmq=False) as name:
-        yield name
+def template(templates: Callable[..., str]) -> str:
+    return templates()
 
 
 @pytest.fixture(scope="session")
-def mq_template(pytestconfig: pytest.Config, cluster: Cluster) -> Iterator[str]:
+def mq_template(templates: Callable[..., str]) -> str:
     """pgmq (the extension), pgfence and its pgmq layer."""
-    with shared_template(pytestconfig, cluster, "mq", with_pgmq=True) as name:
-        yield name
+    return templates("pgmq")
 
 
 @pytest.fixture(scope="session")
-def flow_template(pytestconfig: pytest.Config, cluster: Cluster) -> Iterator[str]:
+def flow_template(templates: Callable[..., str]) -> str:
     """pgmq, pgflow (its migrations from npm, with the test-only realtime.send stand-in),
     pgfence, its pgmq layer and its pgflow layer."""
-    with shared_template(pytestconfig, cluster, "flow", with_pgmq=True,
-                         with_pgflow=True) as name:
-        yield name
+    return templates("pgflow")
 
 
 @pytest.fixture(scope="session")
@@ -335,7 +325,7 @@ def sqitch_template(pytestconfig: pytest.Config, cluster: Cluster
         name = f"pgfence_template_{uuid.uuid4().hex[:12]}"
         cluster.create_database(name)
         try:
-            sqitch("deploy", *(["--to", to] if to else []), f"db:pg:{name}")
+            install.sqitch("deploy", *(["--to", to] if to else []), f"db:pg:{name}")
         except BaseException:
             cluster.drop_database(name)
             raise
@@ -419,6 +409,18 @@ def any_db(request: pytest.FixtureRequest, cluster: Cluster, template: str) -> I
 
 
 @pytest.fixture
+def layered(request: pytest.FixtureRequest, cluster: Cluster,
+            templates: Callable[..., str]) -> Iterator[Callable[..., Database]]:
+    """``layered(name, how="direct")``: a fresh database with that layer (with the layers it
+    needs and what they stand on), reached directly or through PgBouncer; for the layer
+    conformance suite, which runs over every layer."""
+    with ExitStack() as stack:
+        def make(name: str, how: str = "direct") -> Database:
+            return stack.enter_context(fresh(request, cluster, templates(name), how))
+        yield make
+
+
+@pytest.fixture
 def mq(request: pytest.FixtureRequest, cluster: Cluster, mq_template: str) -> Iterator[Database]:
     """A fresh database with pgmq and pgfence's pgmq layer."""
     with fresh(request, cluster, mq_template, "direct") as database:
@@ -493,8 +495,7 @@ def fresh_flow(request: pytest.FixtureRequest, how: str) -> Iterator[Database]:
     c.drop_database(CRON_DATABASE)
     c.create_database(CRON_DATABASE)
     install_pgflow14(c, CRON_DATABASE, request.getfixturevalue("tmp_path"))
-    for install in (install_bundle, install_pgmq_layer, install_pgflow_layer, install_test_helpers):
-        install(c, CRON_DATABASE)
+    install.install(c, CRON_DATABASE, ["pgflow"], with_prerequisites=False, with_helpers=True)
     if how == "direct":
         database = Database(c.dsn(CRON_DATABASE))
     else:

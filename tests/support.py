@@ -1,7 +1,7 @@
-"""What test files share, beside the fixtures of tests/conftest.py: the repository, installing
-pgfence into a database, small checks, and both Python clients behind one interface (at the
-end). Clusters, PgBouncer and connections are testkit.cluster's; named sessions and steps are
-testkit.harness's."""
+"""What test files share, beside the fixtures of tests/conftest.py: the repository, small
+checks, and both Python clients behind one interface (at the end). Clusters, PgBouncer and
+connections are testkit.cluster's; named sessions and steps are testkit.harness's; installing
+pgfence, its layers and what they stand on is testkit.install's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import fcntl
 import importlib.machinery
 import importlib.util
 import json
-import os
 import shutil
 import signal
 import socket
@@ -32,25 +31,20 @@ import pgfence.aio
 import pgfence.client
 from pgfence.connection import aconnect, connect
 from pgfence.releases import key
-from testkit.cluster import Cluster
 from testkit.harness import Database, Lease
 
 ROOT = Path(__file__).resolve().parent.parent
-BUNDLE = ROOT / "sql/pgfence.sql"
-TEST_HELPERS = ROOT / "pgtap/helpers/pgfence_test.sql"
 PGMQ_SQL = ROOT / ".tools/pgmq/pgmq.sql"  # pgmq's own install, put there by scripts/setup
-PGMQ_LAYER = ROOT / "sql/pgfence-pgmq.sql"
-PGFLOW_LAYER = ROOT / "sql/pgfence-pgflow.sql"
 # pgflow's own migrations, as npm's @pgflow/core (pinned in .tools/package.json) ships them.
 PGFLOW_MIGRATIONS = ROOT / ".tools/node_modules/@pgflow/core/dist/supabase/migrations"
-# TEST-ONLY: Supabase Realtime's realtime.send, which pgflow's migrations call, as a stand-in
-# that records its calls (realtime.stand_in_calls).
 # Deno's own binary from npm's platform package (scripts/setup), not npm's .bin/deno shim.
 DENO = ROOT / ".tools/node_modules/@deno/linux-x64-glibc/deno"
 # The Supabase CLI's own binary from npm's platform package, as npm's .bin/supabase (a Node
 # shim that spawns it with the same argv, stdio and environment) runs it: without the shim's
 # Node start, about 1.5 s of CPU less for each of the tests' hundreds of calls.
 SUPABASE = ROOT / ".tools/node_modules/@supabase/cli-linux-x64/bin/supabase"
+# TEST-ONLY: Supabase Realtime's realtime.send, which pgflow's migrations call, as a stand-in
+# that records its calls (realtime.stand_in_calls).
 REALTIME_STAND_IN = ROOT / "tests/sql/realtime_stand_in.sql"
 
 
@@ -83,21 +77,6 @@ def package_of(release: str, root: Path) -> Path:
     return root
 
 
-def install_bundle(cluster: Cluster, database: str) -> None:
-    """pgfence from the one-file install, as `psql -f` installs it."""
-    cluster.psql(database, "--single-transaction", "-f", BUNDLE)
-
-
-SQITCH_ENV = {"SQITCH_FULLNAME": "pgfence tests", "SQITCH_EMAIL": "tests@pgfence.invalid"}
-
-
-def sqitch(*args: str, layer: str = "") -> subprocess.CompletedProcess[str]:
-    """Sqitch on the repository's plan, or on a layer's (layers/LAYER), which must succeed."""
-    return subprocess.run(["sqitch", *args], cwd=ROOT / "layers" / layer if layer else ROOT,
-                          check=True, capture_output=True, text=True,
-                          env={**os.environ, **SQITCH_ENV})
-
-
 def bundle() -> Any:
     """scripts/bundle as a module: its rules (the plan, which script an entry runs, the
     queries it inlines), which the tests read rather than write again."""
@@ -118,42 +97,6 @@ def bundle_query(name: str, subject: str = "pgfence") -> str:
     Sqitch project or a layer's (``subject``: pgfence_pgflow, say), as scripts/bundle puts it
     into the upgrade files: the script's own rule, loaded from it."""
     return str(bundle().query(name, subject))
-
-
-def install_pgmq(cluster: Cluster, database: str, how: str = "extension") -> None:
-    """The real pgmq: as the extension (Supabase's and pgflow's form) or from its SQL file."""
-    if how == "extension":
-        cluster.psql(database, "-c", "create extension pgmq")
-    else:
-        cluster.psql(database, "-f", PGMQ_SQL)
-
-
-def install_pgmq_layer(cluster: Cluster, database: str) -> None:
-    """pgfence's pgmq layer from its one-file install (after pgmq and pgfence)."""
-    cluster.psql(database, "--single-transaction", "-f", PGMQ_LAYER)
-
-
-def install_pgflow(cluster: Cluster, database: str) -> None:
-    """The real pgflow (npm @pgflow/core): its migrations in order, each in a transaction as
-    Supabase applies them, after pgmq (the extension, which they expect) and the test-only
-    stand-in for realtime.send. They need nothing else (no roles, no pg_net or pg_cron)."""
-    cluster.psql(database, "-c", "create extension if not exists pgmq")
-    cluster.psql(database, "--single-transaction", "-f", REALTIME_STAND_IN)
-    migrations = sorted(PGFLOW_MIGRATIONS.glob("*.sql"))
-    assert migrations, f"no pgflow migrations in {PGFLOW_MIGRATIONS}: run scripts/setup"
-    for migration in migrations:
-        cluster.psql(database, "--single-transaction", "-f", migration)
-
-
-def install_pgflow_layer(cluster: Cluster, database: str) -> None:
-    """pgfence's pgflow layer from its one-file install (after pgfence, the pgmq layer and
-    pgflow)."""
-    cluster.psql(database, "--single-transaction", "-f", PGFLOW_LAYER)
-
-
-def install_test_helpers(cluster: Cluster, database: str) -> None:
-    """Schema pgfence_test (pgtap/helpers): expire() and the other helpers of the tests."""
-    cluster.psql(database, "-f", TEST_HELPERS)
 
 
 def xdist_worker(config: pytest.Config) -> bool:

@@ -25,16 +25,11 @@ import psycopg
 import pytest
 
 from pgfence.connection import connect
+from testkit import install
 from testkit.cluster import Cluster
-from tests.support import (
-    HUNG,
-    ROOT,
-    install_bundle,
-    install_pgflow,
-    install_pgflow_layer,
-    install_pgmq_layer,
-)
-from tests.test_layer_upgrade import LayerLive, check_layer_state, make_layer_state, queue_and_flow
+from testkit.conformance import finish_live_work, live_work
+from testkit.harness import Database
+from tests.support import HUNG, ROOT
 from tests.test_upgrade import Databases, Live, check_live_state, make_live_state, one
 
 # pg_cron's table as much as health reads of it: PostgreSQL 16-18 here have no pg_cron.
@@ -96,7 +91,8 @@ def doc_block(marker: str) -> str:
 @dataclass
 class State:
     live: Live                  # the core's (tests/test_upgrade.py)
-    layers: LayerLive           # a read pgmq message, a started pgflow task
+    layers: dict[str, uuid.UUID]  # work in flight in every layer (a read pgmq message, a
+    #                               started pgflow task): its attempt, by layer
     late: uuid.UUID             # an attempt whose task was requeued and claimed again: stale
     later: uuid.UUID            # the attempt that holds it now: its result is accepted
     acls: list[tuple[object, ...]]
@@ -104,15 +100,15 @@ class State:
 
 def make_state(dbs: Databases, name: str) -> State:
     """The core and both layers installed in ``name``, with live state in all three."""
-    install_pgflow(dbs.cluster, name)
-    install_bundle(dbs.cluster, name)
-    install_pgmq_layer(dbs.cluster, name)
-    install_pgflow_layer(dbs.cluster, name)
+    install.install(dbs.cluster, name, ["all"])
     with connect(dbs.dsn(name), "state") as conn:
-        queue_and_flow(conn)
         conn.execute(CRON)
     live = make_live_state(dbs, name)
-    layers = make_layer_state(dbs, name, live.current)
+    db = Database(dbs.dsn(name))
+    try:
+        layers = live_work(db, live.current)
+    finally:
+        db.close()
     with connect(dbs.dsn(name), "state") as conn:
         conn.execute("select pgfence.enqueue('late', '{}')")
         late = one(conn, "select attempt_id from pgfence.claim(%s, 'late', 1, '1 hour')",
@@ -153,7 +149,11 @@ def check_copy(dbs: Databases, name: str, state: State, but: set[str]) -> None:
         assert one(conn, "select pgfence.complete(%s, '{}')", state.later) == "duplicate"
     # The layers' work started before the copy finishes after it, under the same lease; the
     # live lease renews and fences, the guard refuses an unfenced write, generations go on.
-    check_layer_state(dbs, name, state.live.current, state.layers)
+    db = Database(dbs.dsn(name))
+    try:
+        finish_live_work(db, state.live.current, state.layers)
+    finally:
+        db.close()
     check_live_state(dbs, name, state.live)
     assert failing(health(dbs, name), *but) == {}
 

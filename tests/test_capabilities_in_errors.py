@@ -8,10 +8,20 @@ driven with the ids passed as parameters (as the clients pass them: the logged s
 shows `$1`), and the server log, the messages and the Python client's LeaseLost are searched for
 every id. The negative control is the mutant `pf001-names-the-lease-id` (the lease id back in
 PF001's detail), and here the 0.1.0 message.
+
+A reference is keyed (issue 43 item 5): the first 12 hex digits of an HMAC-SHA256 under the
+install's signing key (pgfence.capability_ref's), checked against Python's own hmac, so
+nobody without the key can test a guess of an id against a log line (a pgmq attempt id has 60
+random bits). No run of 8 of an id's hex digits appears anywhere either (item 8 d: only the
+reference's format was checked). Negative controls: release 0.2.1's unkeyed SHA-256, and a
+reference cut from the id itself.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
 import uuid
 from pathlib import Path
 
@@ -88,9 +98,58 @@ def test_the_clients_lease_lost_names_no_id(db: Database) -> None:
 
 
 def test_negative_control_the_released_message_names_the_lease(db: Database) -> None:
-    db.replace_in_function(
-        "pgfence.lease_not_current(uuid,timestamp with time zone)",
-        "detail = format('lease ref %s', pgfence.ref(lease_not_current.lease_id))",
-        "detail = format('lease %s', lease_not_current.lease_id)")
+    db.install_mutant("pf001-names-the-lease-id")
     texts, ids = errors_of(db)
     assert any(id_ in t for t in texts for id_ in ids)
+
+
+
+
+def keyed(db: Database, id_: str) -> str:
+    """What the reference of an id must be: HMAC-SHA256 under the install's key, computed here."""
+    key = bytes(db.one("select key from pgfence.signing_key"))
+    return hmac.new(key, f"ref {id_}".encode(), hashlib.sha256).hexdigest()[:12]
+
+
+def references(db: Database, cluster: Cluster) -> tuple[set[str], dict[str, str], str]:
+    """The references the errors named (as the client got them: the server log also holds
+    other tests' errors), the keyed reference of each id given, and the errors' texts with the
+    server log's lines since, all in one."""
+    log = Path(cluster.dir) / "server.log"
+    start = log.stat().st_size
+    texts, ids = errors_of(db)
+    said = "\n".join([*texts, log.read_bytes()[start:].decode(errors="replace")])
+    named = set(re.findall(r"\bref ([0-9a-f]{12})\b", "\n".join(texts)))
+    return named, {keyed(db, i): i for i in ids}, said
+
+
+def pieces(id_: str) -> set[str]:
+    """Every run of 8 of an id's hex digits."""
+    digits = id_.replace("-", "")
+    return {digits[k:k + 8] for k in range(len(digits) - 7)}
+
+
+def test_a_reference_is_keyed_and_shows_no_part_of_the_id(db: Database, cluster: Cluster) -> None:
+    named, refs, said = references(db, cluster)
+    assert len(named) >= 4 and named <= set(refs), (named, refs)
+    assert db.one("select pgfence.ref(%s)", (uuid.UUID(next(iter(refs.values()))),)) in refs
+    flat = said.replace("-", "")
+    for id_ in refs.values():
+        assert not [p for p in pieces(id_) if p in flat], f"part of {id_} is in an error"
+
+
+def test_negative_control_the_unkeyed_reference_is_not_the_keyed_one(
+        db: Database, cluster: Cluster) -> None:
+    db.install_mutant("ref-unkeyed")
+    named, refs, _ = references(db, cluster)
+    assert named and not named & set(refs)
+    unkeyed = {hashlib.sha256(i.encode()).hexdigest()[:12] for i in refs.values()}
+    assert named <= unkeyed, "anyone can compute it from a guess"
+
+
+def test_negative_control_a_reference_cut_from_the_id_shows_it(db: Database,
+                                                             cluster: Cluster) -> None:
+    db.install_mutant("ref-from-the-id")
+    _, refs, said = references(db, cluster)
+    flat = said.replace("-", "")
+    assert any(p in flat for id_ in refs.values() for p in pieces(id_))

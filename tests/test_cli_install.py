@@ -26,9 +26,10 @@ import pytest
 from pgfence import cli
 from pgfence.releases import Files, key
 from pgfence.transport import Refused, Supabase
+from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database
-from tests.support import HUNG, ROOT, SUPABASE, acquired, bundle_query, install_pgflow
+from tests.support import HUNG, ROOT, SUPABASE, acquired, bundle_query
 
 PACKAGE = Files()
 RELEASE_0_1_0 = ROOT / "sql/releases/pgfence--0.1.0.sql"
@@ -681,7 +682,7 @@ def test_no_credentials_in_any_output(empty: Empty, tmp_path: Path) -> None:
 def with_layers_at(t: Target, release: str, core_to: str | None = None) -> None:
     """pgmq and pgflow, then pgfence `release` and both its layers from the release files;
     with `core_to`, pgfence alone then upgraded by its files (the layers left behind)."""
-    install_pgflow(t.cluster, t.dbname)
+    install.prerequisites(t.cluster, t.dbname, ["pgflow"])
     for name in (f"pgfence--{release}.sql", f"pgfence-pgmq--{release}.sql",
                  f"pgfence-pgflow--{release}.sql"):
         install_file(t, ROOT / "sql/releases" / name)
@@ -699,7 +700,8 @@ def next_release(after: str) -> str:
 NEXT = next_release("0.2.0")
 
 
-def test_a_layer_left_behind_is_reported_and_upgraded(target: Target, tmp_path: Path) -> None:
+def test_a_layer_left_behind_is_reported_and_upgraded(
+        target: Target, tmp_path: Path, reads_cluster_roles: None) -> None:
     """pgfence upgraded alone to the next release, its layers left at 0.2.0 (the issue's case):
     version and doctor say so, and upgrade brings pgfence and the layers up in one transaction,
     each layer's file after pgfence's of its release, with nothing left to do after."""
@@ -759,7 +761,8 @@ def test_upgrade_carries_pgfence_and_its_layers_in_one_transaction(
     assert after["state"] == "up_to_date", after
 
 
-def test_a_layer_left_behind_twice_is_refused_by_name(target: Target, tmp_path: Path) -> None:
+def test_a_layer_left_behind_twice_is_refused_by_name(
+        target: Target, tmp_path: Path, reads_cluster_roles: None) -> None:
     """pgfence upgraded alone past the release a layer's next file needs: no file can carry
     the layer now. version and doctor say so; upgrade refuses before anything runs."""
     newest = PACKAGE.newest()
@@ -779,7 +782,8 @@ def test_a_layer_left_behind_twice_is_refused_by_name(target: Target, tmp_path: 
     assert fingerprint(target) == before
 
 
-def test_a_layer_changed_by_hand_is_refused(target: Target, tmp_path: Path) -> None:
+def test_a_layer_changed_by_hand_is_refused(
+        target: Target, tmp_path: Path, reads_cluster_roles: None) -> None:
     with_layers_at(target, "0.2.0", core_to=NEXT)
     target.db.sql("create function pgfence_pgflow.mine() returns int language sql "
                   "as $$ select 1 $$")

@@ -17,9 +17,11 @@ from typing import Any
 import psycopg
 import pytest
 
+import pgfence.connection
 from pgfence._core import Link, Op, Steps
 from pgfence.client import Context, Leader, LeaseLost, Owner, Worker, drive
 from pgfence.connection import connect
+from testkit.cluster import Cluster, PgBouncer
 from testkit.harness import HANG, Database
 from tests.support import Clock, acquired
 
@@ -130,9 +132,7 @@ def test_sigterm_drains_finishes_in_flight_and_releases(any_db: Database) -> Non
 
 def worker_whose_drain_fails(db: Database, worker_cls: type[Worker]) -> Owner:
     db.sql("select pgfence.register('w')")
-    db.replace_in_function("pgfence.drain(uuid)",
-                           "perform pgfence.check_not_null('lease_id', drain.lease_id);",
-                           "raise exception 'drain is broken' using errcode = 'XX000';")
+    db.install_mutant("drain-always-fails")
     owner = Owner(db.dsn, "w", ttl=30, renew_every=0.01)
     assert owner.acquire()
     with pytest.raises(psycopg.Error, match="drain is broken"):
@@ -306,3 +306,75 @@ def test_negative_control_without_a_deadline_a_hung_handler_keeps_the_lease(
         hung.finish()
         assert hung.worker.verdicts == Counter({"accepted": 1})
     assert db.sql("select generation, status from pgfence.lease_status") == [(1, "released")]
+
+
+# -- prepared statements -------------------------------------------------------------------
+
+def prepared(conn: psycopg.Connection[Any]) -> list[str]:
+    """The statements the server holds prepared for this connection's session."""
+    return [s for (s,) in conn.execute("select statement from pg_prepared_statements "
+                                       "order by statement").fetchall()]
+
+
+def test_the_worker_prepares_its_statements_on_a_direct_connection(
+        any_db: Database, cluster: Cluster) -> None:
+    """Direct (over TCP and over the server's socket): the owner's and the worker's statements
+    are prepared. Through PgBouncer in transaction mode: none is, and the worker works."""
+    any_db.sql("select pgfence.register('w')")
+    name = any_db.one("select current_database()")
+    direct = not any_db.pooled
+    dsns = [cluster.dsn(name), cluster.tcp_dsn(name)] if direct else [any_db.dsn]
+    for n, dsn in enumerate(dsns):
+        for i in range(4):
+            any_db.sql("select pgfence.enqueue('q', %s)", (f'{{"n": {i}}}',))
+        threshold, statements = prepared_by_a_worker(dsn)
+        if direct:
+            assert threshold == 0
+            assert any("pgfence.claim(" in s for s in statements), statements
+            assert any("pgfence.complete_many(" in s for s in statements), statements
+        else:
+            assert (threshold, statements) == (None, [])
+        assert any_db.one("select count(*) from pgfence.tasks where state = 'completed'") == \
+            4 * (n + 1)
+
+
+def prepared_by_a_worker(dsn: str) -> tuple[int | None, list[str]]:
+    """A worker's two batches of two: its WORK connection's prepare_threshold and what the
+    server holds prepared for it, seen from the second batch's last handler."""
+    owner = Owner(dsn, "w", ttl=30)
+    assert owner.acquire()
+    seen: list[tuple[int | None, list[str]]] = []
+    workers: list[Worker] = []
+
+    def handler(payload: Any, ctx: Context) -> None:
+        # The worker's own connection, between its statements: the second batch sees what the
+        # first one's claim and complete_many left prepared.
+        work = workers[0]._links._conns[Link.WORK]
+        seen.append((work.prepare_threshold, prepared(work)))
+
+    workers.append(Worker(owner, "q", handler, qty=2))
+    workers[0].run(max_tasks=4)
+    return seen[-1]
+
+
+def test_prepared_statements_through_a_transaction_pooler_fail(
+        bouncer: PgBouncer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why they are detected: two clients of one transaction-mode pool, each preparing its
+    statements (prepare=True), meet the other's on the server session they share: the second
+    one's first statement has the name of the first one's (42P05). Asked to detect
+    (prepare=None), neither prepares, and both work; with a detector that takes every
+    connection for direct (the negative control), they fail again."""
+    def two(prepare: bool | None) -> tuple[int, int]:
+        with connect(bouncer.dsn("single"), "a", prepare=prepare) as a, \
+                connect(bouncer.dsn("single"), "b", prepare=prepare) as b:
+            x = a.execute("select %s::int + 1", (1,)).fetchone()
+            y = b.execute("select %s::int * 3", (2,)).fetchone()
+            assert x is not None and y is not None
+            return int(x[0]), int(y[0])
+
+    assert two(None) == (2, 6)
+    with pytest.raises(psycopg.errors.DuplicatePreparedStatement):
+        two(True)
+    monkeypatch.setattr(pgfence.connection, "direct", lambda info, endpoint: True)
+    with pytest.raises(psycopg.errors.DuplicatePreparedStatement):
+        two(None)

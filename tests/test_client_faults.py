@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -30,10 +30,10 @@ from testkit.harness import HANG, Database
 from testkit.relay import Link, Relay
 from tests.support import KINDS, LONG, ROOT, AnyContext, Client, client, effects_table
 
-STEPS = ("acquire", "renew", "claim", "extend", "handler", "complete", "fail", "requeue",
-         "drain", "release")
-PATTERNS = {step: f"pgfence.{step}(".encode() for step in STEPS if step != "handler"}
-PATTERNS["requeue"] = b"pgfence.requeue_expired("
+STEPS = ("acquire", "renew", "claim", "extend", "handler", "complete", "complete_many", "fail",
+         "requeue", "drain", "release")
+PATTERNS = {step: f"pgfence.{step}(" for step in STEPS if step != "handler"}
+PATTERNS["requeue"] = "pgfence.requeue_expired("
 # terminate: direct, the backend terminated before the statement reached it. drop: direct, the
 # answer lost after the statement ran. restart: through PgBouncer, restarted before the
 # statement reached it. bouncer-drop: through PgBouncer, the answer lost.
@@ -96,7 +96,7 @@ def scene(request: pytest.FixtureRequest, db: Database, cluster: Cluster,
           own_bouncer: PgBouncer) -> Iterator[Scene]:
     kind, fault = request.param
     via_bouncer = fault in ("restart", "bouncer-drop")
-    relay = Relay(("127.0.0.1", own_bouncer.port if via_bouncer else cluster.port), fault)
+    relay = Relay(own_bouncer.port if via_bouncer else cluster.port, fault)
     name = db.one("select current_database()")
     db.sql("select pgfence.register('r')")
     effects_table(db, "r")
@@ -141,7 +141,7 @@ def test_fault_at_each_step_applies_every_result_once(scene: Scene, step: str) -
     assert acquired
     generation = owner.generation
 
-    def pre(payload: Any, ctx: AnyContext) -> None:
+    def pre(payload: Any, ctx: AnyContext) -> Any:
         scene.record(payload, ctx, generation)
         first = not scene.fired
         if first:
@@ -157,15 +157,25 @@ def test_fault_at_each_step_applies_every_result_once(scene: Scene, step: str) -
                 db.sql("update pgfence.tasks set visible_until = clock_timestamp() - "
                        "interval '1 ms' where state = 'claimed' and task_id <> %s", (held,))
             scene.relay.arm(PATTERNS["requeue"], before=time_passes)
+        if step == "extend" and first:
+            # The claim holds its task for its handler: the extend is the handler's own.
+            if c.aio:
+                async def checked() -> None:
+                    assert await cast(pgfence.aio.Context, ctx).extend(LONG) is not None
+                return checked()
+            assert ctx.extend(LONG) is not None
         if payload["fail"]:
             raise ValueError("task 2 fails")
+        return None
 
     if step not in ("acquire", "handler"):
         scene.arm(step)
     if step == "renew":             # the renewer's next renewal is the one killed
         assert c.wait(scene.relay.fired, 30), "no renewal passed the relay"
-    worker = c.worker(owner, "q", pre, qty=1, visibility=LONG,
-                      handler_timeout=2 * LONG if step == "extend" else None)
+    # A batch of three for complete_many (task 2's fail is sent on its own, the two results
+    # together); one at a time elsewhere, each result its own complete.
+    worker = c.worker(owner, "q", pre, qty=3 if step == "complete_many" else 1,
+                      visibility=LONG)
     c.call(worker.run(until_idle=True))
 
     # (A kill's action may still be returning in the relay's thread when the client has
@@ -186,9 +196,9 @@ def test_fault_at_each_step_applies_every_result_once(scene: Scene, step: str) -
     renewer = owner._renewer
     assert renewer is not None and (renewer.done() if c.aio else not renewer.is_alive())
     # The row of the fault table.
-    duplicate = step in ("complete", "fail") and lost_answer
-    assert worker.verdicts == Counter({"accepted": 2, "duplicate": 1} if duplicate
-                                      else {"accepted": 3})
+    duplicates = {"complete": 1, "fail": 1, "complete_many": 2}.get(step, 0) if lost_answer else 0
+    assert worker.verdicts == Counter({"accepted": 3 - duplicates, "duplicate": duplicates}
+                                      if duplicates else {"accepted": 3})
     assert generation == (2 if step == "acquire" and lost_answer else 1)
     attempts = dict(db.sql("select task_id, attempt from pgfence.tasks"))
     reclaimed = step == "claim" and lost_answer
@@ -224,8 +234,10 @@ def lease_lost_in_outage(scene: Scene, step: str, owner_cls: type[Any] | None = 
 
     if step == "complete":
         scene.relay.arm(PATTERNS["complete"], before=kill_and_take_over)
-    # No fenced effect: the handler in hand during the takeover is to finish and report.
-    worker = c.worker(owner, "q", pre, qty=3, visibility=LONG, effect=False)
+    # No fenced effect: the handler in hand during the takeover is to finish and report. Each
+    # result is sent before the next handler starts (report_within=0), so that the lost
+    # connection of a complete comes between two handlers.
+    worker = c.worker(owner, "q", pre, qty=3, visibility=LONG, effect=False, report_within=0)
     error: BaseException | None = None
     try:
         c.call(worker.run(until_idle=True))

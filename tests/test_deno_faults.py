@@ -9,7 +9,7 @@ point, never at a time:
   finds its backend by application name (``pg_blocking_pids``), terminates it
   (``pg_terminate_backend``) and lets go: the statement rolled back, the client saw the
   connection break. Directly, and through PgBouncer (the server backend behind it).
-- ``lose-answer``: a relay (tests/wire_proxy.py) in front of the server, or of PgBouncer, lets
+- ``lose-answer``: a relay (testkit.relay) in front of the server, or of PgBouncer, lets
   the step's statement commit, drops its answer and cuts the connection.
 - ``restart``: PgBouncer is killed and started again at the step (between statements).
 
@@ -40,8 +40,8 @@ from psycopg.conninfo import conninfo_to_dict
 
 from testkit.cluster import LOOPBACK, USER, Cluster, PgBouncer
 from testkit.harness import Database
+from testkit.relay import Relay
 from tests.support import DENO, HUNG, ROOT
-from tests.wire_proxy import WireProxy
 
 CLIENT = ROOT / "clients/deno"
 PERMISSIONS = ["--allow-net=" + LOOPBACK, "--allow-env", "--allow-read", "--allow-sys"]
@@ -150,10 +150,10 @@ class FaultRun:
         self.target, self.fault, self.step = target, fault, step
         suffix = uuid.uuid4().hex[:8]
         self.resource, self.queue, self.app = f"r-{suffix}", f"q-{suffix}", f"fault-{suffix}"
-        self.proxy: WireProxy | None = None
+        self.proxy: Relay | None = None
         port = cluster.port if target == "direct" else bouncer.port
         if fault == "lose-answer":
-            self.proxy = WireProxy(port)
+            self.proxy = Relay(port, self.app)
             port = self.proxy.port
         name = conninfo_to_dict(db.dsn)["dbname"]
         assert isinstance(name, str)
@@ -241,7 +241,7 @@ class FaultRun:
             self._go(proc)
         elif fault == "lose-answer":
             assert self.proxy is not None
-            self.proxy.lose_answer(STATEMENTS[str(step)])
+            self.proxy.arm(STATEMENTS[str(step)])
             self._go(proc)
         else:
             holder = self.db.session(f"holder-{self.app}")

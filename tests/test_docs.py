@@ -18,9 +18,11 @@ import pytest
 
 from pgfence.releases import Files
 from pgfence.releases import key as release_key
+from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database
-from tests.support import DENO, HUNG, ROOT, SQITCH_ENV, install_pgflow
+from testkit.install import SQITCH_ENV
+from tests.support import DENO, HUNG, ROOT
 from tests.test_pgflow import two_steps
 
 SERVICE_ROLE = """
@@ -279,7 +281,7 @@ def test_adoption_by_sqitch_runs_as_written(cluster: Cluster, empty_database: st
     and its verify scripts passed on the way."""
     name = empty_database
     release = max(Files().releases(), key=release_key)
-    install_pgflow(cluster, name)
+    install.prerequisites(cluster, name, ["pgflow"])
     for file in (f"pgfence--{release}.sql", f"pgfence-pgmq--{release}.sql",
                  f"pgfence-pgflow--{release}.sql"):
         cluster.psql(name, "--single-transaction", "-f", ROOT / "sql/releases" / file)

@@ -8,10 +8,13 @@ tests/test_install_paths.py's.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,9 +22,12 @@ import pytest
 
 from pgfence import cli
 from pgfence.connection import connect
+from testkit import install
+from testkit.harness import Database
+from testkit.install import SQITCH_ENV
+from testkit.install import sqitch as sqitch_ok
 from tests import test_install_paths as paths
-from tests.support import HUNG, install_bundle
-from tests.support import sqitch as sqitch_ok
+from tests.support import HUNG, ROOT
 from tests.test_install_paths import HEAD, RELEASE_0_1_0, Db, sqitch
 
 make = paths.make  # the databases of that module's tests, a fixture (pytest finds it by name)
@@ -40,7 +46,7 @@ def test_the_heads_record_is_what_it_installed(make: Any) -> None:
     record, and the record's digest is the schema's fingerprint. (A release's fingerprint is
     recorded in sql/releases/fingerprints when it is tagged; the head needs no line.)"""
     db = make()
-    install_bundle(db.cluster, db.name)
+    install.core(db.cluster, db.name)
     drift = db.psql("-At", "-c", "select count(*) from pgfence.schema_drift('pgfence')")
     assert drift.strip() == "0"
     found = db.psql("-At", "-c", "select pgfence.schema_fingerprint('pgfence')").strip()
@@ -59,7 +65,7 @@ def test_the_heads_record_is_what_it_installed(make: Any) -> None:
 def test_a_drifted_schema_is_named_never_up_to_date(make: Any, release: str, change: str) -> None:
     db = make()
     if release == HEAD:
-        install_bundle(db.cluster, db.name)
+        install.core(db.cluster, db.name)
     else:
         db.psql("--single-transaction", "-f", RELEASE_0_1_0)
         change = change.replace("complete_many(uuid[], jsonb[])", "extend(uuid, interval)")
@@ -78,7 +84,7 @@ def test_negative_control_a_record_taken_after_the_drift_looks_up_to_date(
         make: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """The record is what sees it: sealed again over the drifted schema, it says "up to date"."""
     db = make()
-    install_bundle(db.cluster, db.name)
+    install.core(db.cluster, db.name)
     db.psql("-c", "drop function pgfence.complete_many(uuid[], jsonb[])")
     assert cli.main(["--db-url", db.url, "version"]) == 1
     capsys.readouterr()
@@ -131,12 +137,27 @@ def live_state(db: Db) -> Live:
     return Live(lease[0], [*attempts[:2], again[0]], token[0], invocation[0])
 
 
+LAST_CHANGE = (ROOT / "sqitch.plan").read_text().rstrip().splitlines()[-1].split()[0]
+
+
+def untouched(db: Db) -> None:
+    """Nothing was reverted: the head as its release recorded it, and Sqitch's registry says so
+    (before issue 43, a refused revert had reverted 15 changes: health, prune and complete_many
+    gone, PF001 naming lease ids again)."""
+    assert db.one("select pgfence.version()") == HEAD
+    assert db.one("select count(*) from pgfence.schema_drift('pgfence')") == 0
+    assert db.one("select change from sqitch.changes where project = 'pgfence' "
+                  "order by committed_at desc limit 1") == LAST_CHANGE
+
+
 def test_revert_refuses_while_it_would_strand_live_state_then_keeps_it(make: Any) -> None:
     db = make(deployed="")
     live = live_state(db)
-    out = sqitch("revert", "-y", "--to", "@v0.1.0", db.sqitch)
+    out = sqitch("revert", "-y", "--to", "@v0.1.0", "--set", "pgfence_revert_to=0.1.0", db.sqitch)
     said = out.stdout + out.stderr
     assert out.returncode != 0 and "3 task(s) claimed under 0.2.0 (queues q)" in said, said
+    assert "would delete 1 stale-result record(s)" in said, said
+    untouched(db)
     # Refused: what is claimed still completes and extends.
     with connect(db.cluster.dsn(db.name), "after") as conn:
         assert conn.execute("select pgfence.extend(%s, '1 hour') is not null",
@@ -144,10 +165,12 @@ def test_revert_refuses_while_it_would_strand_live_state_then_keeps_it(make: Any
         for attempt in live.attempts:
             assert conn.execute("select pgfence.complete(%s, '{}')",
                                 (attempt,)).fetchone() == ("accepted",)
-    out = sqitch("revert", "-y", "--to", "@v0.1.0", db.sqitch)
+    out = sqitch("revert", "-y", "--to", "@v0.1.0", "--set", "pgfence_revert_to=0.1.0", db.sqitch)
     said = out.stdout + out.stderr
     assert out.returncode != 0 and "would delete 1 stale-result record(s)" in said, said
+    assert "task(s) claimed" not in said, said
     assert db.one("select count(*) from pgfence.stale_results") == 2
+    untouched(db)
     db.psql("-c", "delete from pgfence.stale_results where report > 1")
     sqitch_ok("revert", "-y", "--to", "@v0.1.0", db.sqitch)
     assert db.one("select pgfence.version()") == "0.1.0"
@@ -194,3 +217,70 @@ def test_negative_control_the_old_revert_strands_a_claimed_task(make: Any) -> No
     assert stranded.value.sqlstate == "22023"
 
 
+
+
+# --- issue 43 item 2: a revert that will refuse refuses before anything is reverted -------------
+
+def test_a_revert_to_a_release_told_its_target_is_refused_only_for_what_it_strands(
+        make: Any) -> None:
+    """Told its target (0.2.1, which verifies 0.2.0's attempt ids), a revert with tasks claimed
+    goes through, and what was claimed completes under 0.2.1; without the target the first step
+    checks a revert of every change, refuses, and says how to name it."""
+    db = make(deployed="")
+    live = live_state(db)
+    out = sqitch("revert", "-y", "--to", "@v0.2.1", db.sqitch)
+    said = out.stdout + out.stderr
+    assert out.returncode != 0 and "a revert to nothing would strand live state" in said, said
+    assert "--set pgfence_revert_to=A" in said, said
+    untouched(db)
+    sqitch_ok("revert", "-y", "--to", "@v0.2.1", "--set", "pgfence_revert_to=0.2.1", db.sqitch)
+    assert db.one("select pgfence.version()") == "0.2.1"
+    with connect(db.cluster.dsn(db.name), "on 0.2.1") as conn:
+        for attempt in live.attempts:
+            assert conn.execute("select pgfence.complete(%s, '{}')",
+                                (attempt,)).fetchone() == ("accepted",)
+    sqitch_ok("deploy", db.sqitch)
+    assert db.one("select pgfence.version()") == HEAD
+
+
+def test_negative_control_without_the_first_steps_check_a_refused_revert_is_half_done(
+        make: Any, tmp_path: Path) -> None:
+    """The revert of the release's change without pgfence.check_revert (the project copied, the
+    repository's scripts as they are): refused at `extend`, after the changes above it were
+    reverted, as the issue found: complete_many, health and prune gone until a deploy."""
+    db = make(deployed="")
+    live_state(db)
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("sqitch.conf", "sqitch.plan"):
+        shutil.copy(ROOT / name, project / name)
+    shutil.copytree(ROOT / "migrations", project / "migrations")
+    first = project / "migrations/revert/release_0.3.0.sql"
+    text = first.read_text()
+    end = "\\endif\n"
+    check = text[text.index("\\if :{?pgfence_revert_to}"):text.index(end) + len(end)]
+    first.write_text(text.replace(check, ""))
+    out = subprocess.run(["sqitch", "revert", "-y", "--to", "@v0.1.0", db.sqitch], cwd=project,
+                         capture_output=True, text=True, env={**os.environ, **SQITCH_ENV})
+    said = out.stdout + out.stderr
+    assert out.returncode != 0 and "revert of extend refused" in said, said
+    assert db.one("select pgfence.version()") != HEAD
+    assert db.one("select to_regprocedure('pgfence.complete_many(uuid[], jsonb[])')") is None
+
+
+def test_a_layer_is_reverted_before_the_core_it_needs(mq: Database) -> None:
+    """A layer sealed 0.3.0 needs the core's pgfence.unseal to revert itself, and every layer
+    needs pgfence 0.2.0: the core's revert below either refuses, naming the layer."""
+    head = mq.one("select pgfence.version()")
+    mq.one("select pgfence.check_revert(%s)", (head,))
+    for to, named in (("0.2.1", "layer pgfence_pgmq holds release 0.3.0: revert it first "
+                                "(cd layers/pgmq && sqitch revert --to @v0.2.1)"),
+                      ("0.1.0", "layer pgfence_pgmq is installed (it needs pgfence 0.2.0)"),
+                      (None, "layer pgfence_pgmq is installed")):
+        with pytest.raises(psycopg.Error) as refused:
+            mq.one("select pgfence.check_revert(%s)", (to,))
+        assert refused.value.sqlstate == "55000"
+        assert named in (refused.value.diag.message_detail or ""), refused.value.diag.message_detail
+    with pytest.raises(psycopg.Error) as bad:
+        mq.one("select pgfence.check_revert('latest')")
+    assert bad.value.sqlstate == "22023"

@@ -23,8 +23,6 @@ import pytest
 from testkit.cluster import STARTED_WITHIN, Cluster, as_postgres, free_port, stop_server
 from testkit.harness import Database, Lease, sqlstate
 
-ACQUIRE = "pgfence.acquire(text, text, interval, uuid)"
-
 
 class Replica:
     """A hot standby of the test cluster, streaming asynchronously, in the cluster's dir (so
@@ -190,11 +188,7 @@ def test_negative_control_lease_ids_derived_from_generations_let_the_old_owner_i
         db: Database, replica: Replica) -> None:
     # Broken: the lease id is a function of (resource, generation), so comparing lease ids is
     # comparing generations. Installed before the cut, so the replica has it too.
-    db.replace_in_function(
-        ACQUIRE,
-        "values (gen_random_uuid(), acquire.resource, nextval('pgfence.generation'),",
-        "values (md5(acquire.resource || ':' || nextval('pgfence.generation'))::uuid, "
-        "acquire.resource, currval('pgfence.generation'),")
+    db.install_mutant("lease-id-from-generation")
     f = failover(db, replica)
     assert f.new.generation == f.old.generation
     assert f.new.lease_id == f.old.lease_id
@@ -240,7 +234,6 @@ def test_lost_claims_attempt_id_is_refused_after_failover(db: Database, replica:
 def test_negative_control_attempt_ids_not_signed_over_the_lease(db: Database,
                                                                 replica: Replica) -> None:
     # Ids derived from (task_id, attempt) alone: the failover reissues the lost claim's id.
-    db.replace_in_function("pgfence.attempt_uuid(bigint, integer, uuid, bytea)",
-                           "'attempt %s %s %s'", "'attempt %s %s'")
+    db.install_mutant("attempt-id-not-over-lease")
     distinct, old_report, _ = lost_claim_report(db, replica)
     assert not distinct and old_report == "accepted"

@@ -100,9 +100,7 @@ def test_successor_gets_the_resource_from_a_frozen_owner(db: Database, cluster: 
 
 def test_negative_control_without_the_idle_limit_the_successor_waits(db: Database,
                                                                     cluster: Cluster) -> None:
-    db.replace_in_function("pgfence.hold_current(uuid)",
-                           "set_config('idle_in_transaction_session_timeout',",
-                           "set_config('pgfence.unused',")
+    db.install_mutant("idle-limit-never-set")
     with freeze(db, cluster) as f:
         step = successor(db)
         assert step.settle() is True and step.blocked_by == [f.backend]

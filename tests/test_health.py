@@ -8,8 +8,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
+import psycopg
 import pytest
 
+from pgfence.connection import connect
 from testkit.harness import Database, sqlstate
 
 # pg_cron's table as much as health reads of it (the real one: tests/test_prune.py's cluster).
@@ -203,6 +205,14 @@ DRIFTS: dict[str, tuple[str, str, str]] = {
     "a schema granted to PUBLIC": (
         "grant create on schema pgfence to public",
         "roles and grants", "PUBLIC may CREATE schema pgfence"),
+    "a relation granted to PUBLIC": (
+        "grant select on pgfence.tasks to public",
+        "roles and grants", "PUBLIC may SELECT relation pgfence.tasks"),
+    # A composite type of its own, which lockdown revokes too (until issue 43, only domains,
+    # enums and ranges: PUBLIC kept the default USAGE of pgfence.lease).
+    "a type granted to PUBLIC": (
+        "grant usage on type pgfence.lease to public",
+        "roles and grants", "PUBLIC may USAGE type pgfence.lease"),
 }
 
 
@@ -212,9 +222,9 @@ def test_drift_is_named_by_its_check(db: Database, drift: str) -> None:
     change, check, named = DRIFTS[drift]
     db.sql(change)
     bad = failing(db)
-    # A new owner also holds the object's grants: its ACL changes with it.
-    expected = [check, "roles and grants"] if drift == "an owner changed" else [check]
-    assert list(bad) == expected, bad
+    # (A new owner is named by the object's digest: the ACL as recorded leaves the owner's own
+    # privileges and the grantors out, so it is unchanged.)
+    assert list(bad) == [check], bad
     assert named in bad[check], bad[check]
 
 
@@ -241,3 +251,100 @@ def test_a_layers_schema_and_grants_are_checked_as_the_cores(mq: Database) -> No
     for named in ("PUBLIC may USAGE schema pgfence_pgmq",
                   "PUBLIC may SELECT column pgfence_pgmq.attempts.attempt_id"):
         assert named in bad["roles and grants"], bad["roles and grants"]
+
+
+# The issue's scenario (issue 43 item 1): grants a hand added let a role with no pgfence role read
+# a live lease id, with which any worker ends another's lease. health names each grant, and
+# lockdown, which revokes what health names (pgfence.foreign_grants: one rule), undoes them.
+EXPOSE = ["grant usage on schema pgfence to public",
+          "grant select (resource, lease_id, state) on pgfence.leases to public"]
+COLUMN_GRANT = "select has_column_privilege('public', 'pgfence.leases', 'lease_id', 'select')"
+
+
+def stranger_reads_a_live_lease(db: Database) -> tuple[str, str, str | None]:
+    """A role with no pgfence role reads the active lease's id and a second worker releases the
+    first's lease with it; then lockdown runs. What health named of the grants, what the
+    stranger read, and what it reads after the lockdown (None: refused)."""
+    healthy(db)
+    suffix = uuid.uuid4().hex[:8]
+    stranger, worker = f"pgfence_health_s_{suffix}", f"pgfence_health_x_{suffix}"
+    db.sql(f"create role {stranger}")
+    db.sql(f"create role {worker} in role pgfence_worker")
+    read = "select lease_id::text from pgfence.leases where resource = 'r' and state = 'active'"
+    try:
+        for grant in EXPOSE:
+            db.sql(grant)
+        named = failing(db).get("roles and grants", "")
+        db.sql(f"set role {stranger}")
+        lease_id = str(db.one(read))
+        db.sql(f"set role {worker}")
+        assert db.one("select pgfence.release(%s)", (lease_id,)) is True
+        db.sql("reset role")
+        db.sql("select pgfence.lockdown('pgfence')")
+        db.sql(f"set role {stranger}")
+        try:
+            after: str | None = str(db.one(read))
+        except psycopg.Error as e:
+            assert e.sqlstate == "42501", e
+            after = None
+        return named, lease_id, after
+    finally:
+        db.sql("reset role")
+        db.sql(f"drop owned by {stranger}, {worker}")
+        db.sql(f"drop role {stranger}")
+        db.sql(f"drop role {worker}")
+
+
+def test_grants_that_expose_a_lease_are_named_and_lockdown_revokes_them(db: Database) -> None:
+    named, lease_id, after = stranger_reads_a_live_lease(db)
+    for grant in ("PUBLIC may USAGE schema pgfence",
+                  "PUBLIC may SELECT column pgfence.leases.lease_id"):
+        assert grant in named, named
+    assert len(lease_id) == 36
+    assert after is None and db.one(COLUMN_GRANT) is False, "lockdown revoked what health named"
+    assert failing(db) == {}
+
+
+def test_negative_control_a_lockdown_blind_to_columns_leaves_the_lease_readable(
+        db: Database) -> None:
+    db.install_mutant("foreign-grants-no-columns")
+    stranger_reads_a_live_lease(db)
+    assert db.one(COLUMN_GRANT) is True, "the column grant survived the lockdown"
+
+
+def test_history_past_retention_is_counted_up_to_a_bound(db: Database) -> None:
+    """A history no prune ever cut costs health() no more than 10,001 rows a kind to report:
+    counted exactly up to 10,000, "over 10000" past that; and what it reads of the tasks is
+    those rows, not the recent history beside them (the bound is a range of prune's index, not
+    a filter over all of it). Read from the table's and its indexes' counts in health()'s own
+    transaction."""
+    healthy(db)
+
+    def finished(n: int, age: str) -> None:
+        db.sql("insert into pgfence.tasks (queue, payload, state, max_attempts, ready_at, "
+               "finished_at) select 'old', '{}', 'completed', 3, now(), "
+               f"now() - interval '{age}' from generate_series(1, %s)", (n,))
+        db.sql("analyze pgfence.tasks")       # the statistics autovacuum keeps
+
+    def index_reads() -> tuple[dict[str, str], int]:
+        with connect(db.dsn, "health") as conn, conn.transaction():
+            bad = {c: d for c, ok, d in conn.execute("select * from pgfence.health()") if not ok}
+            # Rows read from pgfence.tasks by sequential scans, and entries of its indexes.
+            row = conn.execute(
+                "select sum(pg_stat_get_xact_tuples_returned(r)) from (select "
+                "'pgfence.tasks'::regclass::oid as r union all select i.indexrelid "
+                "from pg_index i where i.indrelid = 'pgfence.tasks'::regclass) x").fetchone()
+        assert row is not None
+        return bad, int(row[0])
+
+    finished(5000, "1 day")                   # recent: within retention
+    finished(10000, "15 days")
+    bad, reads = index_reads()
+    assert bad == {"history within retention": "10000 finished tasks older than 14 days: "
+                   "schedule pgfence.prune() (docs/operations.md)"}
+    assert reads <= 10001, reads
+    finished(10000, "16 days")
+    bad, reads = index_reads()
+    assert bad == {"history within retention": "over 10000 finished tasks older than 14 days: "
+                   "schedule pgfence.prune() (docs/operations.md)"}
+    assert reads <= 10001, reads

@@ -83,6 +83,14 @@ def attempt(db: Database, ttl: float = 0) -> dict[str, str]:
     return {"lease": str(lease_id), "attempt": str(attempt_id)}
 
 
+def draining(db: Database, ttl: float = 0) -> dict[str, str]:
+    """A lease drained already: a drain again writes nothing, but locks the lease row."""
+    resource(db)
+    lease_id = db.one("select lease_id from pgfence.acquire('r', 'first', '1 hour')")
+    assert db.one("select pgfence.drain(%s)", (lease_id,)) == "draining"
+    return {"lease": str(lease_id)}
+
+
 def expired_attempt(db: Database, ttl: float = 0) -> dict[str, str]:
     names = attempt(db)
     db.expire_attempt(uuid.UUID(names["attempt"]))
@@ -147,6 +155,10 @@ CASES = {
     "renew": Case(lease, "select pgfence.renew('{lease}', '1 second')", TAKEOVER, wait_expiry=True),
     "drain": Case(lease, "select pgfence.drain('{lease}')", TAKEOVER, wait_expiry=True),
     "release": Case(lease, "select pgfence.release('{lease}')", TAKEOVER, wait_expiry=True),
+    # A repeated drain changes nothing and still holds the lease row: the owner's own release
+    # waits for it (issue 43 item 8 c: the bound set only where drain writes).
+    "drain_again": Case(draining, "select pgfence.drain('{lease}')",
+                        "select pgfence.release('{lease}')"),
     "claim": Case(lease, "select pgfence.enqueue('q'); select pgfence.claim('{lease}', 'q')",
                   TAKEOVER, wait_expiry=True, lease_bound=True),
     "complete": Case(attempt, "select pgfence.complete('{attempt}')",
@@ -284,9 +296,7 @@ def bounded(request: pytest.FixtureRequest,
 
 
 def without_the_limit(db: Database) -> None:
-    db.replace_in_function("pgfence.limit_idle()",
-                           "set_config('idle_in_transaction_session_timeout',",
-                           "set_config('pgfence.unused',")
+    db.install_mutant("limit-idle-never-set")
 
 
 @pytest.fixture(scope="module")

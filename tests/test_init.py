@@ -16,6 +16,7 @@ import pytest
 from pgfence import cli, init
 from pgfence.releases import Files
 from pgfence.releases import key as release_key
+from testkit import layers
 from tests.support import ROOT, package_of
 
 NOW = dt.datetime(2026, 12, 2, 7, 30, 0, tzinfo=dt.UTC)
@@ -217,7 +218,7 @@ def test_plain_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     (["init", "--supabase", "/nonexistent/pgfence"], cli.EXIT_USAGE, "no such directory"),
     (["init", "--supabase", "{tmp}"], cli.EXIT_USAGE, "has no supabase/ folder"),
     (["init", "--plain", "{tmp}", "--layers", "pgmq,kafka"], cli.EXIT_USAGE,
-     "unknown layer kafka (known: pgmq, pgflow)"),
+     f"unknown layer kafka (known: {', '.join(init.LAYERS)})"),
     (["init", "--plain", "{tmp}", "--layers", "pgflow"], cli.EXIT_USAGE,
      "--layers pgflow needs the pgmq layer"),
     (["init", "--plain", "{tmp}", "--role", "anon"], cli.EXIT_USAGE, "never grant pgfence to anon"),
@@ -508,3 +509,27 @@ def test_the_supervisor_is_a_migration_after_the_cron_jobs(
     (job,) = [p.text for p in plan if p.key == "migration:supervisor"]
     assert "select cron.schedule(E'pgfence-supervise-emails'," in job
     assert "v_invocation := pgfence.request_start(E'emails');" in job
+
+
+def test_inits_layers_are_the_repositorys() -> None:
+    # The wheel ships no manifest: init's own list is the manifests' (testkit.layers), in the
+    # same install order and with the same needs, and refuses a layer without what it needs.
+    assert [(name, layer.needs) for name, layer in init.LAYERS.items()] == [
+        (layer.name, layer.needs) for layer in layers.discover()]
+    for layer in layers.discover():
+        assert init.parse_layers(",".join([*layer.needs, layer.name])) == [*layer.needs, layer.name]
+        for need in layer.needs:
+            with pytest.raises(init.InitError, match=f"needs the {need} layer"):
+                init.parse_layers(",".join(n for n in [*layer.needs, layer.name] if n != need))
+
+
+def test_negative_control_a_layer_init_does_not_know_is_seen(tmp_path: Path) -> None:
+    # A new folder with a manifest is a new layer, for the repository at once, and the tie
+    # above fails until init knows it too.
+    shutil.copytree(ROOT / "layers", tmp_path / "layers")
+    (tmp_path / "layers/jobs").mkdir()
+    (tmp_path / "layers/jobs/layer.toml").write_text(
+        'name = "jobs"\nschema = "pgfence_jobs"\nneeds = ["pgmq"]\n')
+    found = [(layer.name, layer.needs) for layer in layers.discover(tmp_path)]
+    assert ("jobs", ("pgmq",)) in found
+    assert [(name, layer.needs) for name, layer in init.LAYERS.items()] != found

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from testkit import install
 from testkit.cluster import Cluster
-from tests.support import ROOT, install_bundle, sqitch
+from testkit.install import sqitch
+from tests.support import ROOT
 
 
 def schema_dump(database: str, exclude: tuple[str, ...] = ()) -> str:
@@ -64,14 +66,14 @@ def test_bundle_and_sqitch_give_the_same_schema(cluster: Cluster,
                                                 fresh: Callable[[str], str]) -> None:
     by_sqitch, by_bundle = fresh("sqitch"), fresh("bundle")
     sqitch("deploy", f"db:pg:{by_sqitch}")
-    install_bundle(cluster, by_bundle)
+    install.core(cluster, by_bundle)
     assert schema_dump(by_sqitch) == schema_dump(by_bundle)
 
 
 def test_negative_control_schema_comparison_sees_a_missing_change(
         cluster: Cluster, fresh: Callable[[str], str]) -> None:
     full, partial = fresh("full"), fresh("partial")
-    install_bundle(cluster, full)
+    install.core(cluster, full)
     # (requeue_expired is reworked after 0.1.0: its first instance, by the tag.)
     sqitch("deploy", "--to-change", "requeue_expired@v0.1.0", f"db:pg:{partial}")
     assert schema_dump(full) != schema_dump(partial)
@@ -97,7 +99,7 @@ def test_plpgsql_check_finds_nothing(cluster: Cluster, fresh: Callable[[str], st
     if available.strip() == "0":
         pytest.skip("plpgsql_check is not installed for this PostgreSQL version "
                     "(only Debian's PostgreSQL 15 has it)")
-    install_bundle(cluster, name)
+    install.core(cluster, name)
     out = cluster.psql(name, "-At", "-c", "create extension plpgsql_check", "-c", r"""
         select p.oid::regprocedure || ': ' || c.level || ': ' || c.message
           from pg_proc p

@@ -15,6 +15,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
+import types
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,9 +27,11 @@ import pytest
 
 from pgfence.connection import connect
 from pgfence.releases import Files
+from testkit import install
 from testkit.cluster import Cluster
-from tests.support import HUNG, ROOT, SQITCH_ENV, bundle, install_bundle
-from tests.support import sqitch as sqitch_ok
+from testkit.install import SQITCH_ENV
+from testkit.install import sqitch as sqitch_ok
+from tests.support import HUNG, ROOT, bundle
 from tests.test_install import schema_dump
 
 HEAD = Files().newest()
@@ -178,7 +182,7 @@ def test_a_database_upgraded_outside_sqitch_is_refused_by_sqitch_deploy(make: An
 
 def test_a_one_file_database_refuses_sqitch_deploy_and_keeps_working(make: Any) -> None:
     db = make()
-    install_bundle(db.cluster, db.name)
+    install.core(db.cluster, db.name)
     before = db.dump()
     out = sqitch("deploy", db.sqitch)
     assert out.returncode != 0 and 'schema "pgfence" already exists' in out.stdout + out.stderr
@@ -208,7 +212,7 @@ def test_sqitch_adopts_a_one_file_database_at_each_release(make: Any, release: s
     assert adopted.returncode == 0, adopted.stdout[-2000:] + adopted.stderr[-2000:]
     sqitch_ok("verify", db.sqitch)
     sqitch_ok("deploy", db.sqitch)                                   # up to the head
-    install_bundle(fresh.cluster, fresh.name)
+    install.core(fresh.cluster, fresh.name)
     assert db.dump() == fresh.dump()
     renews(db)
 
@@ -217,7 +221,7 @@ def test_negative_control_a_verify_that_pins_a_release_fails_adoption(make: Any,
                                                                     tmp_path: Path) -> None:
     """The verify script as it was (version() = '0.1.0' exactly) fails --log-only at the head."""
     db = make()
-    install_bundle(db.cluster, db.name)
+    install.core(db.cluster, db.name)
     project = tmp_path / "project"         # a copy: the repository's scripts stay as they are
     project.mkdir()
     for name in ("sqitch.conf", "sqitch.plan"):
@@ -249,3 +253,77 @@ def test_the_first_change_after_every_tag_refuses_a_database_another_path_moved(
                 f"@v{release}, must refuse a database that does not hold {release}")
             found += 1
     assert found, "no change after a tag"
+
+
+# --- issue 43 item 8 e: a layer's section ends with its release's change ------------------------
+
+EXTRA = """-- Deploy pgfence_pgmq:extra
+begin;
+create function pgfence_pgmq.extra() returns int language sql as 'select 1';
+commit;
+"""
+
+
+def with_a_change_after_the_release(tmp_path: Path) -> Path:
+    """A copy of layers/pgmq whose plan has a change after its release's change (added with
+    `sqitch add`, its line left after release_X instead of moved above it), and the layer's
+    fingerprints: what scripts/bundle reads of a layer."""
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "layers/pgmq", root / "layers/pgmq")
+    (root / "sql/releases").mkdir(parents=True)
+    shutil.copy2(ROOT / "sql/releases/fingerprints-pgmq", root / "sql/releases")
+    (root / "layers/pgmq/deploy/extra.sql").write_text(EXTRA)
+    plan = root / "layers/pgmq/sqitch.plan"
+    last = plan.read_text().rstrip("\n").splitlines()[-1]
+    assert last.startswith("release_"), last
+    plan.write_text(plan.read_text() + "extra 2026-12-07T00:00:00Z pgfence <pgfence@localhost> "
+                                       "# a change after the release's\n")
+    return root
+
+
+def layer_files_of(rules: Any, root: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """scripts/bundle's files of the pgmq layer under ``root``."""
+    monkeypatch.setattr(rules, "ROOT", root)
+    monkeypatch.setattr(rules, "SQL", root / "sql")
+    head = rules.version_of(rules.read_plan(), len(rules.read_plan()))
+    return rules.layer_files("pgmq", head)
+
+
+def test_a_layer_section_that_does_not_end_with_its_release_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/bundle refuses a layer plan whose section ends with anything but its release's
+    change (pgfence.seal, which runs the lockdown last): a change after it would ship, in the
+    layer's install and upgrade, with whatever default privileges grant."""
+    rules = bundle()
+    with pytest.raises(rules.PlanError, match=r"layers/pgmq: the plan section ending at extra "
+                                              r"must end with its release's change"):
+        layer_files_of(rules, with_a_change_after_the_release(tmp_path), monkeypatch)
+
+
+def test_negative_control_a_rule_without_the_end_lets_the_layer_out_unlocked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: Cluster, template: str) -> None:
+    """scripts/bundle as the catalogued mutant `bundle-layer-seal-anywhere` (the section only
+    has to hold its release's change): the same plan passes, and its layer install, run after
+    pgfence and pgmq, leaves the change's function to PUBLIC."""
+    mutants = tomllib.loads((ROOT / "tests/mutation/mutants.toml").read_text())["mutant"]
+    [m] = [m for m in mutants if m["id"] == "bundle-layer-seal-anywhere"]
+    source = (ROOT / "scripts/bundle").read_text()
+    assert source.count(m["text"]) == 1
+    variant = types.ModuleType("pgfence_bundle_variant")
+    variant.__dict__["__file__"] = str(ROOT / "scripts/bundle")
+    monkeypatch.setitem(sys.modules, variant.__name__, variant)  # its dataclasses look it up
+    exec(compile(source.replace(m["text"], m["replacement"]), "scripts/bundle", "exec"),
+         variant.__dict__)
+    files = layer_files_of(variant, with_a_change_after_the_release(tmp_path), monkeypatch)
+    install = files[tmp_path / "repo/sql/pgfence-pgmq.sql"]
+    name = f"p_{uuid.uuid4().hex[:10]}"
+    cluster.create_database(name, template)
+    try:
+        cluster.psql(name, "-c", "create extension pgmq")
+        (tmp_path / "layer.sql").write_text(install)
+        cluster.psql(name, "--single-transaction", "-f", tmp_path / "layer.sql")
+        public = cluster.psql(name, "-At", "-c", "select has_function_privilege('public', "
+                              "'pgfence_pgmq.extra()', 'execute')")
+        assert public.strip() == "t"
+    finally:
+        cluster.drop_database(name)

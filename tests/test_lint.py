@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit import install, layers
 from tests.support import ROOT
 
 BIN = Path(sys.executable).parent
@@ -88,18 +89,11 @@ def test_pgspot_finds_nothing_in_the_bundle() -> None:
     assert out.returncode == 0 and "Errors: 0 Warnings: 0 Unknown: 0" in report, report
 
 
-def test_pgspot_finds_nothing_in_the_pgmq_layer() -> None:
-    # Read after pgfence itself (-a), which it is installed onto; pgmq's own SQL is pgmq's.
-    out = pgspot(ROOT / "sql/pgfence.sql", ROOT / "sql/pgfence-pgmq.sql", append=True)
-    report = out.stdout + out.stderr
-    assert out.returncode == 0 and "TOTAL: Errors: 0 Warnings: 0 Unknown: 0" in report, report
-
-
-def test_pgspot_finds_nothing_in_the_pgflow_layer() -> None:
-    # Read after pgfence and its pgmq layer (-a), which it is installed onto; pgflow's own SQL
-    # is pgflow's.
-    out = pgspot(ROOT / "sql/pgfence.sql", ROOT / "sql/pgfence-pgmq.sql",
-                 ROOT / "sql/pgfence-pgflow.sql", append=True)
+@pytest.mark.parametrize("layer", layers.names())
+def test_pgspot_finds_nothing_in_a_layer(layer: str) -> None:
+    # Read after pgfence and the layers it needs (-a), which it is installed onto; the third
+    # party's own SQL (pgmq's, pgflow's) is theirs.
+    out = pgspot(*install.files([layer]), append=True)
     report = out.stdout + out.stderr
     assert out.returncode == 0 and "TOTAL: Errors: 0 Warnings: 0 Unknown: 0" in report, report
 
@@ -111,15 +105,15 @@ UPGRADES = sorted((ROOT / "sql/upgrades").glob("*.sql"))
 def test_pgspot_finds_nothing_in_an_upgrade_over_its_release(upgrade: Path) -> None:
     # Read after the release it upgrades (-a): its `create or replace` then replaces pgfence's
     # own functions in pgfence's own schema, which is safe, and not someone else's. A layer's
-    # upgrade (pgfence-LAYER--A--B.sql) is read after pgfence B and the layers of release A
-    # it is installed onto (the pgflow layer after the pgmq layer).
+    # upgrade (pgfence-LAYER--A--B.sql) is read after pgfence B and, of release A, the layer
+    # and those it needs, which it is installed onto.
     name, old, new = upgrade.name.removesuffix(".sql").split("--")
     before = [ROOT / f"sql/releases/pgfence--{old}.sql"]
     if name != "pgfence":
-        layers = ["pgfence-pgmq"] + (["pgfence-pgflow"] if name == "pgfence-pgflow" else [])
         core = ROOT / f"sql/releases/pgfence--{new}.sql"  # the head's, before B is tagged:
         before = [core if core.is_file() else ROOT / "sql/pgfence.sql",
-                  *(ROOT / f"sql/releases/{layer}--{old}.sql" for layer in layers)]
+                  *(ROOT / f"sql/releases/pgfence-{layer.name}--{old}.sql"
+                    for layer in layers.with_needs([name.removeprefix("pgfence-")]))]
     out = pgspot(*before, upgrade, append=True)
     report = out.stdout + out.stderr
     assert out.returncode == 0 and "TOTAL: Errors: 0 Warnings: 0 Unknown: 0" in report, report

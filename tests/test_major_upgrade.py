@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from pgfence.connection import connect
+from testkit import install
 from testkit.cluster import USER, Cluster
-from tests.support import HUNG, ROOT, install_bundle
+from tests.support import HUNG, ROOT
 from tests.test_backup import State, check_copy, doc_block, failing, health, make_state
 from tests.test_upgrade import Databases
 
@@ -77,7 +78,7 @@ def source() -> Iterator[Source]:
         dbs = Databases(cluster)
         name, core = dbs.fresh("live"), dbs.fresh("core")
         state = make_state(dbs, name)
-        install_bundle(cluster, core)
+        install.core(cluster, core)
         assert failing(health(dbs, name)) == {}
         # As released, pg_upgrade refuses both databases (docs/operations.md).
         cluster.stop()

@@ -15,12 +15,6 @@ import psycopg
 from testkit.harness import Database, Lease, Session, sqlstate
 from tests.support import acquired
 
-ACQUIRE = "pgfence.acquire(text, text, interval, uuid)"
-FENCE = "pgfence.fence(uuid)"
-# The lease-current check (lock and judgement) of fence and claim, and the judgement itself.
-HOLD = "pgfence.hold_current(uuid)"
-IS_CURRENT = "pgfence.is_current(text, timestamptz)"
-
 
 def protected_table(db: Database, resource: str = "r") -> None:
     db.sql("create table audit (generation bigint, written_by text)")
@@ -55,7 +49,7 @@ def test_racing_acquirers_one_winner(db: Database) -> None:
 
 def test_negative_control_acquire_without_locks_lets_two_win(db: Database) -> None:
     # Broken: no lock on the resource row, and the unique index behind it gone.
-    db.replace_in_function(ACQUIRE, "       for no key update skip locked;", ";")
+    db.install_mutant("acquire-no-lock")
     db.sql("drop index pgfence.leases_one_active")
     assert len(racing_acquirers(db)) > 1
 
@@ -99,11 +93,7 @@ def test_takeover_judged_after_its_lock_wait_leaves_a_renewed_lease(db: Database
 
 def test_negative_control_takeover_judged_before_its_lock_wait(db: Database) -> None:
     # The re-check after the lock wait left out: the takeover trusts its look before the wait.
-    recheck = """    if pgfence.is_current(v_current.state, v_current.expires_at) then
-      return null;
-    end if;
-"""
-    db.replace_in_function(ACQUIRE, recheck, "")
+    db.install_mutant("acquire-no-recheck-after-wait")
     successor, state = takeover_racing_a_renewal(db)
     assert successor is not None and state == "superseded", "a renewed lease was taken over"
 
@@ -153,7 +143,7 @@ def test_takeover_waits_for_open_fenced_transaction(db: Database) -> None:
 
 
 def test_negative_control_fence_without_row_lock(db: Database) -> None:
-    db.replace_in_function(HOLD, "     for key share;", ";")
+    db.install_mutant("hold-current-no-lock")
     t = takeover_during_fenced_transaction(db)
     assert not t.blocked, "without the lock the successor is granted while A's transaction is open"
 
@@ -177,11 +167,10 @@ def test_renewal_does_not_wait_for_fenced_transaction(db: Database) -> None:
 
 
 def test_negative_control_fence_with_exclusive_lock_blocks_renewal(db: Database) -> None:
-    db.replace_in_function(HOLD, "for key share", "for update")
+    db.install_mutant("hold-current-for-update")
     assert renewal_during_fenced_transaction(db) is True
 
 
-RENEW = "pgfence.renew(uuid, interval)"
 
 
 def drain_draining(s: Session, lease: Lease) -> None:
@@ -229,7 +218,7 @@ def test_renewal_that_waited_across_expiry_is_refused(db: Database) -> None:
 
 
 def test_negative_control_renewal_judged_before_its_lock_wait(db: Database) -> None:
-    db.replace_in_function(RENEW, "elsif v_replaced <= v_updated_at then", "elsif false then")
+    db.install_mutant("renew-expiry-unchecked-after-wait")
     assert renewal_waiting_across_expiry(db) == (None, True), "the expired lease came back"
 
 
@@ -303,8 +292,7 @@ def test_resumed_owner_is_refused_everything(db: Database) -> None:
 
 
 def test_negative_control_fence_ignoring_lease_state(db: Database) -> None:
-    db.replace_in_function(
-        HOLD, "not found or not pgfence.is_current(v_lease.state, v_lease.expires_at)", "false")
+    db.install_mutant("hold-current-ignores-state")
     r = resumed_owner(db)
     assert r.fence is None and r.fenced_write is None, "the stale owner got through"
     assert not r.successor_intact
@@ -336,7 +324,7 @@ def test_expiry_judged_on_clock_timestamp(db: Database) -> None:
 
 
 def test_negative_control_expiry_judged_on_now(db: Database) -> None:
-    db.replace_in_function(IS_CURRENT, "pg_catalog.clock_timestamp()", "pg_catalog.now()")
+    db.install_mutant("is-current-now")
     assert fence_after_expiry_in_old_transaction(db) is None
 
 
@@ -367,10 +355,7 @@ def test_generations_strictly_increase_across_reregistration(db: Database) -> No
 
 
 def test_negative_control_per_resource_counter_repeats(db: Database) -> None:
-    db.replace_in_function(
-        ACQUIRE, "nextval('pgfence.generation')",
-        "(select coalesce(max(x.generation), 0) + 1 from pgfence.leases x "
-        "where x.resource = acquire.resource)")
+    db.install_mutant("generation-per-resource")
     seen = generations_across_reregistration(db)
     assert seen != sorted(set(seen)), seen
 
@@ -450,9 +435,5 @@ def test_replayed_marker_is_refused(db: Database) -> None:
 
 
 def test_negative_control_marker_of_resource_names(db: Database) -> None:
-    db.replace_in_function("pgfence.mark_fenced(text,bytea)",
-                           "pgfence.fence_token(mark_fenced.resource, mark_fenced.key)",
-                           "mark_fenced.resource")
-    db.replace_in_function("pgfence.guard()",
-                           "pgfence.fence_token(tg_argv[i], v_key)", "tg_argv[i]")
+    db.install_mutant("fence-token-replayable")
     assert replayed_marker(db) is None

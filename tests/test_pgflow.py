@@ -1,5 +1,5 @@
 """The pgflow layer against the real pgflow (npm @pgflow/core 0.8.1, its migrations applied by
-tests/support.install_pgflow, and 0.14.1, tests/pgflow14.py: every test on both, the fixture
+testkit.install, and 0.14.1, tests/pgflow14.py: every test on both, the fixture
 pgflow_version of tests/conftest.py) on the real pgmq, directly and through PgBouncer in transaction
 mode: pgflow's worker protocol under a lease, each scenario with a negative control that breaks
 the mechanism it rests on (or uses pgflow's own, unfenced protocol) and sees the scenario fail.
@@ -12,34 +12,15 @@ observed with pg_blocking_pids(), never waited out.
 
 from __future__ import annotations
 
-import subprocess
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from testkit.cluster import Cluster
-from testkit.harness import Database, Lease, Session, sqlstate
-from tests.support import (
-    ROOT,
-    acquired,
-    install_bundle,
-    install_pgflow,
-    install_pgflow_layer,
-    install_pgmq,
-    install_pgmq_layer,
-)
-from tests.test_install import schema_dump
+from testkit.harness import Database, Lease, Session, Step, sqlstate
+from tests.support import acquired
 
 START = "pgfence_pgflow.start_tasks(uuid,text,text,interval,integer)"
-FINISH = "pgfence_pgflow.finish(uuid,text,jsonb,text)"
-PROTECT = "pgfence.protect(regclass,text[],text,boolean)"
-# The unfenced variant of start_tasks's read: pgmq's own read, no lease, no mark.
-UNFENCED_READ = ("(select m.msg_id, gen_random_uuid() as attempt_id "
-                 "from pgmq.read(start_tasks.queue, 30, start_tasks.qty) m) r")
-FENCED_READ = ("pgfence_pgmq.read(start_tasks.lease_id, start_tasks.queue, start_tasks.vt, "
-               "start_tasks.qty) r")
 
 
 def two_steps(db: Database, resources: tuple[str, ...] = ("fn",),
@@ -119,7 +100,7 @@ def test_a_stale_worker_starts_nothing(any_flow: Database) -> None:
 
 
 def test_negative_control_a_start_without_the_fenced_read(flow: Database) -> None:
-    flow.replace_in_function(START, FENCED_READ, UNFENCED_READ)
+    flow.install_mutant("pgflow-start-unfenced-read")
     two_steps(flow)
     a, b = flow.session("a"), flow.session("b")
     la = acquired(a.acquire("fn"))
@@ -162,8 +143,7 @@ def test_a_task_taken_over_keeps_only_the_new_attempts_result(any_flow: Database
 
 
 def test_negative_control_without_the_takeover_the_task_is_stuck(flow: Database) -> None:
-    flow.replace_in_function(START, "set status = 'queued', started_at = null",
-                             "set status = st.status")
+    flow.install_mutant("pgflow-no-takeover")
     two_steps(flow)
     a, b = flow.session("a"), flow.session("b")
     la = acquired(a.acquire("fn"))
@@ -176,9 +156,7 @@ def test_negative_control_without_the_takeover_the_task_is_stuck(flow: Database)
 
 def test_negative_control_judged_without_attempts_count_the_stale_result_lands(
         flow: Database) -> None:
-    flow.replace_in_function(
-        FINISH, "st.status = 'started' and st.attempts_count = v_attempt.attempts_count",
-        "st.status = 'started'")
+    flow.install_mutant("pgflow-finish-ignores-attempts-count")
     two_steps(flow)
     a, b = flow.session("a"), flow.session("b")
     la = acquired(a.acquire("fn"))
@@ -240,11 +218,7 @@ def test_a_late_result_nobody_overtook_is_kept(any_flow: Database, mode: str) ->
 
 
 def test_negative_control_a_late_result_judged_by_its_lease(flow: Database) -> None:
-    flow.replace_in_function(FINISH, "  if v_attempt.outcome is not null and not "
-                                     "coalesce(v_superseded, false) then",
-                             "  perform pgfence.hold_current(v_attempt.lease_id);\n"
-                             "  if v_attempt.outcome is not null and not coalesce(v_superseded, "
-                             "false) then")
+    flow.install_mutant("pgflow-finish-needs-live-lease")
     two_steps(flow)
     a, b = flow.session("a"), flow.session("b")
     la = acquired(a.acquire("fn"))
@@ -255,8 +229,7 @@ def test_negative_control_a_late_result_judged_by_its_lease(flow: Database) -> N
 
 
 def test_negative_control_a_late_result_without_its_marker_is_refused(flow: Database) -> None:
-    flow.replace_in_function(FINISH, "v_was := pgfence.mark_lease(v_attempt.lease_id);",
-                             "v_was := '';")
+    flow.install_mutant("pgflow-finish-unmarked")
     two_steps(flow)
     protect(flow, "enforce")
     a = flow.session("a")
@@ -371,9 +344,7 @@ def test_a_late_result_and_a_takeover_never_deadlock(flow: Database) -> None:
 
 
 def test_negative_control_task_before_message_deadlocks(flow: Database) -> None:
-    flow.replace_in_function(FINISH, "execute format('select from pgmq.%I m where m.msg_id = $1 "
-                             "for update',", "execute format('select from pgmq.%I m where "
-                             "m.msg_id = $1',")
+    flow.install_mutant("pgflow-finish-message-unlocked")
     run_id = two_steps(flow)
     a, b, c = flow.session("a"), flow.session("b"), flow.session("c")
     la = acquired(a.acquire("fn"))
@@ -387,6 +358,52 @@ def test_negative_control_task_before_message_deadlocks(flow: Database) -> None:
     poll = b.start("select count(*) from pgfence_pgflow.start_tasks(%s, 'two', 'two', "
                    "'30 seconds', 5)", (lb.lease_id,))
     assert poll.settle() is True and poll.blocked_by == [a.pid], "B read it, waits for A's task"
+    c.commit()
+    outcomes = [sqlstate(late.result), sqlstate(poll.result)]
+    assert "40P01" in outcomes, f"no deadlock: {outcomes}"
+
+
+# The task row itself, held by a third session (issue 43 item 8 a): the late result has the run
+# and the message when it reaches the task, so a takeover's read skips the message.
+HOLD_TASK = ("select from pgflow.step_tasks where run_id = %s and step_slug = 'first' "
+             "for update")
+
+
+def late_result_behind_a_held_task(flow: Database) -> tuple[Step, Step, Session]:
+    """C holds A's task row; A's late completion waits for it; B, which took over, polls the
+    flow's queue. The completion's step and the poll's step, and C."""
+    run_id = two_steps(flow)
+    a, b, c = flow.session("a"), flow.session("b"), flow.session("c")
+    la = acquired(a.acquire("fn"))
+    [(attempt, _, _)] = start(a, la)
+    paused_past_everything(flow, la, "first")
+    c.begin()
+    c.run(HOLD_TASK, (run_id,))
+    late = a.start("select pgfence_pgflow.complete_task(%s, '{\"late\": true}')", (attempt,))
+    assert late.settle() is True and late.blocked_by == [c.pid]
+    lb = acquired(b.acquire("fn"))
+    poll = b.start("select count(*) from pgfence_pgflow.start_tasks(%s, 'two', 'two', "
+                   "'30 seconds', 5)", (lb.lease_id,))
+    return late, poll, c
+
+
+def test_a_late_result_and_a_takeover_never_deadlock_behind_a_held_task(flow: Database) -> None:
+    """The order of finish is the run, then the message, then the task: A holds the message
+    while it waits for the task, B's read skips it, and A's result is kept."""
+    late, poll, c = late_result_behind_a_held_task(flow)
+    assert poll.settle() is False and poll.one() == 0, "B skipped the message A holds"
+    c.commit()
+    assert late.one() == "accepted"
+    assert task(flow, "first") == ("completed", 1, {"late": True})
+
+
+def test_negative_control_the_task_locked_before_the_message_deadlocks(flow: Database) -> None:
+    """finish with the message's lock moved after the task's: B reads the message A has not
+    locked yet and waits for the task; once C lets go, A takes the task and waits for the
+    message: one of the two is a deadlock victim (40P01)."""
+    flow.install_mutant("pgflow-finish-task-before-message")
+    late, poll, c = late_result_behind_a_held_task(flow)
+    assert poll.settle() is True, "B read the message and waits for the task"
     c.commit()
     outcomes = [sqlstate(late.result), sqlstate(poll.result)]
     assert "40P01" in outcomes, f"no deadlock: {outcomes}"
@@ -428,7 +445,7 @@ def test_an_unconverted_worker_is_seen_then_refused(any_flow: Database) -> None:
 
 
 def test_negative_control_step_tasks_guarded_against_producers(flow: Database) -> None:
-    flow.replace_in_function(PROTECT, "if protect.consumers_only then", "if false then")
+    flow.install_mutant("protect-consumers-only-ignored")
     two_steps(flow)
     protect(flow, "enforce")
     assert sqlstate(lambda: flow.session("producer").run(
@@ -457,9 +474,7 @@ def test_the_update_window_drains_and_restores_exactly(any_flow: Database) -> No
 
 def test_negative_control_a_draining_worker_judged_live_starts_during_the_window(
         flow: Database) -> None:
-    flow.replace_in_function("pgfence.hold_current(uuid)",
-                             "not pgfence.is_current(v_lease.state, v_lease.expires_at)",
-                             "not pgfence.is_live(v_lease.state, v_lease.expires_at)")
+    flow.install_mutant("hold-current-live")
     two_steps(flow)
     w = flow.session("w")
     lease = acquired(w.acquire("fn"))
@@ -483,6 +498,43 @@ def test_bad_flows_and_queues_are_refused(flow: Database, flow_slug: str | None,
         == "22023"
     assert sqlstate(lambda: s.run("select pgfence_pgflow.complete_task(%s, '{}')",
                                   (uuid.uuid4(),))) == "22023"
+
+
+# -- a start taken over is pruned with its lease (issue 40) -----------------------------------
+
+def taken_over_start(db: Database) -> tuple[Session, uuid.UUID, uuid.UUID]:
+    """A start under `old`, whose worker died; the task stalled and taken over under a new
+    lease; the first start, its read and the old lease (superseded), two days old. Returns the
+    session, the live start, and the old lease's id."""
+    two_steps(db)
+    w = db.session("w")
+    old = acquired(w.acquire("fn", owner="old"))
+    start(w, old, qty=1)
+    db.expire(old)
+    db.sql("select pgfence_test.stall_task('two', %s)", (msg_of(db, "first"),))
+    [(fresh, step, _)] = start(w, acquired(w.acquire("fn", owner="new")), qty=1)
+    assert step == "first", "the stalled task taken over"
+    for table, column in (("pgfence_pgflow.attempts", "started_at"),
+                          ("pgfence_pgmq.attempts", "read_at"), ("pgfence.leases", "ended_at")):
+        db.sql(f"update {table} set {column} = {column} - interval '2 days' "
+               "where lease_id = %s", (old.lease_id,))
+    return w, fresh, old.lease_id
+
+
+def test_a_taken_over_start_is_pruned_with_its_lease(flow: Database) -> None:
+    w, fresh, old = taken_over_start(flow)
+    pruned = dict(flow.sql("select * from pgfence.prune('1 day')"))
+    assert (pruned["pgfence_pgflow.attempts"], pruned["pgfence_pgmq.attempts"],
+            pruned["leases"]) == (1, 1, 1)
+    assert flow.one("select count(*) from pgfence.leases where lease_id = %s", (old,)) == 0
+    assert complete(w, fresh, "{}") == "accepted"
+
+
+def test_negative_control_a_taken_over_start_pins_its_lease_for_ever(flow: Database) -> None:
+    flow.install_mutant("pgflow-leases-any-open")
+    _, _, old = taken_over_start(flow)
+    assert dict(flow.sql("select * from pgfence.prune('1 day')"))["leases"] == 0
+    assert flow.one("select count(*) from pgfence.leases where lease_id = %s", (old,)) == 1
 
 
 SEARCH_PATH = ["search_path=pg_catalog, pg_temp"]
@@ -543,51 +595,6 @@ def test_the_worker_row_never_shows_the_lease_id(flow: Database) -> None:
         == worker
 
 
-@pytest.mark.parametrize("missing", ["pgflow", "the pgmq layer"])
-def test_the_layer_refuses_without_what_it_needs(cluster: Cluster, missing: str) -> None:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    cluster.create_database(name)
-    try:
-        install_pgmq(cluster, name)
-        if missing != "pgflow":
-            install_pgflow(cluster, name)
-        install_bundle(cluster, name)
-        if missing != "the pgmq layer":
-            install_pgmq_layer(cluster, name)
-        with pytest.raises(Exception, match=f"needs {missing}"):
-            install_pgflow_layer(cluster, name)
-        assert cluster.psql(name, "-At", "-c", "select to_regnamespace('pgfence_pgflow') is null"
-                            ).strip() == "t"
-    finally:
-        cluster.drop_database(name)
-
-
-def test_sqitch_and_the_bundle_install_the_same_layer(
-        cluster: Cluster, sqitch_template: Callable[[str], str]) -> None:
-    by_sqitch, by_bundle = (f"t_{uuid.uuid4().hex[:12]}" for _ in range(2))
-    try:
-        # by_sqitch: what `sqitch deploy` of the core made (a clone), then pgmq and pgflow
-        for name, template in ((by_sqitch, sqitch_template("")), (by_bundle, None)):
-            cluster.create_database(name, template)
-            install_pgflow(cluster, name)
-        for top in (ROOT / "layers/pgmq", ROOT / "layers/pgflow"):
-            subprocess.run(["sqitch", "deploy", f"db:pg:{by_sqitch}"], cwd=top, check=True,
-                           capture_output=True)
-        install_bundle(cluster, by_bundle)
-        install_pgmq_layer(cluster, by_bundle)
-        install_pgflow_layer(cluster, by_bundle)
-        assert schema_dump(by_sqitch) == schema_dump(by_bundle)
-        assert "pgfence_pgflow.start_tasks" in schema_dump(by_bundle)
-        for step in (["verify"], ["revert", "-y"]):
-            subprocess.run(["sqitch", *step, f"db:pg:{by_sqitch}"], cwd=ROOT / "layers/pgflow",
-                           check=True, capture_output=True)
-        gone = "select to_regnamespace('pgfence_pgflow') is null"
-        assert cluster.psql(by_sqitch, "-At", "-c", gone).strip() == "t"
-    finally:
-        cluster.drop_database(by_sqitch)
-        cluster.drop_database(by_bundle)
-
-
 # -- the task's input, the same on every pgflow --------------------------------------------------
 
 def inputs_of_a_run(db: Database) -> list[tuple[str, Any]]:
@@ -615,5 +622,5 @@ def test_a_tasks_input_has_the_run_input_and_its_dependencies_outputs(
 def test_negative_control_pgflow_014s_input_as_it_is(flow: Database, pgflow_version: str) -> None:
     if pgflow_version != "0.14.1":
         pytest.skip("pgflow 0.8.1's own input already has the run input: nothing to break")
-    flow.replace_in_function(START, "case when v_flow_input and", "case when false and")
+    flow.install_mutant("pgflow-start-014-input-without-run")
     assert inputs_of_a_run(flow) == [("first", {}), ("second", {"first": {"x": 1}})]

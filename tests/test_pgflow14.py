@@ -9,7 +9,6 @@ are tested on 0.8.1 and 0.14.1 alike in tests/test_pgflow*.py (the fixture pgflo
 
 from __future__ import annotations
 
-import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -18,18 +17,11 @@ from typing import Any
 
 import pytest
 
+from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database, sqlstate
 from tests.pgflow14 import CRON_DATABASE, install_pgflow14
-from tests.support import (
-    ROOT,
-    SQITCH_ENV,
-    acquired,
-    install_bundle,
-    install_pgflow_layer,
-    install_pgmq_layer,
-    install_test_helpers,
-)
+from tests.support import acquired
 from tests.test_pgflow import complete, run_status, two_steps
 from tests.test_pgflow_runs import shift_message, start
 
@@ -108,8 +100,8 @@ def fenced14(flow14: Database, cluster14: Cluster) -> Database:
     """flow14 with pgfence, its pgmq and pgflow layers and the test helpers installed after
     pgflow 0.14.1, the cron jobs pointed at the layer (pgfence_pgflow.setup_cron), and paused:
     the tests run the jobs' commands themselves."""
-    for install in (install_bundle, install_pgmq_layer, install_pgflow_layer, install_test_helpers):
-        install(cluster14, CRON_DATABASE)
+    install.install(cluster14, CRON_DATABASE, ["pgflow"], with_prerequisites=False,
+                    with_helpers=True)
     assert [o for _, o, _ in flow14.sql("select * from pgfence_pgflow.setup_cron()")] == \
         ["pointed", "pointed"]
     flow14.sql("update cron.job set active = false")
@@ -339,9 +331,7 @@ def test_a_window_over_converted_and_unconverted_functions_restores_exactly(
 def test_negative_control_a_window_that_saves_the_paused_value_never_restores(
         fenced14: Database) -> None:
     db = fenced14
-    db.replace_in_function("pgfence_pgflow.window_prepare(uuid,text[])",
-                           "select window_prepare.token, wf.function_name, wf.enabled",
-                           "select window_prepare.token, wf.function_name, false")
+    db.install_mutant("pgflow-window-saves-paused")
     mixture(db)
     token = prepare(db, list(FUNCTIONS))
     db.sql("select pgfence.finish_update(%s)", (token,))
@@ -363,9 +353,7 @@ def test_an_operators_decision_inside_the_window_is_left_by_finish(fenced14: Dat
 def test_negative_control_a_finish_blind_to_the_operator_undoes_the_decision(
         fenced14: Database) -> None:
     db = fenced14
-    db.replace_in_function("pgfence_pgflow.follow_resource()",
-                           "update pgfence_pgflow.windows w set changed = true",
-                           "update pgfence_pgflow.windows w set changed = false")
+    db.install_mutant("pgflow-window-blind-to-operator")
     mixture(db)
     token = prepare(db, list(FUNCTIONS))
     db.sql("update pgflow.worker_functions set enabled = false where function_name = 'plain-on'")
@@ -402,10 +390,7 @@ def test_a_silent_unconverted_worker_holding_a_task_is_unknown_then_drained(
 
 def test_negative_control_a_status_blind_to_silence_says_draining(fenced14: Database) -> None:
     db = fenced14
-    db.replace_in_function("pgfence_pgflow.window_status(uuid,text[])",
-                           "coalesce(sum(x.started) filter (where not x.live), 0)::bigint "
-                           "as silent",
-                           "0::bigint as silent")
+    db.install_mutant("pgflow-window-silence-blind")
     mixture(db)
     worker = unconverted_start(db)
     token = prepare(db, ["plain-on"])
@@ -442,10 +427,7 @@ def jobs(db: Database) -> dict[str, tuple[str, str, bool]]:
 
 def sqitch14(cluster: Cluster, *args: str, layer: str = "") -> subprocess.CompletedProcess[str]:
     """Sqitch on the pg_cron cluster's database (the repository's plan, or a layer's)."""
-    return subprocess.run(["sqitch", *args, f"db:pg:{CRON_DATABASE}"],
-                          cwd=ROOT / "layers" / layer if layer else ROOT, check=True,
-                          capture_output=True, text=True,
-                          env={**cluster.env(os.environ), **SQITCH_ENV})
+    return install.sqitch(*args, f"db:pg:{CRON_DATABASE}", layer=layer, env=cluster.env())
 
 
 def deployed_by_sqitch(db: Database, cluster: Cluster, pgflow_layer_to: str = "") -> None:
@@ -615,6 +597,5 @@ def test_a_name_that_is_no_url_segment_is_never_pinged(fenced14: Database) -> No
 
 
 def test_negative_control_an_unescaped_name_steers_the_ping(fenced14: Database) -> None:
-    fenced14.replace_in_function("pgfence_pgflow.ensure_workers()",
-                                 "and wf.function_name ~ c_segment", "")
+    fenced14.install_mutant("pgflow-ping-unescaped")
     assert STEERING in names_pinged(fenced14), "the ping, with its secret, went elsewhere"

@@ -17,21 +17,7 @@ import uuid
 
 from testkit.harness import Database, Lease, Session, sqlstate
 from tests.support import acquired
-from tests.test_pgflow import FINISH, START, complete, fail, run_status, two_steps
-
-VISIBILITY = ("perform pgmq.set_vt(start_tasks.queue, t.msg_id, "
-              "coalesce(s.opt_timeout, f.opt_timeout) + 2)")
-READ_VT_ONLY = ("perform pgmq.set_vt(start_tasks.queue, t.msg_id, "
-                "extract(epoch from start_tasks.vt)::int)")
-BOUNDED = ("     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts)\n"
-           "     and pgfence_pgflow.stalled(")
-# The takeover's rule that a task has stalled (pgfence_pgflow.stalled: its step's timeout + 2 s,
-# or its lease ended and its timeout passed), in the takeover and in the final failure.
-STALLED = ("     and pgfence_pgflow.stalled(st.started_at, coalesce(s.opt_timeout, f.opt_timeout), "
-           "true,\n                                pgfence_pgflow.start_lease_live(st.run_id, "
-           "st.step_slug, st.task_index,\n"
-           "                                                                st.attempts_count))")
-RUN_LOCK = "perform from pgflow.runs r where r.run_id = v_attempt.run_id for update;"
+from tests.test_pgflow import complete, fail, run_status, two_steps
 
 
 def start(s: Session, lease: Lease, vt: str = "2 seconds", qty: int = 5,
@@ -98,8 +84,7 @@ def test_negative_control_with_the_reads_vt_only_a_live_task_is_taken_over(
         flow: Database) -> None:
     # Both rules that keep a live task its attempt's: the visibility the start gives its
     # message, and the takeover's test that it has stalled (each alone keeps it here).
-    flow.replace_in_function(START, VISIBILITY, READ_VT_ONLY)
-    flow.replace_in_function(START, STALLED, "")
+    flow.install_mutant("pgflow-start-read-vt-only", "pgflow-takeover-not-stalled")
     run_id, la, lb, a, b = two_functions(flow)
     [(attempt, _)] = start(a, la)
     shift_message(flow, "two", 3)
@@ -128,7 +113,7 @@ def test_a_live_task_whose_message_came_back_early_is_not_taken_over(any_flow: D
 
 
 def test_negative_control_a_takeover_of_any_task_whose_message_came_back(flow: Database) -> None:
-    flow.replace_in_function(START, STALLED + ";", "     and true;")
+    flow.install_mutant("pgflow-takeover-not-stalled")
     attempt, a, b, _, lb = early(flow)
     assert [s for _, s in start(b, lb)] == ["first"], "fn2 took the live task over"
     assert complete(a, attempt, '{"by": "a"}') == "stale"
@@ -171,7 +156,7 @@ def test_takeovers_count_against_max_attempts_to_the_final_failure(any_flow: Dat
 
 
 def test_negative_control_unbounded_takeovers_start_a_third_attempt(flow: Database) -> None:
-    flow.replace_in_function(START, BOUNDED, "     and pgfence_pgflow.stalled(")
+    flow.install_mutant("pgflow-takeover-unbounded")
     run_id, _, started = stall_three_times(flow)
     assert [s for _, s in started] == ["first"]
     assert tasks(flow, run_id) == [("first", "started", 3)], "past max_attempts"
@@ -223,7 +208,7 @@ def test_two_results_of_one_run_one_failing_it_both_get_verdicts(flow: Database)
 
 
 def test_negative_control_results_without_the_run_lock_deadlock(flow: Database) -> None:
-    flow.replace_in_function(FINISH, RUN_LOCK, "perform 1;")
+    flow.install_mutant("pgflow-finish-run-unlocked")
     _, outcomes = results_of_one_run(flow)
     assert "40P01" in outcomes, outcomes
 
@@ -256,9 +241,6 @@ def test_negative_control_a_takeover_of_every_started_task_loses_a_valid_result(
         flow: Database) -> None:
     # The takeover of only the tasks whose message this read got back, and of only those that
     # have stalled.
-    flow.replace_in_function(START, "and st.message_id = any (v_msgs) and st.status = 'started'\n"
-                             "     and st.attempts_count <", "and st.status = 'started'\n"
-                             "     and st.attempts_count <")
-    flow.replace_in_function(START, STALLED, "")
+    flow.install_mutant("pgflow-takeover-any-started", "pgflow-takeover-not-stalled")
     _, verdict, status = second_start_for_another_run(flow)
     assert (status, verdict) == ("queued", "stale")

@@ -14,10 +14,6 @@ from tests.support import acquired
 from tests.test_pgflow import START, complete, protect, two_steps
 from tests.test_pgflow_runs import start
 
-OWNER_REF = "pgfence.owner_ref(uuid,text)"
-PER_WORKER = "pg_catalog.jsonb_build_array(owner_ref.purpose, l.resource, l.owner)"
-PER_LEASE = "pg_catalog.jsonb_build_array(owner_ref.purpose, l.lease_id)"
-
 
 def three_terms(db: Database) -> list[tuple[str, bool]]:
     """Worker `w` holds three leases one after the other (a supervised worker re-acquiring),
@@ -47,7 +43,7 @@ def test_one_worker_row_per_worker_not_per_lease(flow: Database) -> None:
 
 
 def test_negative_control_a_row_per_lease_piles_up(flow: Database) -> None:
-    flow.replace_in_function(OWNER_REF, PER_WORKER, PER_LEASE)
+    flow.install_mutant("pgflow-worker-per-lease")
     assert len(three_terms(flow)) == 4
 
 
@@ -145,9 +141,7 @@ def test_pgfence_prune_keeps_worker_rows_within_the_bound(flow: Database) -> Non
 
 
 def test_negative_control_pruning_a_live_idle_workers_row(flow: Database) -> None:
-    flow.replace_in_function("pgfence_pgflow.as_maintenance(text,interval)",
-                             "where wl.worker_id = w.worker_id and l.live);",
-                             "where wl.worker_id = w.worker_id and false);")
+    flow.install_mutant("pgflow-prune-live-worker-row")
     idle_and_ended(flow)
     assert dict(flow.sql("select what, rows from pgfence.prune('7 days')"))["pgflow.workers"] == 2
 
@@ -207,9 +201,7 @@ def test_resource_and_owner_names_never_meet_in_one_worker_row(flow: Database) -
 
 
 def test_negative_control_a_worker_id_of_joined_names_is_shared(flow: Database) -> None:
-    flow.replace_in_function(OWNER_REF, PER_WORKER,
-                             "pg_catalog.format('%s %s/%s', owner_ref.purpose, l.resource, "
-                             "l.owner)")
+    flow.install_mutant("owner-ref-joined-names")
     assert slashed_names(flow) == 1, "two workers share one row"
 
 
@@ -239,6 +231,5 @@ def test_negative_control_a_restart_that_keeps_stopped_at(flow: Database,
                                                           pgflow_version: str) -> None:
     if pgflow_version == "0.8.1":
         pytest.skip("pgflow 0.8.1's workers have no stopped_at")
-    flow.replace_in_function(START, "set stopped_at = null where",
-                             "set stopped_at = w.stopped_at where")
+    flow.install_mutant("pgflow-restart-keeps-stopped")
     assert restarted(flow) is True

@@ -8,25 +8,18 @@ pg_blocking_pids(), never waited out.
 
 from __future__ import annotations
 
-import subprocess
 import uuid
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
+from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database, Lease, Session, Step, sqlstate
-from tests.support import ROOT, acquired, install_bundle, install_pgmq, install_pgmq_layer
-from tests.test_install import schema_dump
-
-READ = "pgfence_pgmq.read(uuid,text,interval,integer)"
-FINISH = "pgfence_pgmq.finish(uuid[],text)"
-HOLD = "pgfence.hold_current(uuid)"
-PROTECT = "pgfence.protect(regclass,text[],text,boolean)"
-# The layer's own record of a later read of the same message, as finish asks it.
-LATER_READ = "coalesce(b.read_order, 0) > coalesce(l.read_order, 0)"
+from tests.support import PGMQ_SQL, acquired
+from tests.test_upgrade import HEAD, RELEASES, Databases, version_key
 
 
 def queue(db: Database, messages: int = 3, resources: tuple[str, ...] = ("r1",)) -> None:
@@ -75,8 +68,7 @@ def test_a_stale_owner_reads_nothing(any_mq: Database) -> None:
 
 
 def test_negative_control_a_read_without_the_lease_check(mq: Database) -> None:
-    mq.replace_in_function(READ, "perform pgfence.hold_fenced(read.lease_id);",
-                           "perform pgfence.mark_lease(read.lease_id);")
+    mq.install_mutant("pgmq-read-no-lease-check")
     queue(mq)
     a, la, _, _ = taken_over(mq)
     assert len(read(a, la)) == 1, "without the check the stale owner reads"
@@ -108,9 +100,7 @@ def test_the_stale_result_of_a_message_read_again_is_recorded(any_mq: Database, 
 def test_negative_control_without_the_read_count_the_stale_archive_lands(mq: Database) -> None:
     # Both of the rule's witnesses of a later read: the message's read count, and the layer's
     # own record of reads (a later read of the same message).
-    mq.replace_in_function(FINISH, "'m.msg_id = $1 and m.read_ct = $2 and m.enqueued_at = $3';",
-                           "'m.msg_id = $1 and $2 = $2 and m.enqueued_at = $3';")
-    mq.replace_in_function(FINISH, LATER_READ, "false")
+    mq.install_mutant("pgmq-finish-ignores-read-ct", "pgmq-finish-ignores-later-read")
     queue(mq, 1)
     a, b = mq.session("a"), mq.session("b")
     la = acquired(a.acquire("r1"))
@@ -148,9 +138,7 @@ def test_a_late_result_nobody_overtook_is_kept(any_mq: Database, mode: str) -> N
 
 
 def test_negative_control_a_late_result_judged_by_its_lease(mq: Database) -> None:
-    mq.replace_in_function(FINISH, "    v_table := pgfence_pgmq.queue_table(v_queue);",
-                           "    perform pgfence.hold_current(l) from unnest(v_leases) l;\n"
-                           "    v_table := pgfence_pgmq.queue_table(v_queue);")
+    mq.install_mutant("pgmq-finish-needs-live-lease")
     queue(mq, 1)
     a, b = mq.session("a"), mq.session("b")
     la = acquired(a.acquire("r1"))
@@ -161,9 +149,7 @@ def test_negative_control_a_late_result_judged_by_its_lease(mq: Database) -> Non
 
 
 def test_negative_control_a_late_result_without_its_marker_is_refused(mq: Database) -> None:
-    mq.replace_in_function(FINISH, "v_mark := pgfence.mark_lease(v_lease, "
-                           "pg_catalog.to_regclass(format('pgmq.%I', v_table)));",
-                           "v_mark := null;")
+    mq.install_mutant("pgmq-finish-unmarked")
     queue(mq, 1)
     mq.sql("select pgfence.protect('pgmq.q_jobs', array['r1'], 'enforce', consumers_only => true)")
     a = mq.session("a")
@@ -207,9 +193,7 @@ def test_two_resources_on_one_queue_read_in_parallel(mq: Database) -> None:
 
 def test_negative_control_readers_that_wait_for_each_other(mq: Database) -> None:
     # One lock per queue, as a reader that serialized its readers would take.
-    mq.replace_in_function(READ, "  perform pgfence.hold_fenced(read.lease_id);",
-                           "  perform pg_advisory_xact_lock(hashtext(read.queue));\n"
-                           "  perform pgfence.hold_fenced(read.lease_id);")
+    mq.install_mutant("pgmq-read-serialized")
     queue(mq, 4, resources=("r1", "r2"))
     a, b = mq.session("a"), mq.session("b")
     la, lb = acquired(a.acquire("r1")), acquired(b.acquire("r2"))
@@ -254,8 +238,7 @@ def test_a_reader_killed_mid_read_loses_nothing(mq: Database) -> None:
 
 
 def test_negative_control_a_read_that_never_gives_the_message_back(mq: Database) -> None:
-    mq.replace_in_function(READ, "ceil(date_part('epoch', read.vt))::int",
-                           "ceil(date_part('epoch', read.vt))::int * 1000")
+    mq.install_mutant("pgmq-read-vt-in-ms")
     queue(mq, 1)
     a = mq.session("a")
     [(_, msg, _)] = read(a, acquired(a.acquire("r1")))
@@ -276,7 +259,7 @@ def test_a_read_inside_a_longer_transaction_holds_off_a_takeover(any_mq: Databas
 
 
 def test_negative_control_a_read_that_does_not_hold_its_lock(mq: Database) -> None:
-    mq.replace_in_function(HOLD, "     for key share;", "     ;")
+    mq.install_mutant("hold-current-no-lock")
     queue(mq)
     a, b = mq.session("a"), mq.session("b")
     la = acquired(a.acquire("r1"))
@@ -290,21 +273,6 @@ def test_negative_control_a_read_that_does_not_hold_its_lock(mq: Database) -> No
 
 
 # -- batches ------------------------------------------------------------------------------------
-
-ORDERED_LOCK = """            from (select a.attempt_id, a.outcome, a.queue, a.lease_id,
-                         a.msg_id, a.read_ct, a.enqueued_at, a.read_order
-                    from pgfence_pgmq.attempts a
-                   where a.attempt_id = any (finish.attempt_ids)
-                   order by a.attempt_id
-                     for update) l) l;"""
-# The attempts locked one by one in the order the caller gave them.
-CALLERS_ORDER = ("            from unnest(finish.attempt_ids) with ordinality u(attempt_id, n),\n"
-                 "                 lateral (select a.attempt_id, a.outcome, a.queue, a.lease_id,\n"
-                 "                                 a.msg_id, a.read_ct, a.enqueued_at, "
-                 "a.read_order\n"
-                 "                            from pgfence_pgmq.attempts a "
-                 "where a.attempt_id = u.attempt_id for update) l) l;")
-
 
 def opposite_order_archives(db: Database) -> tuple[list[tuple[Any, ...]] | str,
                                                    list[tuple[Any, ...]] | str,
@@ -355,7 +323,7 @@ def test_opposite_order_batches_never_deadlock(mq: Database) -> None:
 
 
 def test_negative_control_locking_in_the_callers_order_deadlocks(mq: Database) -> None:
-    mq.replace_in_function(FINISH, ORDERED_LOCK, CALLERS_ORDER)
+    mq.install_mutant("pgmq-finish-callers-order")
     got_a, got_b, _, _, _ = opposite_order_archives(mq)
     assert "40P01" in (got_a, got_b)
 
@@ -386,8 +354,7 @@ def test_an_old_binary_polling_directly_is_seen_then_refused(any_mq: Database) -
 
 
 def test_negative_control_a_guard_blind_to_consumers(mq: Database) -> None:
-    mq.replace_in_function(PROTECT, "v_events := 'update or delete or truncate';",
-                           "v_events := 'truncate';")
+    mq.install_mutant("protect-consumers-only-blind")
     queue(mq, 1)
     mq.sql("select pgfence.protect('pgmq.q_jobs', array['r1'], 'observe', consumers_only => true)")
     mq.session("old").run("select * from pgmq.read('jobs', 30, 1)")
@@ -438,9 +405,11 @@ def test_the_layer_installs_on_either_form_of_pgmq(cluster: Cluster, how: str) -
     name = f"t_{uuid.uuid4().hex[:12]}"
     cluster.create_database(name)
     try:
-        install_pgmq(cluster, name, how)
-        install_bundle(cluster, name)
-        install_pgmq_layer(cluster, name)
+        if how == "extension":
+            install.prerequisites(cluster, name, ["pgmq"])
+        else:
+            cluster.psql(name, "-f", PGMQ_SQL)   # pgmq's own SQL install, not the extension
+        install.install(cluster, name, ["pgmq"], with_prerequisites=False)
         db = Database(cluster.dsn(name))
         try:
             queue(db, 1)
@@ -453,62 +422,213 @@ def test_the_layer_installs_on_either_form_of_pgmq(cluster: Cluster, how: str) -
         cluster.drop_database(name)
 
 
-@pytest.mark.parametrize("missing", ["pgmq", "pgfence"])
-def test_the_layer_refuses_without_what_it_needs(cluster: Cluster, missing: str) -> None:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    cluster.create_database(name)
-    try:
-        if missing != "pgmq":
-            install_pgmq(cluster, name)
-        if missing != "pgfence":
-            install_bundle(cluster, name)
-        with pytest.raises(Exception, match=f"needs {missing}"):
-            install_pgmq_layer(cluster, name)
-        assert cluster.psql(name, "-At", "-c",
-                            "select count(*) from pg_proc where proname like 'pgmq\\_%'"
-                            " and pronamespace::regnamespace::text = 'pgfence'").strip() == "0"
-    finally:
+def test_every_queue_name_pgmq_accepts_is_accepted(mq: Database) -> None:
+    mq.sql("select pgmq.create('Queue-Hyphened_2')")
+    mq.sql("select pgmq.send('Queue-Hyphened_2', '{}')")
+    mq.sql("select pgfence.register('r1')")
+    s = mq.session("s")
+    [(attempt,)] = s.run("select attempt_id from pgfence_pgmq.read(%s, 'Queue-Hyphened_2', "
+                         "'30 seconds', 1)", (acquired(s.acquire("r1")).lease_id,))
+    assert finish(s, "delete", attempt) == "accepted"
+
+
+# -- what update windows see of the layer (the conformance suite counts its work in flight) ---
+
+def window(db: Database, resource: str) -> uuid.UUID:
+    return uuid.UUID(str(db.session("op").one("select pgfence.prepare_update(array[%s], %s)",
+                                               (resource, uuid.uuid4()))))
+
+
+def status(db: Database, token: uuid.UUID) -> tuple[str, dict[str, int], list[dict[str, Any]]]:
+    [(verdict, in_flight, writes)] = db.sql(
+        "select verdict, in_flight, unfenced_writes from pgfence.update_status(%s)", (token,))
+    return verdict, in_flight, writes
+
+
+def test_a_message_visible_again_is_no_longer_in_flight(mq: Database) -> None:
+    queue(mq)
+    w = mq.session("w")
+    lease = acquired(w.acquire("r1"))
+    [(_, msg, _)] = read(w, lease)
+    w.release(lease)
+    token = window(mq, "r1")
+    assert status(mq, token)[:2] == ("draining", {"tasks": 0, "pgmq": 1})
+    mq.sql("select pgfence_test.expire_message('jobs', %s)", (msg,))
+    assert status(mq, token)[:2] == ("drained", {"tasks": 0})
+
+
+def test_unfenced_writes_since_the_window_opened_are_listed(any_mq: Database) -> None:
+    queue(any_mq)
+    any_mq.sql("select pgfence.protect('pgmq.q_jobs', array['r1'], 'observe', consumers_only "
+               "=> true)")
+    old = any_mq.session("old-binary")
+    old.run("select * from pgmq.read('jobs', 30, 1)")  # before the window: not this window's
+    token = window(any_mq, "r1")
+    assert status(any_mq, token)[2] == []
+    old.run("select * from pgmq.read('jobs', 30, 1)")
+    [verdict, _, [write]] = status(any_mq, token)
+    assert (write["table"], write["operation"], write["writes"]) == ("pgmq.q_jobs", "UPDATE", 1)
+    assert verdict == "drained", "an unconverted writer is named; the window waits for no write"
+
+
+# -- the layer's own prune (the conformance suite runs it with the core's) ----------------------
+
+def prune_setup(db: Database) -> tuple[Session, uuid.UUID]:
+    """Two reads, one archived long ago; returns the session and the open read's attempt."""
+    queue(db)
+    w = db.session("w")
+    lease = acquired(w.acquire("r1"))
+    [(done, _, _)] = read(w, lease)
+    [(open_read, _, _)] = read(w, lease)
+    assert finish(w, "archive", done) == "accepted"
+    db.sql("update pgfence_pgmq.attempts set read_at = read_at - interval '2 days', "
+           "finished_at = finished_at - interval '2 days'")
+    return w, open_read
+
+
+def test_prune_drops_old_finished_reads_never_an_open_one(mq: Database) -> None:
+    w, open_read = prune_setup(mq)
+    assert mq.sql("select * from pgfence_pgmq.prune('1 day')") == [
+        ("pgfence_pgmq.stale_results", 0), ("pgfence_pgmq.attempts", 1)]
+    assert finish(w, "archive", open_read) == "accepted"
+    # Finished just now: younger than the bound, kept.
+    assert mq.sql("select * from pgfence_pgmq.prune('1 day')") == [
+        ("pgfence_pgmq.stale_results", 0), ("pgfence_pgmq.attempts", 0)]
+
+
+def test_the_cores_prune_drops_them_too(mq: Database) -> None:
+    w, open_read = prune_setup(mq)
+    pruned = dict(mq.sql("select * from pgfence.prune('1 day')"))
+    assert pruned["pgfence_pgmq.attempts"] == 1 and pruned["pgfence_pgmq.stale_results"] == 0
+    assert finish(w, "archive", open_read) == "accepted"
+
+
+def test_negative_control_a_prune_blind_to_outcomes_loses_an_open_read(mq: Database) -> None:
+    mq.install_mutant("pgmq-prune-open-reads")
+    w, open_read = prune_setup(mq)
+    mq.sql("select * from pgfence_pgmq.prune('1 day')")
+    assert sqlstate(lambda: finish(w, "archive", open_read)) == "22023"
+
+
+# -- abandoned reads are pruned, with the leases they named (issue 40) ---------------------------
+
+def abandoned_read(db: Database) -> tuple[Session, uuid.UUID, uuid.UUID]:
+    """A poison message: read under `old`, whose worker died, read again under a new lease;
+    the first read, and the old lease (superseded), two days old. Returns the session, the
+    live read, and the old lease's id."""
+    queue(db, 1)
+    w = db.session("w")
+    old = acquired(w.acquire("r1", owner="old"))
+    [(_, msg, _)] = read(w, old)
+    db.expire(old)
+    db.sql("select pgfence_test.expire_message('jobs', %s)", (msg,))
+    [(live, _, _)] = read(w, acquired(w.acquire("r1", owner="new")))
+    db.sql("update pgfence_pgmq.attempts set read_at = read_at - interval '2 days' "
+           "where lease_id = %s", (old.lease_id,))
+    db.sql("update pgfence.leases set ended_at = ended_at - interval '2 days' "
+           "where lease_id = %s", (old.lease_id,))
+    return w, live, old.lease_id
+
+
+def test_an_abandoned_read_and_its_lease_are_pruned(mq: Database) -> None:
+    w, live, old = abandoned_read(mq)
+    pruned = dict(mq.sql("select * from pgfence.prune('1 day')"))
+    assert pruned["pgfence_pgmq.attempts"] == 1, "the read that can never be accepted"
+    assert pruned["leases"] == 1, "and the lease it named, kept no more"
+    assert mq.one("select count(*) from pgfence.leases where lease_id = %s", (old,)) == 0
+    assert finish(w, "archive", live) == "accepted", "the live one kept"
+
+
+def test_negative_control_an_abandoned_read_pins_its_lease_for_ever(mq: Database) -> None:
+    mq.install_mutant("pgmq-leases-any-open", "prune-attempts-keeps-abandoned")
+    _, _, old = abandoned_read(mq)
+    pruned = dict(mq.sql("select * from pgfence.prune('1 day')"))
+    assert (pruned["pgfence_pgmq.attempts"], pruned["leases"]) == (0, 0)
+    assert mq.one("select count(*) from pgfence.leases where lease_id = %s", (old,)) == 1
+
+
+# -- reads recorded before 0.3.0 (no read order) are judged by their read count after it ---------
+
+MQ_STARTS = sorted((p.name.removeprefix("pgfence-pgmq--").removesuffix(".sql")
+                    for p in RELEASES.glob("pgfence-pgmq--*.sql")), key=version_key)
+
+
+@pytest.fixture
+def dbs(cluster: Cluster) -> Iterator[Databases]:
+    made = Databases(cluster)
+    yield made
+    for name in made.made:
         cluster.drop_database(name)
 
 
-def test_sqitch_and_the_bundle_install_the_same_layer(
-        cluster: Cluster, sqitch_template: Callable[[str], str]) -> None:
-    by_sqitch, by_bundle = (f"t_{uuid.uuid4().hex[:12]}" for _ in range(2))
+def reads_across_the_upgrade(dbs: Databases, start: str,
+                             mutant: str = "") -> tuple[str, str, tuple[int, bool] | None]:
+    """Under release `start` of the layer (whose reads have no read order), a read of message
+    1 and, once its visibility ran out, a later read of it; then the layer upgraded to the
+    head (with the core): what archiving each says, the stale one first, and the message then."""
+    name = dbs.fresh("mqreads")
+    install.prerequisites(dbs.cluster, name, ["pgmq"])
+    dbs.install_release(name, start)
+    dbs.psql(name, "--single-transaction", "-f", RELEASES / f"pgfence-pgmq--{start}.sql")
+    db = Database(dbs.dsn(name))
     try:
-        # by_sqitch: what `sqitch deploy` of the core made (a clone), then pgmq
-        for name, template in ((by_sqitch, sqitch_template("")), (by_bundle, None)):
-            cluster.create_database(name, template)
-            install_pgmq(cluster, name)
-        subprocess.run(["sqitch", "deploy", f"db:pg:{by_sqitch}"], cwd=ROOT / "layers/pgmq",
-                       check=True, capture_output=True)
-        install_bundle(cluster, by_bundle)
-        install_pgmq_layer(cluster, by_bundle)
-        assert schema_dump(by_sqitch) == schema_dump(by_bundle)
-        assert "pgfence_pgmq" in schema_dump(by_bundle)
-        for step in (["verify"], ["revert", "-y"]):
-            subprocess.run(["sqitch", *step, f"db:pg:{by_sqitch}"], cwd=ROOT / "layers/pgmq",
-                           check=True, capture_output=True)
-        gone = "select count(*) from pg_namespace where nspname = 'pgfence_pgmq'"
-        assert cluster.psql(by_sqitch, "-At", "-c", gone).strip() == "0"
+        queue(db, 1)
+        w = db.session("before")
+        lease = acquired(w.acquire("r1"))
+        [(stale, msg, _)] = read(w, lease)
+        db.sql("update pgmq.q_jobs set vt = clock_timestamp() where msg_id = %s", (msg,))
+        [(fresh, _, _)] = read(w, lease)
+        dbs.upgrade_by_file(name, start, ("pgmq",))
+        if mutant:
+            db.install_mutant(mutant)
+        after = db.session("after")
+        return finish(after, "archive", stale), finish(after, "archive", fresh), message(db, msg)
     finally:
-        cluster.drop_database(by_sqitch)
-        cluster.drop_database(by_bundle)
+        db.close()
 
 
-def test_the_layer_leaves_pgfences_fingerprint_alone(mq: Database, db: Database) -> None:
-    # pgfence's next upgrade checks the schema against its release's fingerprint: the layer's
-    # objects (schema pgfence_pgmq) must not make a database with the layer look changed by hand.
-    query = (ROOT / "migrations/fingerprint.sql").read_text()
-    assert mq.one(query) == db.one(query)
-    assert mq.one("select count(*) from pg_proc "
-                  "where pronamespace = 'pgfence_pgmq'::regnamespace") > 0
+@pytest.mark.parametrize("start", [v for v in MQ_STARTS if v != HEAD])
+def test_reads_recorded_before_the_read_order_are_judged_by_their_read_count(
+        dbs: Databases, start: str) -> None:
+    assert reads_across_the_upgrade(dbs, start) == ("stale", "accepted", None)
 
 
-def test_negative_control_a_fingerprint_that_counts_the_layer(mq: Database, db: Database) -> None:
-    query = (ROOT / "migrations/fingerprint.sql").read_text().replace(
-        "p.pronamespace operator(pg_catalog.=) 'pgfence'::pg_catalog.regnamespace",
-        "p.pronamespace::pg_catalog.regnamespace::pg_catalog.text like 'pgfence%'")
-    assert mq.one(query) != db.one(query)
+def test_negative_control_without_the_read_count_an_old_stale_read_archives(
+        dbs: Databases) -> None:
+    stale, fresh, _ = reads_across_the_upgrade(dbs, MQ_STARTS[-1], "pgmq-finish-ignores-read-ct")
+    assert (stale, fresh) == ("accepted", "stale"), "the stale read archived the fresh one's"
+
+
+# -- each call needs what pgmq itself needs (the conformance suite checks one of them for every
+# layer) -----------------------------------------------------------------------------------------
+
+def test_each_call_needs_what_pgmq_itself_needs(mq: Database) -> None:
+    queue(mq)
+    role = f"w_{uuid.uuid4().hex[:10]}"
+    mq.sql(f"create role {role} in role pgfence_worker")
+    try:
+        w = mq.session(role)
+        w.run(f"set role {role}")
+        lease = acquired(w.acquire("r1"))
+        assert sqlstate(lambda: read(w, lease)) == "42501", "no pgmq privilege: no read"
+        assert mq.one("select sum(read_ct) from pgmq.q_jobs") == 0
+        # What pgmq itself needs to read: the read works, and so does set_vt.
+        mq.sql(f"grant usage on schema pgmq to {role}")
+        mq.sql(f"grant select, update on pgmq.q_jobs to {role}")
+        [(attempt, _, _)] = read(w, lease)
+        assert w.one("select pgfence_pgmq.set_vt(%s, '1 minute') is not null", (attempt,)) is True
+        assert sqlstate(lambda: finish(w, "delete", attempt)) == "42501"
+        mq.sql(f"grant delete on pgmq.q_jobs to {role}")
+        assert sqlstate(lambda: finish(w, "archive", attempt)) == "42501", \
+            "archive needs the archive table too"
+        assert sqlstate(lambda: w.run("select * from pgfence_pgmq.archive_many(array[%s]::uuid[])",
+                                      (attempt,))) == "42501"
+        mq.sql(f"grant insert on pgmq.a_jobs to {role}")
+        assert finish(w, "archive", attempt) == "accepted"
+        w.close()
+    finally:
+        mq.sql(f"drop owned by {role}")
+        mq.sql(f"drop role {role}")
 
 
 # -- a producer cannot revive a stale attempt (issue 40) ----------------------------------------
@@ -542,7 +662,7 @@ def test_a_producer_cannot_revive_a_stale_attempt(any_mq: Database, how: str) ->
 
 def test_negative_control_judged_by_the_message_alone_a_stale_attempt_is_revived(
         mq: Database) -> None:
-    mq.replace_in_function(FINISH, LATER_READ, "false")
+    mq.install_mutant("pgmq-finish-ignores-later-read")
     a, stale, msg = revived(mq)
     assert finish(a, "delete", stale) == "accepted"
     assert message(mq, msg) is None, "the stale attempt deleted the producer's message"
@@ -550,7 +670,6 @@ def test_negative_control_judged_by_the_message_alone_a_stale_attempt_is_revived
 
 def test_negative_control_set_vt_judged_by_the_message_alone_keeps_a_revived_message(
         mq: Database) -> None:
-    mq.replace_in_function("pgfence_pgmq.set_vt(uuid,interval)",
-                           "coalesce(b.read_order, 0) > coalesce(v_attempt.read_order, 0)", "false")
+    mq.install_mutant("pgmq-set-vt-ignores-later-read")
     a, stale, _ = revived(mq)
     assert a.one("select pgfence_pgmq.set_vt(%s, '1 hour')", (stale,)) is not None

@@ -11,20 +11,17 @@
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database
 from testkit.permutations import Scenario, Step, count, run
-from tests.support import ROOT, install_bundle
-
-MUTANTS = {m["id"]: m for m in tomllib.loads(
-    (ROOT / "tests/mutation/mutants.toml").read_text())["mutant"]}
+from tests.support import ROOT
 
 AGE = """
 update pgfence.leases set ended_at = ended_at - interval '2 hours' where owner = 'old';
@@ -88,7 +85,7 @@ def scenario() -> Scenario:
                   "b": (Step("b_takeover", "select pgfence_perm.takeover(%(la)s, %(a1)s, 'b')",
                              "lb"),
                         Step("b_requeue", "select pgfence.requeue_expired()"),
-                        Step("b_claim", "insert into pgfence_perm.claims select %(lb)s, "
+                        Step("b_claim", "insert into pgfence_perm.claimed select %(lb)s, "
                              "c.task_id, c.attempt, c.attempt_id, statement_timestamp() "
                              "from pgfence.claim(%(lb)s, 'q') c returning attempt_id", "a2")),
                   "p": (Step("p_prune", "select sum(rows) from pgfence.prune('1 hour')",
@@ -107,8 +104,7 @@ def test_prune_every_interleaving(db: Database) -> None:
 
 
 def test_negative_control_prune_by_age_alone_removes_a_live_task(db: Database) -> None:
-    m = MUTANTS["prune-live-tasks"]
-    db.replace_in_function("pgfence.prune(interval)", m["text"], m["replacement"])
+    db.install_mutant("prune-live-tasks")
     report = run(db, scenario())
     assert any("the in-flight task was pruned" in v for _, found in report.violations
                for v in found)
@@ -134,7 +130,7 @@ def cron_cluster(cluster: Cluster) -> Iterator[tuple[Cluster, str]]:
                        "max_worker_processes=20"])
     try:
         c.create_database("cron")
-        install_bundle(c, "cron")
+        install.core(c, "cron")
         yield c, "cron"
     finally:
         c.remove()

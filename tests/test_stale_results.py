@@ -10,8 +10,6 @@ import psycopg
 
 from testkit.harness import Database
 
-REPORT = "pgfence.report(uuid, text, jsonb)"
-
 
 def forged_stale_result(db: Database) -> str | None:
     """Task claimed twice (attempt 1 superseded); a forger sends a result for attempt 1 under an
@@ -39,7 +37,6 @@ def test_a_forged_stale_result_is_refused(db: Database) -> None:
 
 
 def test_negative_control_without_the_check_a_forged_result_is_recorded(db: Database) -> None:
-    db.replace_in_function(REPORT, "and not pgfence.attempt_signed(report.attempt_id, v_task_id, "
-                                   "v_attempt, v_lease_id) then", "and false then")
+    db.install_mutant("report-older-attempt-unsigned")
     assert forged_stale_result(db) == "stale"
     assert db.one("select count(*) from pgfence.stale_results") == 1

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from testkit import install, layers
 from testkit.cluster import Cluster
-from tests.support import HUNG, ROOT, SUPABASE, install_pgflow, install_test_helpers
+from tests.support import HUNG, ROOT, SUPABASE
 
 OWNER = "supabase_owner_test"
 
@@ -88,12 +89,15 @@ select coalesce(string_agg(what, ', ' order by what), '') from (
 ) x
 """
 
-PGMQ_FOR_OWNER = f"""
-grant usage on schema pgmq to {OWNER};
-grant all on all tables in schema pgmq to {OWNER};
-grant all on all sequences in schema pgmq to {OWNER};
-alter default privileges in schema pgmq grant all on tables to {OWNER};
-alter default privileges in schema pgmq grant all on sequences to {OWNER};
+def for_owner(schema: str) -> str:
+    """What the owner may do in a third party's schema (pgmq's, say), as Supabase's postgres role
+    may: use it, its tables and sequences, also those made later."""
+    return f"""
+grant usage on schema {schema} to {OWNER};
+grant all on all tables in schema {schema} to {OWNER};
+grant all on all sequences in schema {schema} to {OWNER};
+alter default privileges in schema {schema} grant all on tables to {OWNER};
+alter default privileges in schema {schema} grant all on sequences to {OWNER};
 """
 
 FOREIGN_GRANTS = """
@@ -158,26 +162,31 @@ def test_negative_control_without_lockdown_anon_gets_in(cluster: Cluster, supaba
     assert int(cluster.psql(supabase_db, "-At", "-c", FOREIGN_GRANTS).strip()) > 0
 
 
+SCHEMAS = "select string_agg(nspname, ' ') from pg_namespace"
+
+
 def layers_pushed(cluster: Cluster, supabase_db: str, tmp_path: Path,
-                  pgmq_layer: str | None = None) -> subprocess.CompletedProcess[str]:
-    """The core and both layers pushed as migrations, after pgmq and pgflow (installed as a
-    superuser, as Supabase's dashboard and pgflow's own migrations would; the owner, like
-    Supabase's postgres role, may use them)."""
-    cluster.psql(supabase_db, "-c", "create extension pgmq", "-c", PGMQ_FOR_OWNER)
-    install_pgflow(cluster, supabase_db)
-    cluster.psql(supabase_db, "-c", f"grant usage on schema pgflow to {OWNER}",
-                 "-c", f"grant all on all tables in schema pgflow to {OWNER}")
+                  instead: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The core and every layer pushed as migrations (a layer's text ``instead`` where given),
+    after what the layers stand on (installed as a superuser, as Supabase's dashboard and
+    pgflow's own migrations would; the owner, like Supabase's postgres role, may use every
+    schema they made)."""
+    before = set(cluster.psql(supabase_db, "-At", "-c", SCHEMAS).split())
+    install.prerequisites(cluster, supabase_db, ["all"])
+    for schema in sorted(set(cluster.psql(supabase_db, "-At", "-c", SCHEMAS).split()) - before):
+        cluster.psql(supabase_db, "-c", for_owner(schema))
+    instead = instead or {}
     return push(supabase_db, (ROOT / "sql/pgfence.sql").read_text(), tmp_path,
-                pgmq_layer or (ROOT / "sql/pgfence-pgmq.sql").read_text(),
-                (ROOT / "sql/pgfence-pgflow.sql").read_text())
+                *(instead.get(layer.name) or layer.bundle.read_text()
+                  for layer in layers.discover()))
 
 
 def test_supabase_db_push_locks_every_layer_down(cluster: Cluster, supabase_db: str,
                                                   tmp_path: Path) -> None:
     out = layers_pushed(cluster, supabase_db, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
-    layers = cluster.psql(supabase_db, "-At", "-c", "select count(*) from pgfence.layers")
-    assert layers.strip() == "2"
+    registered = cluster.psql(supabase_db, "-At", "-c", "select count(*) from pgfence.layers")
+    assert int(registered) == len(layers.names())
     assert cluster.psql(supabase_db, "-At", "-c", ANY_FOREIGN_PRIVILEGE).strip() == ""
     # As anon (a PostgREST request): nothing of a layer either.
     denied = subprocess.run(["psql", "-X", "-d", supabase_db, "-c", "set role anon",
@@ -194,7 +203,7 @@ def test_negative_control_a_layer_without_its_lockdown_is_reachable(
     sections = re.split(r"(?m)^(?=-- change: )", (ROOT / "sql/pgfence-pgmq.sql").read_text())
     layer = "".join(s for s in sections
                     if not s.startswith(("-- change: lockdown\n", "-- change: release_")))
-    out = layers_pushed(cluster, supabase_db, tmp_path, layer)
+    out = layers_pushed(cluster, supabase_db, tmp_path, {"pgmq": layer})
     assert out.returncode == 0, out.stdout + out.stderr
     seen = cluster.psql(supabase_db, "-At", "-c", ANY_FOREIGN_PRIVILEGE).strip()
     assert "anon: function pgfence_pgmq.read(" in seen and "pgfence_pgflow" not in seen
@@ -207,15 +216,15 @@ def test_pgtap_suite_passes_on_the_supabase_install(cluster: Cluster, supabase_d
     # On Supabase the postgres role, which runs migrations, may use pgmq's schema and its queue
     # tables (and owns the queues it creates): the same for the owner here, also for queues the
     # tests create later as a superuser.
-    cluster.psql(supabase_db, "-c", "create extension pgmq", "-c", PGMQ_FOR_OWNER)
+    cluster.psql(supabase_db, "-c", "create extension pgmq", "-c", for_owner("pgmq"))
     out = push(supabase_db, (ROOT / "sql/pgfence.sql").read_text(), tmp_path,
                (ROOT / "sql/pgfence-pgmq.sql").read_text())
     assert out.returncode == 0, out.stdout + out.stderr
     cluster.psql(supabase_db, "-c", "create extension pgtap")
-    install_test_helpers(cluster, supabase_db)
-    # The core's suite and the pgmq layer's: the pgflow layer (pgtap/pgflow) is not pushed here.
-    files = sorted(str(p) for p in (ROOT / "pgtap").rglob("*.sql")
-                   if not {"helpers", "pgflow"} & set(p.parts))
+    install.helpers(cluster, supabase_db)
+    # The core's suite and the pgmq layer's: the pgflow layer is not pushed here.
+    files = [*sorted(str(p) for p in (ROOT / "pgtap").rglob("*.sql") if "helpers" not in p.parts),
+             *map(str, layers.layer("pgmq").pgtap)]
     prove = subprocess.run(["pg_prove", "-d", supabase_db, *files], capture_output=True,
                            text=True, timeout=HUNG)
     assert prove.returncode == 0, prove.stdout[-3000:] + prove.stderr[-2000:]

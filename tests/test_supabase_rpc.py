@@ -74,8 +74,7 @@ def test_a_fence_and_a_write_in_two_calls_is_refused(rpc_db: Database) -> None:
 
 def test_negative_control_without_its_fence_a_stale_write_lands(rpc_db: Database) -> None:
     rpc_db.sql("select pgfence.unprotect('app.invoices')")
-    rpc_db.replace_in_function("app.record_invoice(uuid,numeric)",
-                               "pgfence.fence(record_invoice.lease_id)", "0")
+    rpc_db.install_mutant("rpc-example-unfenced")
     a, b = rpc_db.session("a"), rpc_db.session("b")
     la = acquired(a.acquire("billing"))
     rpc_db.expire(la)

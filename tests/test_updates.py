@@ -14,9 +14,6 @@ from pgfence.connection import connect
 from testkit.harness import HANG, Database, sqlstate
 from tests.support import acquired
 
-PREPARE = "pgfence.prepare_update(text[], uuid)"
-FINISH = "pgfence.finish_update(uuid)"
-
 
 def enabled_states(db: Database) -> dict[str, bool]:
     return dict(db.sql("select resource, enabled from pgfence.resources"))
@@ -75,7 +72,7 @@ def test_window_restores_exactly_what_was_there(any_db: Database) -> None:
 
 def test_negative_control_finish_that_always_enables(db: Database) -> None:
     # The guide's bug from the seed: restore enabled = true whatever it was.
-    db.replace_in_function(FINISH, "elsif v_item.saved_enabled then", "elsif true then")
+    db.install_mutant("finish-always-enables")
     out = deploy_window(db)
     assert out["after"] != out["before"] and out["after"]["billing"] is True
 
@@ -109,10 +106,7 @@ def test_retry_after_lost_response_keeps_the_saved_state(any_db: Database) -> No
 def test_negative_control_prepare_without_request_id(db: Database) -> None:
     # A naive prepare: no request_id lookup, no overlap rule. The retry opens a second window
     # that saves the temporary false, and finishing it restores false.
-    db.replace_in_function(PREPARE, "values (gen_random_uuid(), prepare_update.request_id, v_set)",
-                           "values (gen_random_uuid(), gen_random_uuid(), v_set)")
-    db.replace_in_function(PREPARE, "where i.resource = any (v_set) and i.outcome is null",
-                           "where false")
+    db.install_mutant("prepare-ignores-request-id")
     db.sql("drop index pgfence.update_items_one_open")
     before, after = prepare_with_lost_response(db)
     assert after != before and after["a"] is False
@@ -137,8 +131,7 @@ def test_request_id_reused_at_once_for_another_set(any_db: Database) -> None:
 
 
 def test_negative_control_request_id_not_claimed_first(db: Database) -> None:
-    db.replace_in_function(
-        PREPARE, "  on conflict on constraint updates_request_id_key do nothing\n", "")
+    db.install_mutant("prepare-request-id-unclaimed")
     assert reused_request_id_at_once(db) == "23505"
 
 
@@ -164,14 +157,7 @@ def test_overlapping_prepares_wait_then_conflict_never_deadlock(any_db: Database
 
 
 def test_negative_control_locking_in_the_callers_order_deadlocks(db: Database) -> None:
-    db.replace_in_function(
-        PREPARE,
-        "select array_agg(distinct r order by r) into v_set "
-        "from unnest(prepare_update.resources) r;",
-        "v_set := prepare_update.resources;")
-    db.replace_in_function(
-        "pgfence.lock_resources(text[])", "     order by r.resource\n",
-        "     order by array_position(lock_resources.resources, r.resource)\n")
+    db.install_mutant("prepare-locks-in-callers-order")
     assert "40P01" in opposite_order_prepares(db)
 
 
@@ -277,6 +263,6 @@ def test_operators_and_workers_at_once(any_db: Database) -> None:
 
 
 def test_negative_control_load_with_a_finish_that_always_enables(db: Database) -> None:
-    db.replace_in_function(FINISH, "elsif v_item.saved_enabled then", "elsif true then")
+    db.install_mutant("finish-always-enables")
     _, before, after = operators_and_workers(db)
     assert after != before

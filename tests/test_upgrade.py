@@ -22,16 +22,11 @@ from psycopg.types.json import Jsonb
 
 import pgfence
 from pgfence.connection import connect
+from testkit import conformance, install, layers
 from testkit.cluster import Cluster, ClusterError
-from tests.support import (
-    ROOT,
-    SQITCH_ENV,
-    install_bundle,
-    install_pgflow,
-    install_pgflow_layer,
-    install_pgmq_layer,
-    sqitch,
-)
+from testkit.harness import Database
+from testkit.install import SQITCH_ENV, sqitch
+from tests.support import ROOT
 from tests.test_install import schema_dump as dump
 
 RELEASES = ROOT / "sql/releases"
@@ -65,14 +60,14 @@ def chain(start: str, to: str = HEAD) -> list[Path]:
 OLDER = [v for v in released() if v != HEAD]
 
 
-def layer_step(layer: str, start: str) -> Path | None:
-    """The layer's upgrade file from its release `start`, if any. A release in which the layer
-    did not change has none: its schema is the next one's, so the file from the first release
-    at or after `start` upgrades it (the pgmq layer of 0.2.0 is 0.2.1's)."""
-    found = sorted((p for p in UPGRADES.glob(f"pgfence-{layer}--*--*.sql")
-                    if version_key(p.name.split("--")[1]) >= version_key(start)),
-                   key=lambda p: version_key(p.name.split("--")[1]))
-    return found[0] if found else None
+def layer_steps(layer: str) -> list[tuple[str, str, Path]]:
+    """The layer's upgrade files, (from, to, file), in order. A release in which the layer did
+    not change has none from it: its schema is the next release's, whose file starts there."""
+    steps = []
+    for p in UPGRADES.glob(f"pgfence-{layer}--*--*.sql"):
+        _, frm, dst = p.name.removesuffix(".sql").split("--")
+        steps.append((frm, dst, p))
+    return sorted(steps, key=lambda s: version_key(s[0]))
 
 
 class Databases:
@@ -107,12 +102,11 @@ class Databases:
             self.psql(database, "--single-transaction", "-f", step)
             target = step.name.removesuffix(".sql").split("--")[2]
             for layer in layers:
-                while (following := layer_step(layer, at[layer])) is not None:
-                    to = following.name.removesuffix(".sql").split("--")[2]
-                    if version_key(to) > version_key(target):
-                        break
-                    self.psql(database, "--single-transaction", "-f", following)
-                    at[layer] = to
+                for frm, dst, following in layer_steps(layer):
+                    if (version_key(at[layer]) <= version_key(frm)
+                            and version_key(dst) <= version_key(target)):
+                        self.psql(database, "--single-transaction", "-f", following)
+                        at[layer] = dst
 
     def fingerprint(self, database: str) -> str:
         return self.psql(database, "-At", "-f", ROOT / "migrations/fingerprint.sql").strip()
@@ -123,7 +117,7 @@ class Databases:
     def head_dump(self) -> str:
         """The schema of a fresh install of the head."""
         head = self.fresh("head")
-        install_bundle(self.cluster, head)
+        install.core(self.cluster, head)
         return schema_dump(head)
 
 
@@ -285,64 +279,68 @@ def test_sqitch_upgrade_of_a_one_file_install_keeps_live_state(dbs: Databases,
     check_live_state(dbs, name, live)
 
 
+def released_layers(release: str) -> list[str]:
+    """The layers that came with pgfence ``release`` (a layer newer than it has no file of it)."""
+    return [n for n in layers.names() if (RELEASES / f"pgfence-{n}--{release}.sql").is_file()]
+
+
 @pytest.mark.parametrize("path", ["file", "sqitch"])
 @pytest.mark.parametrize("start", OLDER)
 def test_upgrade_to_the_head_with_live_state_then_its_layers(dbs: Databases, start: str,
                                                              path: str) -> None:
     """A database of an older release with live state (a lease, claimed tasks, a window, a
-    protected table), pgmq and pgflow beside it, upgraded to the head, then the head's layers
-    installed: the schema is a fresh install's of the head and its layers, and a lease acquired
-    before the upgrade reads pgmq and starts pgflow tasks through the layers, the core's live
-    state still working after."""
+    protected table), what every layer stands on beside it, upgraded to the head, then the
+    head's layers installed: the schema is a fresh install's of the head and its layers, and a
+    lease acquired before the upgrade starts and finishes work through each layer (its
+    conformance driver, layers/NAME/conformance.py), the core's live state still working
+    after."""
     name, fresh = dbs.fresh("layers"), dbs.fresh("target")
-    for db in (name, fresh):
-        install_pgflow(dbs.cluster, db)
+    for each in (name, fresh):
+        install.prerequisites(dbs.cluster, each, ["all"])
     dbs.install_release(name, start)
     live = make_live_state(dbs, name)
     if path == "file":
         dbs.upgrade_by_file(name, start)
-        install_pgmq_layer(dbs.cluster, name)
-        install_pgflow_layer(dbs.cluster, name)
+        for layer in layers.names():
+            install.layer(dbs.cluster, name, layer)
     else:
         sqitch("deploy", "--log-only", "--to", f"@v{start}", f"db:pg:{name}")
         sqitch("deploy", f"db:pg:{name}")
-        for layer in ("pgmq", "pgflow"):
+        for layer in layers.names():
             sqitch("deploy", f"db:pg:{name}", layer=layer)
-    install_bundle(dbs.cluster, fresh)
-    install_pgmq_layer(dbs.cluster, fresh)
-    install_pgflow_layer(dbs.cluster, fresh)
+    install.install(dbs.cluster, fresh, ["all"], with_prerequisites=False)
     assert dbs.version(name) == HEAD
     assert schema_dump(name) == schema_dump(fresh)
-    with connect(dbs.dsn(name), "layers") as conn:
-        conn.execute("select pgmq.create('jobs')")
-        conn.execute("select pgmq.send('jobs', '{\"n\": 1}')")
-        read = one(conn, "select attempt_id from pgfence_pgmq.read(%s, 'jobs', '1 hour')",
-                   live.current)
-        assert one(conn, "select pgfence_pgmq.archive(%s)", read) == "accepted"
-        assert one(conn, "select pgfence_pgmq.archive(%s)", read) == "duplicate"
-        conn.execute("select pgflow.create_flow('one')")
-        conn.execute("select pgflow.add_step('one', 'only')")
-        conn.execute("select pgflow.start_flow('one', '{}')")
-        started = one(conn, "select attempt_id from pgfence_pgflow.start_tasks(%s, 'one', 'one', "
-                            "'1 hour', 1)", live.current)
-        assert one(conn, "select pgfence_pgflow.complete_task(%s, '{}')", started) == "accepted"
-        assert one(conn, "select status from pgflow.runs") == "completed"
+    db = Database(dbs.dsn(name))
+    try:
+        s = db.session("layers")
+        for found in layers.discover():
+            d = conformance.driver(found)
+            d.prepare(db, f"after-{found.name}")
+            attempt = d.start(s, live.current)
+            assert d.finish(s, attempt) == "accepted"
+            assert d.finish(s, attempt) == "duplicate"
+            assert d.finish(s, d.start(s, live.current)) == "accepted"
+            assert db.one(f"select bool_and(ok) from {found.schema}.health()") is True
+    finally:
+        db.close()
     check_live_state(dbs, name, live)
 
 
 @pytest.mark.parametrize("start", OLDER)
 def test_pgtap_suite_passes_on_an_upgraded_database(dbs: Databases, start: str) -> None:
-    # With pgmq and pgflow beside the release, and pgfence's pgmq and pgflow layers installed
-    # onto the upgrade (the layers' tests are in the suite).
+    # With what every layer stands on beside the release, and every layer installed onto the
+    # upgrade (their pgTAP files are in the suite).
     name = dbs.fresh("pgtap")
-    install_pgflow(dbs.cluster, name)
+    install.prerequisites(dbs.cluster, name, ["all"])
     dbs.install_release(name, start)
     make_live_state(dbs, name)
     dbs.upgrade_by_file(name, start)
-    install_pgmq_layer(dbs.cluster, name)
-    install_pgflow_layer(dbs.cluster, name)
-    dbs.psql(name, "-c", "create extension pgtap", "-f", ROOT / "pgtap/helpers/pgfence_test.sql")
-    files = sorted(str(p) for p in (ROOT / "pgtap").rglob("*.sql") if "helpers" not in p.parts)
+    for layer in layers.names():
+        install.layer(dbs.cluster, name, layer)
+    install.helpers(dbs.cluster, name, pgtap=True)
+    files = [*sorted(str(p) for p in (ROOT / "pgtap").rglob("*.sql") if "helpers" not in p.parts),
+             *(str(p) for layer in layers.discover() for p in layer.pgtap)]
     prove = subprocess.run(["pg_prove", "-d", name, *files], capture_output=True, text=True)
     assert prove.returncode == 0, prove.stdout[-3000:] + prove.stderr[-2000:]
     assert "Result: PASS" in prove.stdout
@@ -358,7 +356,9 @@ def test_sqitch_up_down_up_across_a_release(dbs: Databases, start: str,
     sqitch("deploy", f"db:pg:{name}")
     head = schema_dump(name)
     assert head == dbs.head_dump()
-    sqitch("revert", "-y", "--to", f"@v{start}", f"db:pg:{name}")
+    # The target named for the revert's first step (pgfence.check_revert, docs/upgrading.md).
+    sqitch("revert", "-y", "--to", f"@v{start}", "--set", f"pgfence_revert_to={start}",
+           f"db:pg:{name}")
     assert dbs.version(name) == start
     assert schema_dump(name) == schema_dump(release_dump)
     sqitch("deploy", f"db:pg:{name}")
@@ -405,7 +405,7 @@ def refused(database: str, path: Path, *flags: str) -> subprocess.CompletedProce
 @pytest.mark.parametrize("start", OLDER)
 def test_upgrade_refuses_another_version(dbs: Databases, start: str) -> None:
     name = dbs.fresh("wrongver")
-    install_bundle(dbs.cluster, name)  # already the head
+    install.core(dbs.cluster, name)  # already the head
     before = schema_dump(name)
     out = refused(name, chain(start)[0], "--single-transaction")
     assert out.returncode != 0 and f"but the database has pgfence {HEAD}" in out.stderr, out.stderr
@@ -465,7 +465,8 @@ def test_negative_control_without_the_guard_psql_installs_unhardened(dbs: Databa
 
 def copy_repo(tmp_path: Path) -> Path:
     copy = tmp_path / "repo"
-    for item in ["scripts/bundle", "migrations", "layers", "sql", "sqitch.plan", "sqitch.conf"]:
+    for item in ["scripts/bundle", "testkit", "migrations", "layers", "sql", "sqitch.plan",
+                 "sqitch.conf"]:
         src, dst = ROOT / item, copy / item
         dst.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
@@ -492,7 +493,7 @@ def test_editing_a_released_deploy_script_is_refused(tmp_path: Path) -> None:
     assert f"sql/releases/pgfence--{released()[-1]}.sql is out of date" in out.stderr, out.stderr
 
 
-@pytest.mark.parametrize("layer", ["pgmq", "pgflow"])
+@pytest.mark.parametrize("layer", released_layers(released()[-1]))
 def test_editing_a_released_layer_script_is_refused(tmp_path: Path, layer: str) -> None:
     copy = copy_repo(tmp_path)
     plan = (copy / "layers" / layer / "sqitch.plan").read_text()

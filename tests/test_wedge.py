@@ -17,10 +17,6 @@ import pytest
 
 from testkit.harness import HANG, Database, Session
 
-ACQUIRE = "pgfence.acquire(text, text, interval, uuid)"
-REQUEST_START = "pgfence.request_start(text, interval)"
-LOCK = "pgfence.lock_resources(text[])"
-
 
 def wedged(db: Database) -> Session:
     """Session `w` acquired r inside a transaction and went idle, holding r's row."""
@@ -44,13 +40,13 @@ def test_pollers_do_not_queue_behind_a_wedged_row(any_db: Database, poll: str) -
     w.rollback()
 
 
-@pytest.mark.parametrize(("signature", "poll"), [
-    (ACQUIRE, "select (pgfence.acquire('r', 'p', '30 s')).lease_id"),
-    (REQUEST_START, "select pgfence.request_start('r')"),
+@pytest.mark.parametrize(("mutant", "poll"), [
+    ("acquire-poller-waits", "select (pgfence.acquire('r', 'p', '30 s')).lease_id"),
+    ("request-start-waits", "select pgfence.request_start('r')"),
 ], ids=["acquire", "request_start"])
-def test_negative_control_a_waiting_poller_is_wedged(db: Database, signature: str,
+def test_negative_control_a_waiting_poller_is_wedged(db: Database, mutant: str,
                                                      poll: str) -> None:
-    db.replace_in_function(signature, "for no key update skip locked;", "for no key update;")
+    db.install_mutant(mutant)
     w = wedged(db)
     step = db.session("p").start(poll)
     assert step.settle() is True and step.blocked_by == [w.pid]
@@ -94,7 +90,7 @@ def test_without_a_lock_timeout_the_wait_is_bounded(db: Database) -> None:
 
 
 def test_negative_control_an_unbounded_wait_outlasts_the_bound(db: Database) -> None:
-    db.replace_in_function(LOCK, "perform set_config('lock_timeout', '5s', true);", "null;")
+    db.install_mutant("lock-resources-unbounded")
     w = wedged(db)
     step = db.session("op").start("select pgfence.set_enabled('r', false)")
     assert step.settle() is True
@@ -107,9 +103,6 @@ def test_negative_control_an_unbounded_wait_outlasts_the_bound(db: Database) -> 
 
 
 # -- a layer's result waits for its run or its message a bounded time (issue 40) ---------------
-
-LOCK_WAIT = "pgfence.limit_lock_wait()"
-
 
 def started(db: Database) -> tuple[Session, object, object]:
     """Flow `two`, its first task started by `w`: (w, the attempt, the run)."""
@@ -149,8 +142,7 @@ def test_a_result_waits_for_its_run_a_bounded_time_then_is_retried(flow: Databas
 
 def test_negative_control_an_unbounded_result_waits_as_long_as_the_run_is_held(
         flow: Database) -> None:
-    flow.replace_in_function(LOCK_WAIT,
-                             "perform pg_catalog.set_config('lock_timeout', '5s', true);", "null;")
+    flow.install_mutant("pgflow-finish-lock-wait-unbounded")
     w, attempt, run = started(flow)
     h = run_held(flow, run)
     step = w.start("select pgfence_pgflow.complete_task(%s, '{}')", (attempt,))

@@ -1,6 +1,8 @@
-"""The SQL inside the wheel: `pip wheel` of this repository carries sql/ (through the symlink
-src/pgfence/schema), and a fresh venv with nothing but that wheel and its dependencies installs
-pgfence into a fresh database with `pgfence --db-url URL install`."""
+"""The wheel as users get it: `pip install "$(scripts/build)"` (README). scripts/build makes it
+here too, from a copy of what it reads; a fresh venv with nothing but that wheel and its
+dependencies installs pgfence into a fresh database with `pgfence --db-url URL install`, and
+`pgfence init` writes the Deno client the wheel carries (src/pgfence/deno, a symlink to
+clients/deno that the wheel must resolve)."""
 
 from __future__ import annotations
 
@@ -21,15 +23,26 @@ from pgfence.releases import Files
 from testkit.cluster import Cluster
 from tests.support import HUNG, ROOT, once_per_run
 
-PIP = Path(sys.executable).parent / "pip"
+# How scripts/build takes the Deno client into the copy it builds from.
+COPIES_DENO = """mkdir "$work/clients"
+cp -a "$root/clients/deno" "$work/clients/"
+"""
 
 
-def source_tree(dest: Path) -> Path:
-    """What `pip wheel .` reads from the repository, copied (symlinks as symlinks): an in-tree
-    build reuses build/lib, so a stale file there would land in the wheel."""
+def source_tree(dest: Path, copies_deno: bool = True) -> Path:
+    """What scripts/build reads, copied (symlinks as symlinks), with the script itself and a
+    link to the project's venv, so a copy can be changed and built as the repository is.
+    ``copies_deno=False``: the script as it was before it copied clients/deno, whose wheel's
+    src/pgfence/deno dangled."""
     dest.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, dest)
+    (dest / "scripts").mkdir()
+    build = (ROOT / "scripts/build").read_text()
+    assert COPIES_DENO in build
+    (dest / "scripts/build").write_text(build if copies_deno else build.replace(COPIES_DENO, ""))
+    (dest / "scripts/build").chmod(0o755)
+    (dest / ".venv").symlink_to(ROOT / ".venv")
     shutil.copytree(ROOT / "src", dest / "src", symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(ROOT / "sql", dest / "sql")
@@ -41,9 +54,12 @@ def source_tree(dest: Path) -> Path:
 
 
 def build_wheel(source: Path, out: Path) -> Path:
-    subprocess.run([str(PIP), "wheel", "-q", "--no-deps", "-w", str(out), str(source)],
-                   check=True, capture_output=True, text=True, timeout=HUNG)
-    (wheel,) = out.glob("pgfence-*.whl")
+    """scripts/build of ``source`` (the repository or a copy of it): the wheel it printed."""
+    built = subprocess.run([str(source / "scripts/build"), str(out)], capture_output=True,
+                           text=True, timeout=HUNG)
+    assert built.returncode == 0, built.stderr[-3000:]
+    wheel = Path(built.stdout.strip())
+    assert wheel.parent == out.resolve() and wheel.is_file()
     return wheel
 
 
@@ -57,10 +73,10 @@ def repository_sql() -> dict[str, bytes]:
 
 @pytest.fixture(scope="session")
 def wheel(pytestconfig: pytest.Config) -> Path:
-    """Built once per run, whichever xdist worker asks first (about 45 s)."""
+    """scripts/build of the repository itself, once per run, whichever xdist worker asks first
+    (about 45 s)."""
     return Path(once_per_run(pytestconfig, "wheel",
-                             lambda work: str(build_wheel(source_tree(work / "repo"),
-                                                          work / "out"))))
+                             lambda work: str(build_wheel(ROOT, work / "out"))))
 
 
 @pytest.fixture
@@ -121,14 +137,31 @@ def test_negative_control_without_the_deno_package_data_the_wheel_has_no_client(
         assert not [n for n in z.namelist() if n.startswith("pgfence/deno/")]
 
 
-def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_database: str,
-                                                         cluster: Cluster, tmp_path: Path) -> None:
+def venv_with(wheel: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A fresh venv with nothing but ``wheel`` and its dependencies, and an environment that
+    keeps the repository off the path: only the installed wheel runs."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=HUNG)
     subprocess.run([str(venv / "bin/pip"), "install", "-q", str(wheel)], check=True,
                    capture_output=True, text=True, timeout=HUNG)
-    # Run outside the repository, with nothing of it on the path: only the installed wheel.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return venv, env
+
+
+def pgfence_init(venv: Path, env: dict[str, str],
+                 tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`pgfence init --plain --layers pgmq,pgflow` in a new project, from the installed wheel
+    alone (the README's quick start)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    return subprocess.run([str(venv / "bin/pgfence"), "init", "--plain", "--layers",
+                           "pgmq,pgflow"], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=HUNG)
+
+
+def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_database: str,
+                                                         cluster: Cluster, tmp_path: Path) -> None:
+    venv, env = venv_with(wheel, tmp_path)
     # The client imports with nothing but the wheel: it needs no part of the test kit.
     show = ("import pgfence, pgfence.client, pathlib;"
             " print(pathlib.Path(pgfence.__file__).parent)")
@@ -153,7 +186,6 @@ def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_data
     version = subprocess.run([str(venv / "bin/pgfence"), "--db-url", url, "version"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HUNG)
     assert version.returncode == 0 and "up to date" in version.stdout, version.stderr
-
     # Every release from the wheel alone, no git tag or checkout: the oldest, then upgraded.
     oldest = Files().known()[0]
     cluster.create_database(f"{fresh_database}_old")
@@ -170,13 +202,21 @@ def test_a_fresh_venv_with_the_wheel_installs_a_database(wheel: Path, fresh_data
         cluster.drop_database(f"{fresh_database}_old")
 
     # pgfence init from the wheel alone: the Deno client it writes is the repository's.
-    project = tmp_path / "project"
-    project.mkdir()
-    init = subprocess.run([str(venv / "bin/pgfence"), "init", "--plain", "--layers",
-                           "pgmq,pgflow"], cwd=project, env=env, capture_output=True, text=True,
-                          timeout=HUNG)
+    init = pgfence_init(venv, env, tmp_path)
     assert init.returncode == 0, init.stdout + init.stderr
     assert "wrote      pgfence/deno/pgflow.ts" in init.stdout
-    mod = (project / "pgfence/deno/mod.ts").read_text()
+    mod = (tmp_path / "project/pgfence/deno/mod.ts").read_text()
     assert mod.endswith((ROOT / "clients/deno/mod.ts").read_text().replace(
         'from "postgres";', 'from "npm:postgres@3.4.9";'))
+
+
+def test_negative_control_a_wheel_without_the_deno_client_fails_init(tmp_path: Path) -> None:
+    # What scripts/build made before it copied clients/deno: the symlink src/pgfence/deno
+    # dangled, the wheel had no Deno file, and init crashed (FileNotFoundError .../deno.json).
+    wheel = build_wheel(source_tree(tmp_path / "repo", copies_deno=False), tmp_path / "out")
+    with zipfile.ZipFile(wheel) as z:
+        assert not [n for n in z.namelist() if n.startswith("pgfence/deno/")]
+    venv, env = venv_with(wheel, tmp_path)
+    init = pgfence_init(venv, env, tmp_path)
+    assert init.returncode != 0 and "deno.json" in init.stderr, init.stdout + init.stderr
+    assert not (tmp_path / "project/pgfence/deno/mod.ts").exists()

@@ -23,13 +23,6 @@ from testkit.cluster import PgBouncer
 from testkit.harness import Database, Lease, Session, sqlstate
 from tests.support import acquired
 
-CLAIM = "pgfence.claim(uuid, text, integer, interval)"
-REPORT = "pgfence.report(uuid, text, jsonb)"
-HOLD = "pgfence.hold_current(uuid)"  # the lease-current check of claim (and fence)
-RENEW = "pgfence.renew(uuid, interval)"
-REQUEST_START = "pgfence.request_start(text, interval)"
-REQUEUE = "pgfence.requeue_expired(integer)"
-
 
 def claim(s: Session, lease: Lease, queue: str = "q", qty: int = 1) -> list[tuple[int, uuid.UUID]]:
     rows = s.run("select task_id, attempt_id from pgfence.claim(%s, %s, %s)",
@@ -120,13 +113,12 @@ def test_resumed_owner_cannot_claim_or_overwrite(any_db: Database) -> None:
 
 
 def test_negative_control_claim_without_lease_check(db: Database) -> None:
-    db.replace_in_function(
-        HOLD, "not found or not pgfence.is_current(v_lease.state, v_lease.expires_at)", "false")
+    db.install_mutant("hold-current-ignores-state")
     assert resumed_owner_at_work(db).claim is None
 
 
 def test_negative_control_completion_without_attempt_check(db: Database) -> None:
-    db.replace_in_function(REPORT, "if v_attempt < v_task.attempt then", "if false then")
+    db.install_mutant("report-accepts-older-attempt")
     r = resumed_owner_at_work(db)
     assert r.stale_complete == "accepted" and not r.task_kept_by_b
 
@@ -153,7 +145,7 @@ def test_racing_request_start_one_invocation(any_db: Database) -> None:
 
 
 def test_negative_control_request_start_without_lock(db: Database) -> None:
-    db.replace_in_function(REQUEST_START, "     for no key update skip locked;", ";")
+    db.install_mutant("request-start-no-lock")
     assert len(racing_requests(db)) > 1
 
 
@@ -204,8 +196,7 @@ def test_lost_renewal_response_then_retry(any_db: Database) -> None:
 
 def test_negative_control_renewal_that_rotates_the_lease(db: Database) -> None:
     # A plausible but broken design: each renewal issues a new lease_id.
-    db.replace_in_function(RENEW, "set renewed_from = l.expires_at,",
-                           "set lease_id = gen_random_uuid(), renewed_from = l.expires_at,")
+    db.install_mutant("renew-rotates-lease-id")
     retry, _ = renew_with_lost_response(db)
     assert retry == "PF001"
 
@@ -250,8 +241,7 @@ def test_hard_death_loses_nothing(any_db: Database) -> None:
 
 
 def test_negative_control_requeue_that_never_fires(db: Database) -> None:
-    db.replace_in_function(REQUEUE, "t.visible_until < clock_timestamp()",
-                           "t.visible_until < clock_timestamp() - interval '1 day'")
+    db.install_mutant("requeue-late")
     out = hard_death(db)
     assert out["requeued"] == 0 and out["b_claimed"] == []
 
@@ -291,8 +281,7 @@ def test_graceful_drain(any_db: Database) -> None:
 
 
 def test_negative_control_claim_while_draining(db: Database) -> None:
-    db.replace_in_function(HOLD, "pgfence.is_current(v_lease.state",
-                           "pgfence.is_live(v_lease.state")
+    db.install_mutant("hold-current-live")
     assert graceful_drain(db)["a_claim"] is None
 
 
@@ -352,9 +341,48 @@ def test_two_resources_one_queue_claim_in_parallel(any_db: Database) -> None:
 
 
 def test_negative_control_claim_without_skip_locked(db: Database) -> None:
-    db.replace_in_function(CLAIM, "for update skip locked", "for update")
+    db.install_mutant("claim-no-skip-locked")
     blocked, _, _ = parallel_replicas(db)
     assert blocked
+
+
+# --------------------------------------------------------------------------------------------
+# queue_status' tallies: finished tasks counted by the statements that finish them, folded by
+# requeue_expired. A fold never waits for another, and no task is counted twice or lost.
+
+def folds_meet(db: Database) -> tuple[bool, int]:
+    """A folds in a transaction left open while B completes a task and folds: whether B's fold
+    waited, and the count of completed tasks queue_status shows once both committed."""
+    db.sql("select pgfence.register('w')")
+    enqueue(db, 4)
+    a, b = db.session("a"), db.session("b")
+    lease = acquired(a.acquire("w"))
+    held = claim(a, lease, qty=4)
+    for _, attempt_id in held[:3]:
+        assert complete(a, attempt_id) == "accepted"     # three tally rows
+    a.hold_open()
+    a.begin()
+    assert a.one("select pgfence.requeue_expired()") == 0   # folds the three, holds them
+    assert complete(b, held[3][1]) == "accepted"          # a fourth row, committed
+    step = b.start("select pgfence.requeue_expired()")
+    waited = step.settle()
+    a.commit()
+    assert step.one() == 0
+    return waited, db.one("select completed from pgfence.queue_status where queue = 'q'")
+
+
+def test_folds_never_wait_for_each_other_and_count_each_task_once(any_db: Database) -> None:
+    waited, completed = folds_meet(any_db)
+    assert not waited
+    assert completed == 4
+    any_db.sql("select pgfence.fold_tallies()")
+    assert any_db.sql("select completed from pgfence.queue_tallies where queue = 'q'") == [(4,)]
+
+
+def test_negative_control_a_fold_that_waits_for_the_rows_another_holds(db: Database) -> None:
+    db.install_mutant("fold-tallies-waits")
+    waited, completed = folds_meet(db)
+    assert waited and completed == 4
 
 
 # --------------------------------------------------------------------------------------------

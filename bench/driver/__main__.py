@@ -41,6 +41,8 @@ from .properties import (
     owner_main,
     renewals,
     renewals_report,
+    scale,
+    scale_report,
     takeover,
     takeover_report,
 )
@@ -55,6 +57,7 @@ from .run import (
     on_signal,
     stop_children,
 )
+from .workers import worker_main, workers, workers_report
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -71,7 +74,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--only",
         type=lambda s: set(s.split(",")),
         help="comma-separated subset of: renew, claim, complete, fence1, fence100, pgmq, "
-        "pgflow, cycle, batch, queue, renewals, takeover, history, dead",
+        "pgflow, cycle, batch, queue, renewals, takeover, history, dead, scale, workers",
     )
     p.add_argument(
         "--own-lease",
@@ -97,6 +100,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="the server's fsync (default on, PostgreSQL's default; off makes commits cheap, "
         "so that the CPU around them shows)",
     )
+    p.add_argument("--jobs", type=int, default=2000,
+                   help="jobs per run of the workers group (default 2000; --quick 100)")
+    p.add_argument("--peers", action="store_true",
+                   help="the workers group: procrastinate, pgqueuer, graphile-worker and pg-boss "
+                   "too, from the environment bench/peers/setup installs")
     p.add_argument("--report", type=Path, help="also write the Markdown report to this file")
     return p.parse_args(argv)
 
@@ -104,6 +112,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--owner"]:  # the owner process of a takeover trial
         owner_main(argv[1], argv[2], float(argv[3]), float(argv[4]))
+        return 0
+    if argv[:1] == ["--worker"]:  # a worker process of the workers group
+        worker_main(argv[1], argv[2], int(argv[3]), int(argv[4]))
         return 0
     args = parse_args(argv)
     quick: bool = args.quick
@@ -116,6 +127,8 @@ def main(argv: list[str]) -> int:
         profile=args.profile,
         own_lease=args.own_lease,
         only=frozenset(args.only) if args.only else None,
+        jobs=args.jobs,
+        peers=args.peers,
     )
     settings = (
         ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all"]
@@ -164,6 +177,12 @@ def main(argv: list[str]) -> int:
             log("property: request_start, acquire and claim with dead history")
             report += ["### Dead history", "", *dead_history_report(dead_history(opts, server)),
                        ""]
+        if opts.wanted("workers"):
+            log("the whole cycle through workers")
+            report += ["### Workers", "", *workers_report(workers(opts, server)), ""]
+        if opts.wanted("scale"):
+            log("property: monitoring at scale")
+            report += ["### Monitoring at scale", "", *scale_report(scale(opts, server)), ""]
         if pairs.profiles:
             report += ["### Profile (pg_stat_statements, track = all; mean µs per call)", ""]
             for script, rows in pairs.profiles.items():

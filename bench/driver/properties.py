@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import statistics
 import subprocess
 import sys
 import threading
 import time
 
-from pgfence.connection import connect
+import psycopg
+
+from pgfence.connection import Connection, connect
 
 from .report import fmt
 from .run import BENCH, CHILDREN, CLIENTS, ROOT, Options, Server, log, percentile, pgbench
@@ -226,6 +229,116 @@ def dead_history_report(h: dict[str, object]) -> list[str]:
         lines.append(f"| `{op}` (bench/{script}, {clients} client{'s' if clients > 1 else ''}) "
                      f"| {fmt(e)} | {fmt(f)} | {f / e:.2f} | "
                      f"{'met' if f / e >= 0.90 else '**not met**'} |")
+    return lines
+
+
+# The monitoring queries a dashboard polls, at the scale of a large installation, with the
+# target each must stay under (milliseconds, wall time of the query and its rows).
+SCALE_QUERIES: dict[str, tuple[str, float]] = {
+    "counters, all rows": ("select * from pgfence.counters", 500),
+    "counters, one resource": ("select * from pgfence.counters where resource = '{one}'", 10),
+    "resource_status, one resource":
+        ("select * from pgfence.resource_status where resource = '{one}'", 10),
+    "health()": ("select * from pgfence.health()", 50),
+    "queue_status": ("select * from pgfence.queue_status", 50),
+    "resource_status, all rows (pgfence status)": ("select * from pgfence.resource_status", 500),
+    "lease_status, one resource (no target)":
+        ("select * from pgfence.lease_status where resource = '{one}'", math.inf),
+}
+
+
+SCALE_CANCEL_S = 120
+
+
+def server_ms(conn: Connection, query: str) -> tuple[float, float]:
+    """The server's time to execute ``query`` and produce all its rows (not to send them: the
+    client's decoding of 100,000 rows would be most of a wall-clock time), from EXPLAIN
+    ANALYZE without per-node timing, so that the instrumentation costs next to nothing; and
+    the CPU time its backend spent meanwhile (/proc/PID/schedstat, in ns), which a loaded
+    machine inflates far less than the elapsed time (a parallel worker's is not in it)."""
+    pid = conn.info.backend_pid
+
+    def cpu_ns() -> int:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0])
+
+    before = cpu_ns()
+    plan = "\n".join(str(r[0]) for r in conn.execute(
+        f"explain (analyze, timing off, summary on) {query}"))
+    cpu = (cpu_ns() - before) / 1e6
+    found = re.search(r"Execution Time: ([\d.]+) ms", plan)
+    if found is None:
+        raise RuntimeError(f"no execution time in the plan of {query}:\n{plan}")
+    return float(found.group(1)), cpu
+
+
+def scale(opts: Options, server: Server) -> dict[str, object]:
+    """The monitoring queries against a fleet of resources, each with a live lease, and a
+    history of finished tasks (bench/setup_scale.sql): each query's server time over a few
+    runs on a warm cache (server_ms), and its EXPLAIN ANALYZE."""
+    resources, finished = (2_000, 20_000) if opts.quick else (100_000, 1_000_000)
+    runs = opts.rounds
+    db = "scale"
+    server.createdb(db)
+    started = time.monotonic()
+    server.psql(db, BENCH / "setup_scale.sql", resources=resources, finished=finished)
+    log(f"  filled in {time.monotonic() - started:.0f} s")
+    times: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
+    plans: dict[str, str] = {}
+    with server.connect(db) as conn:
+        # A query that takes longer is cancelled and reported as such (its plan unexecuted).
+        conn.execute(f"set statement_timeout = '{SCALE_CANCEL_S}s'")
+        for name, (template, _target) in SCALE_QUERIES.items():
+            # A resource in the middle, one of those with takeovers (every tenth).
+            query = template.format(one=f"r{resources // 2:06d}")
+            times[name], cpus[name] = [], []
+            try:
+                server_ms(conn, query)  # warm
+                for _ in range(runs):
+                    elapsed, cpu = server_ms(conn, query)
+                    times[name].append(elapsed)
+                    cpus[name].append(cpu)
+                explain = "explain (analyze, buffers)"
+            except psycopg.errors.QueryCanceled:
+                times[name], cpus[name] = [math.inf], [math.inf]
+                explain = "explain"
+            plans[name] = "\n".join(str(r[0]) for r in conn.execute(f"{explain} {query}"))
+            log(f"  {name}: median {statistics.median(times[name]):,.1f} ms")
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    return {"resources": resources, "finished": finished, "runs": runs, "times": times,
+            "cpus": cpus, "plans": plans, "load": " ".join(load)}
+
+
+def scale_report(s: dict[str, object]) -> list[str]:
+    times: dict[str, list[float]] = s["times"]  # type: ignore[assignment]
+    cpus: dict[str, list[float]] = s["cpus"]  # type: ignore[assignment]
+    plans: dict[str, str] = s["plans"]  # type: ignore[assignment]
+    lines = [
+        f"{int(str(s['resources'])):,} resources, each with a live lease, and "
+        f"{int(str(s['finished'])):,} finished tasks (bench/setup_scale.sql); each query "
+        f"{s['runs']} times on a warm cache, the server's execution time producing all its rows "
+        f"(EXPLAIN ANALYZE, timing off), a query cancelled after {SCALE_CANCEL_S} s (load "
+        f"average at the end: {s['load']}):",
+        "",
+        "| query | median ms | min-max ms | backend CPU ms (median) | target | met? |",
+        "|---|---:|---|---:|---:|---|",
+    ]
+    for name, (_query, target) in SCALE_QUERIES.items():
+        t = times[name]
+        med = statistics.median(t)
+        goal = "" if math.isinf(target) else f"< {target:g} ms"
+        met = "" if math.isinf(target) else ("yes" if med < target else "**no**")
+        spread = f"{min(t):,.1f}-{max(t):,.1f}"
+        if math.isinf(med):
+            spread = f"cancelled after {SCALE_CANCEL_S} s"
+        cpu = statistics.median(cpus[name])
+        lines.append(f"| {name} | {med:,.1f} | {spread} | {cpu:,.1f} | {goal} | {met} |")
+    lines += ["", "EXPLAIN (ANALYZE, BUFFERS) of each:", ""]
+    for name, plan in plans.items():
+        lines += [f"<details><summary>{name}</summary>", "", "```", plan, "```", "",
+                  "</details>", ""]
     return lines
 
 

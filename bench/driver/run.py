@@ -19,14 +19,12 @@ from pathlib import Path
 from types import FrameType
 
 from pgfence.connection import Connection, connect
+from testkit import install
 from testkit.cluster import Cluster
-from tests.support import install_pgflow
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
-BUNDLE = ROOT / "sql/pgfence.sql"
-PGMQ_LAYER = ROOT / "sql/pgfence-pgmq.sql"
-PGFLOW_LAYER = ROOT / "sql/pgfence-pgflow.sql"
+BUNDLE = install.BUNDLE
 CLIENTS, JOBS = 4, 2
 QUICK_TRANSACTIONS = 20  # --quick: per client and pgbench run
 
@@ -40,6 +38,8 @@ class Options:
     profile: bool  # pg_stat_statements: each operation's top statements
     own_lease: bool
     only: frozenset[str] | None
+    jobs: int = 2000  # per run of the workers group
+    peers: bool = False  # the workers group: the peers too (bench/peers)
 
     def wanted(self, key: str) -> bool:
         return not self.only or key in self.only
@@ -140,10 +140,9 @@ class Server:
 
     def createdb(self, db: str) -> None:
         self.cluster.create_database(db)
-        # pgmq and pgflow (with the tests' stand-in for Realtime's realtime.send), for the
-        # layers' pairs, installed as the tests install them.
-        install_pgflow(self.cluster, db)
-        for file in [BUNDLE, PGMQ_LAYER, PGFLOW_LAYER, *self.applies]:
+        # Every layer, with what it stands on, for the layers' pairs: the tests' recipe.
+        install.install(self.cluster, db, ["all"])
+        for file in self.applies:
             self.cluster.psql(db, "--single-transaction", "-f", file)
 
 

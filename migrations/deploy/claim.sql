@@ -7,6 +7,7 @@
 -- requires: attempt_id
 -- requires: checks
 -- requires: errors
+-- requires: resource_queues
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -26,6 +27,7 @@ set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_key bytea;
+  v_resource text;
 begin
   perform pgfence.check_not_null('lease_id', claim.lease_id);
   perform pgfence.check_name('queue', claim.queue);
@@ -36,7 +38,7 @@ begin
   -- The ownership check of fence(), in the same transaction as the claim: the lease row stays
   -- locked until this transaction ends, so no successor can be granted between the check and
   -- the claim (I2 at the work boundary).
-  perform pgfence.hold_current(claim.lease_id);
+  select h.resource into v_resource from pgfence.hold_current(claim.lease_id) h;
   select k.hmac_key into v_key from pgfence.signing_key k;
   -- SKIP LOCKED: claimers never wait for each other's rows. The ids are picked into an array
   -- so that the update finds its rows by primary key.
@@ -56,6 +58,15 @@ begin
             limit claim.qty
               for update skip locked))
   returning t.task_id, pgfence.attempt_uuid(t.task_id, t.attempt, claim.lease_id, v_key), t.attempt, t.payload;
+  -- The resource now serves this queue (pgfence.counters): written once, then only read (a
+  -- read costs half an INSERT ... ON CONFLICT that finds the row).
+  if found then
+    perform from pgfence.resource_queues q where q.resource = v_resource and q.queue = claim.queue;
+    if not found then
+      insert into pgfence.resource_queues (resource, queue) values (v_resource, claim.queue)
+      on conflict do nothing;
+    end if;
+  end if;
 end
 $$;
 comment on function pgfence.claim(uuid, text, int, interval) is

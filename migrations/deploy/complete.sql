@@ -2,6 +2,7 @@
 -- requires: limit_idle
 -- requires: attempt_id
 -- requires: report
+-- requires: queue_tallies
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -38,12 +39,16 @@ begin
   -- id is the current attempt's only if its signature matches the row's attempt and lease).
   -- No clock in the condition, so a lock wait cannot make it wrong: a concurrent update of the
   -- row is re-checked (EvalPlanQual), and a transaction that only locked it changed nothing.
-  update pgfence.tasks t
-     set state = 'completed', result = complete.result, reported = true,
-         visible_until = null, finished_at = clock_timestamp()
-    from pgfence.signing_key k
-   where t.task_id = pgfence.attempt_task(complete.attempt_id)
-     and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, k.hmac_key, complete.attempt_id);
+  -- Counted in its queue's tally by the same statement (pgfence.queue_tallies).
+  with done as (
+    update pgfence.tasks t
+       set state = 'completed', result = complete.result, reported = true,
+           visible_until = null, finished_at = clock_timestamp()
+      from pgfence.signing_key k
+     where t.task_id = pgfence.attempt_task(complete.attempt_id)
+       and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, k.hmac_key, complete.attempt_id)
+    returning t.queue)
+  insert into pgfence.queue_tallies (queue, completed) select d.queue, 1 from done d;
   if found then
     perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
     return 'accepted';

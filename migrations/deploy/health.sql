@@ -88,25 +88,36 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_bad text;
+  v_acl text[];
+  v_acls text[] := '{}'::text[];
   v_layer regproc;
   v_schema name;
+  v_old timestamptz;
+  v_release text;
 begin
   -- Schema as installed, the core's and each layer's: nothing changed, added or removed by
   -- hand since its release's record (functions, relations, columns, constraints, indexes,
   -- views, triggers, policies, types, owners, every ACL).
+  -- Each schema's drift is computed once (it digests the whole schema): its ACL rows are kept
+  -- for "roles and grants", below.
   for v_schema in select 'pgfence'::name union all
                   (select l.schema_name from pgfence.layers l order by l.schema_name) loop
     name := case v_schema when 'pgfence' then '' else v_schema || ': ' end || 'schema matches its release';
     select string_agg(case when d.object = 'record' then
                              format('no record of its release (%s predates 0.3.0: upgrade it)', v_schema)
-                           else format('%s %s', d.object, d.how) end, '; ' order by d.object) into v_bad
-      from pgfence.schema_drift(v_schema) d
-     where d.object not like 'acl %';
+                           else format('%s %s', d.object, d.how) end, '; ' order by d.object)
+             filter (where d.object not like 'acl %'),
+           array_agg(format('grants on %s %s', substr(d.object, 5),
+                            case d.how when 'changed' then 'differ from the release''s' else d.how end))
+             filter (where d.object like 'acl %')
+      into v_bad, v_acl
+      from pgfence.schema_drift(v_schema) d;
+    v_acls := v_acls || v_acl;
     ok := v_bad is null;
-    detail := coalesce(v_bad, format('%s %s, %s objects as recorded', v_schema, pgfence.installed_release(v_schema),
+    v_release := pgfence.installed_release(v_schema);
+    detail := coalesce(v_bad, format('%s %s, %s objects as recorded', v_schema, v_release,
                                      (select count(*) from pgfence.schema_records r
-                                       where r.schema_name = v_schema
-                                         and r.release = pgfence.installed_release(v_schema))));
+                                       where r.schema_name = v_schema and r.release = v_release)));
     return next;
   end loop;
 
@@ -125,11 +136,7 @@ begin
       from (select 'pgfence'::name as s union all select l.schema_name from pgfence.layers l) x,
            pgfence.foreign_grants(x.s) g
     union all
-    select format('grants on %s %s', substr(d.object, 5),
-                  case d.how when 'changed' then 'differ from the release''s' else d.how end)
-      from (select 'pgfence'::name as s union all select l.schema_name from pgfence.layers l) x,
-           pgfence.schema_drift(x.s) d
-     where d.object like 'acl %') y;
+    select unnest(v_acls)) y;
   ok := v_bad is null;
   detail := coalesce(v_bad, 'pgfence_worker, pgfence_operator, pgfence_monitor; nothing for PUBLIC');
   return next;
@@ -167,17 +174,19 @@ begin
 
   -- Overdue: a resource left without a live owner, or a task its worker no longer holds
   -- that nothing requeued, for over a minute.
+  -- (A lease's expiry has no index: renewals stay HOT. The active leases are one per resource.)
   name := 'no lease or task overdue';
+  v_old := clock_timestamp() - interval '1 minute';
   select string_agg(x, '; ' order by x) into v_bad from (
     select format('resource %s: its lease (generation %s) expired at %s and nobody took over',
                   l.resource, l.generation, l.expires_at) as x
       from pgfence.leases l join pgfence.resources r using (resource)
-     where l.state = 'active' and r.enabled and l.expires_at < clock_timestamp() - interval '1 minute'
+     where l.state = 'active' and r.enabled and l.expires_at < v_old
     union all
     select format('queue %s: %s claimed tasks past their visibility, the oldest since %s',
                   t.queue, count(*), min(t.visible_until))
       from pgfence.tasks t
-     where t.state = 'claimed' and t.visible_until < clock_timestamp() - interval '1 minute'
+     where t.state = 'claimed' and t.visible_until < v_old
      group by t.queue) y;
   ok := v_bad is null;
   detail := coalesce(v_bad, 'none');
@@ -205,19 +214,28 @@ begin
   detail := coalesce(v_bad, 'none open for over an hour');
   return next;
 
-  -- Twice prune's default bound: older history means no prune runs.
+  -- Twice prune's default bound: older history means no prune runs. The bound is a value, not
+  -- the clock in the condition, so that it is a range of prune's indexes (tasks_finished,
+  -- leases_ended) instead of a filter over all of them; and each kind is counted up to 10,001
+  -- rows, read in the index's order (a bitmap scan would read every match before the limit),
+  -- so a history that no prune ever cut costs no more than that to report.
   name := 'history within retention';
+  v_old := clock_timestamp() - interval '14 days';
   select string_agg(x, '; ' order by x) into v_bad from (
-    select format('%s finished tasks older than 14 days', count(*)) as x
-      from pgfence.tasks t where t.state in ('completed', 'failed') and t.finished_at < clock_timestamp() - interval '14 days'
+    select format('%s finished tasks older than 14 days', case when count(*) > 10000 then 'over 10000' else count(*)::text end) as x
+      from (select from pgfence.tasks t
+             where t.state in ('completed', 'failed') and t.finished_at < v_old
+             order by t.finished_at limit 10001) t
     having count(*) > 0
     union all
-    select format('%s ended leases older than 14 days', count(*))
-      from pgfence.leases l where l.state in ('released', 'superseded') and l.ended_at < clock_timestamp() - interval '14 days'
+    select format('%s ended leases older than 14 days', case when count(*) > 10000 then 'over 10000' else count(*)::text end)
+      from (select from pgfence.leases l
+             where l.state in ('released', 'superseded') and l.ended_at < v_old
+             order by l.ended_at limit 10001) l
     having count(*) > 0
     union all
-    select format('%s invocations expired over 14 days ago', count(*))
-      from pgfence.invocations i where i.expires_at < clock_timestamp() - interval '14 days'
+    select format('%s invocations expired over 14 days ago', case when count(*) > 10000 then 'over 10000' else count(*)::text end)
+      from (select from pgfence.invocations i where i.expires_at < v_old limit 10001) i
     having count(*) > 0) y;
   ok := v_bad is null;
   detail := coalesce(v_bad || ': schedule pgfence.prune() (docs/operations.md)', 'nothing older than 14 days');

@@ -54,8 +54,9 @@ as $$
     select a.grantee, a.privilege_type, format('type %s', y.oid::regtype),
            format('revoke all on type %s from %%s', y.oid::regtype)
       from pg_type y, aclexplode(coalesce(y.typacl, acldefault('T', y.typowner))) a
-     where y.typnamespace in (select oid from s) and y.typtype in ('d', 'e', 'r', 'm')
-       and a.grantee <> y.typowner
+     where y.typnamespace in (select oid from s) and a.grantee <> y.typowner
+       and (y.typtype in ('d', 'e', 'r', 'm')  -- and a composite type of its own (pgfence.lease)
+            or y.typtype = 'c' and (select c.relkind from pg_class c where c.oid = y.typrelid) = 'c')
     union all
     select a.grantee, a.privilege_type, format('schema %I', n.nspname),
            format('revoke all on schema %I from %%s', n.nspname)

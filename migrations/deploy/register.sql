@@ -4,8 +4,13 @@
 -- requires: checks
 -- requires: layer_hooks
 --
--- Reworked in 0.3.0: a new resource's enabled is passed on to the layers (their
--- enabled_changed hook), as every change of enabled is.
+-- Reworked in 0.3.0: registering a name is the operator's, no longer a worker's (issue 43 item
+-- 4). A resource is configuration (enabled, windows and protections name it), and nothing
+-- removes one but an operator (pgfence.unregister): a worker that could register would grow
+-- the table without bound, and a retention that forgot unused resources by age would make a
+-- rarely run worker's next acquire fail PF002 (docs/contract.md, "Resources"). And a new
+-- resource's enabled is passed on to the layers (their enabled_changed hook), as every change of
+-- enabled is.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -40,7 +45,7 @@ $$;
 comment on function pgfence.register(text, boolean) is
   'Registers a resource; idempotent. Never changes an existing resource''s enabled. Raises 22023 on a bad name.';
 
-revoke all on function pgfence.register(text, boolean) from public;
-grant execute on function pgfence.register(text, boolean) to pgfence_worker, pgfence_operator;
+revoke all on function pgfence.register(text, boolean) from public, pgfence_worker;
+grant execute on function pgfence.register(text, boolean) to pgfence_operator;
 
 commit;

@@ -303,7 +303,8 @@ as $$
   with rec as (
     select x.object, x.digest from pgfence.schema_records x
      where x.schema_name = schema_drift.schema_name
-       and x.release = pgfence.installed_release(schema_drift.schema_name))
+       -- A subquery, so that it is looked up once, not once per row of the record.
+       and x.release = (select pgfence.installed_release(schema_drift.schema_name)))
   select coalesce(r.object, o.object),
          case when r.object is null then 'added' when o.object is null then 'missing' else 'changed' end
     from rec r

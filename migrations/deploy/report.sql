@@ -6,6 +6,7 @@
 -- requires: stale_results
 -- requires: attempt_id
 -- requires: errors
+-- requires: queue_tallies
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -73,6 +74,7 @@ begin
        set state = 'completed', result = report.body, reported = true,
            visible_until = null, finished_at = clock_timestamp()
      where t.task_id = v_task_id;
+    insert into pgfence.queue_tallies (queue, completed) values (v_task.queue, 1);
   else
     v_final := v_task.attempt >= v_task.max_attempts;
     -- Retries back off exponentially, 2 s, 4 s, 8 s ... at most an hour.
@@ -82,6 +84,9 @@ begin
            ready_at = clock_timestamp() + least(interval '1 second' * power(2, least(v_task.attempt, 12)), interval '1 hour'),
            finished_at = case when v_final then clock_timestamp() end
      where t.task_id = v_task_id;
+    if v_final then
+      insert into pgfence.queue_tallies (queue, failed) values (v_task.queue, 1);
+    end if;
   end if;
   return 'accepted';
 end

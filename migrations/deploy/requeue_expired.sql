@@ -1,5 +1,6 @@
 -- Deploy pgfence:requeue_expired
 -- requires: limit_idle
+-- requires: queue_tallies
 -- requires: tasks
 -- requires: errors
 
@@ -24,27 +25,37 @@ begin
   end if;
   -- SKIP LOCKED lets several sessions run this at once. A row whose visibility was extended
   -- after this statement's snapshot is re-read under the lock and no longer matches.
+  -- A task that fails for good is counted in its queue's tally by the same statement
+  -- (pgfence.queue_tallies).
   with expired as (
     select t.task_id
       from pgfence.tasks t
      where t.state = 'claimed' and t.visible_until < clock_timestamp()
      order by t.visible_until
      limit requeue_expired.max_tasks
-       for update skip locked)
-  update pgfence.tasks t
-     set state = case when t.attempt >= t.max_attempts then 'failed' else 'queued' end,
-         ready_at = clock_timestamp(),
-         visible_until = null,
-         error = case when t.attempt >= t.max_attempts
-                      then jsonb_build_object('reason', 'visibility expired', 'attempts', t.attempt)
-                      else t.error end,
-         finished_at = case when t.attempt >= t.max_attempts then clock_timestamp() end
-    from expired
-   where t.task_id = expired.task_id;
-  get diagnostics v_count = row_count;
+       for update skip locked),
+  done as (
+    update pgfence.tasks t
+       set state = case when t.attempt >= t.max_attempts then 'failed' else 'queued' end,
+           ready_at = clock_timestamp(),
+           visible_until = null,
+           error = case when t.attempt >= t.max_attempts
+                        then jsonb_build_object('reason', 'visibility expired', 'attempts', t.attempt)
+                        else t.error end,
+           finished_at = case when t.attempt >= t.max_attempts then clock_timestamp() end
+      from expired
+     where t.task_id = expired.task_id
+    returning t.queue, t.state),
+  tally as (
+    insert into pgfence.queue_tallies (queue, failed)
+    select d.queue, count(*) from done d where d.state = 'failed' group by d.queue)
+  select count(*) into v_count from done;
   if v_count > 0 then
     perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   end if;
+  -- Called when a queue runs empty and every minute by pg_cron: the moment to fold the tallies
+  -- of queue_status (their rows are locked to the transaction's end: other folds skip them).
+  perform pgfence.fold_tallies();
   return v_count;
 end
 $$;

@@ -1,4 +1,4 @@
--- Revert pgfence:complete: back to its definition of release 0.1.0
+-- Revert pgfence:complete: back to its definition of release 0.2.1
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -7,33 +7,22 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
--- Refused while it would strand live state: a task claimed under 0.2.0 (the lease of its
--- attempt is in attempt_leases; one claimed under 0.1.0 has none there, and keeps working)
--- holds an attempt id signed with HMAC-SHA256, which release 0.1.0 cannot verify (its
--- complete, fail or extend would raise 22023). The share lock keeps claims out until this step commits; Sqitch
--- runs every step in a transaction of its own, so each step that would strand them checks.
-lock table pgfence.tasks in share mode;
-do $refuse$
-declare
-  v_claimed bigint;
-  v_queues text;
-begin
-  select pg_catalog.count(*), pg_catalog.string_agg(distinct t.queue, ', ')
-    into v_claimed, v_queues
-    from pgfence.tasks t
-   where t.state operator(pg_catalog.=) 'claimed'
-     and t.attempt_leases[t.attempt] is not null;
-  if v_claimed operator(pg_catalog.>) 0 then
-    raise exception 'pgfence: revert of complete refused: % task(s) claimed under 0.2.0 (queues %) '
-                    'would no longer be completed, failed or extended under release 0.1.0',
-                    v_claimed, v_queues
-      using errcode = '55000',
-            hint = 'let them finish, or pause their resources (pgfence.prepare_update) until '
-                   'update_status says drained, then revert again; sqitch deploy restores '
-                   'what was reverted before this step';
-  end if;
-end
-$refuse$;
+-- The one accept condition of complete and complete_many (I5): attempt_id is the attempt that
+-- holds the task row (task_id, attempt, lease_id, reported are the row's) and it has not
+-- reported yet, its signature matching the row's attempt and lease under key. An expression
+-- its callers inline into their UPDATE (LANGUAGE sql, no SET, every name qualified, each
+-- parameter used once; see pgfence.sign): no function call per row.
+create or replace function pgfence.attempt_holds(task_id bigint, attempt int, lease_id uuid, reported boolean,
+                                                 key bytea, attempt_id uuid)
+returns boolean
+language sql
+stable
+as $$
+  select not attempt_holds.reported
+     and pgfence.attempt_uuid(attempt_holds.task_id, attempt_holds.attempt, attempt_holds.lease_id,
+                              attempt_holds.key) operator(pg_catalog.=) attempt_holds.attempt_id;
+$$;
+revoke all on function pgfence.attempt_holds(bigint, int, uuid, boolean, bytea, uuid) from public;
 
 create or replace function pgfence.complete(attempt_id uuid, result jsonb default null)
 returns text
@@ -50,9 +39,10 @@ begin
      set state = 'completed', result = complete.result, reported = true,
          visible_until = null, finished_at = clock_timestamp()
     from pgfence.signing_key k
-   where t.task_id = pgfence.attempt_task(complete.attempt_id) and not t.reported
-     and pgfence.attempt_uuid(t.task_id, t.attempt, t.lease_id, k.key) = complete.attempt_id;
+   where t.task_id = pgfence.attempt_task(complete.attempt_id)
+     and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, k.hmac_key, complete.attempt_id);
   if found then
+    perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
     return 'accepted';
   end if;
   -- Everything else (a retry, a stale or unknown attempt, a bad id) by the rule of report.
@@ -65,7 +55,5 @@ comment on function pgfence.complete(uuid, jsonb) is
 
 revoke all on function pgfence.complete(uuid, jsonb) from public;
 grant execute on function pgfence.complete(uuid, jsonb) to pgfence_worker;
-
-drop function pgfence.attempt_holds(bigint, int, uuid, boolean, bytea, uuid);
 
 commit;

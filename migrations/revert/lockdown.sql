@@ -63,4 +63,8 @@ comment on function pgfence.lockdown(name) is
 revoke all on function pgfence.lockdown(name) from public;
 drop function pgfence.foreign_grants(name);
 
+-- 0.3.0's lockdown also revokes PUBLIC's default USAGE of the schema's own composite type, which
+-- 0.2.1's never did: given back, as 0.2.1 installs it.
+grant usage on type pgfence.lease to public;
+
 commit;

@@ -1,4 +1,7 @@
--- Revert pgfence:register: back to its definition of release 0.2.1
+-- Revert pgfence:register: back to release 0.2.1's, a worker may register again
+-- requires: limit_idle
+-- requires: resources
+-- requires: checks
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -27,7 +30,8 @@ $$;
 comment on function pgfence.register(text, boolean) is
   'Registers a resource; idempotent. Never changes an existing resource''s enabled. Raises 22023 on a bad name.';
 
-revoke all on function pgfence.register(text, boolean) from public;
+-- The grants in 0.2.1's order (the worker's first), as pg_dump lists them.
+revoke all on function pgfence.register(text, boolean) from public, pgfence_operator;
 grant execute on function pgfence.register(text, boolean) to pgfence_worker, pgfence_operator;
 
 commit;

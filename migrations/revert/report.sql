@@ -1,4 +1,4 @@
--- Revert pgfence:report: back to its definition of release 0.1.0
+-- Revert pgfence:report: back to its definition of release 0.2.1
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -6,34 +6,6 @@ begin;
 -- transactions fails the deploy instead of queueing every later locker behind it (squawk).
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
-
--- Refused while it would strand live state: a task claimed under 0.2.0 (the lease of its
--- attempt is in attempt_leases; one claimed under 0.1.0 has none there, and keeps working)
--- holds an attempt id signed with HMAC-SHA256, which release 0.1.0 cannot verify (its
--- complete, fail or extend would raise 22023). The share lock keeps claims out until this step commits; Sqitch
--- runs every step in a transaction of its own, so each step that would strand them checks.
-lock table pgfence.tasks in share mode;
-do $refuse$
-declare
-  v_claimed bigint;
-  v_queues text;
-begin
-  select pg_catalog.count(*), pg_catalog.string_agg(distinct t.queue, ', ')
-    into v_claimed, v_queues
-    from pgfence.tasks t
-   where t.state operator(pg_catalog.=) 'claimed'
-     and t.attempt_leases[t.attempt] is not null;
-  if v_claimed operator(pg_catalog.>) 0 then
-    raise exception 'pgfence: revert of report refused: % task(s) claimed under 0.2.0 (queues %) '
-                    'would no longer be completed, failed or extended under release 0.1.0',
-                    v_claimed, v_queues
-      using errcode = '55000',
-            hint = 'let them finish, or pause their resources (pgfence.prepare_update) until '
-                   'update_status says drained, then revert again; sqitch deploy restores '
-                   'what was reverted before this step';
-  end if;
-end
-$refuse$;
 
 -- complete and fail share one rule (I5): the result of the attempt that holds the task is
 -- accepted, even after its lease expired or drained, as long as no newer attempt claimed it.
@@ -47,20 +19,43 @@ declare
   v_attempt int;
   v_task pgfence.tasks;
   v_final boolean;
+  v_lease_id uuid;
+  v_reports bigint;
 begin
   select a.task_id, a.attempt into v_task_id, v_attempt from pgfence.attempt_of(report.attempt_id) a;
   select * into v_task from pgfence.tasks t where t.task_id = v_task_id for update;
   if not found or v_attempt > v_task.attempt
      or (v_attempt = v_task.attempt
-         and pgfence.attempt_uuid(v_task_id, v_attempt, v_task.lease_id) <> report.attempt_id) then
+         and not pgfence.attempt_signed(report.attempt_id, v_task_id, v_attempt, v_task.lease_id)) then
     perform pgfence.unknown_attempt(report.attempt_id);
   end if;
-  -- An older attempt's lease is not kept, so its signature cannot be checked: it can change
-  -- nothing but a row in stale_results.
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if v_attempt < v_task.attempt then
-    insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, body)
-    values (report.attempt_id, v_task_id, v_attempt, report.kind, report.body)
-    on conflict on constraint stale_results_pkey do nothing;
+    -- An older attempt is checked against the lease it was claimed under, like the current
+    -- one, so nobody can make up stale results for a task. Attempts claimed before release
+    -- 0.2.0 have no lease on record: theirs are recorded unverified (they change nothing but
+    -- stale_results, and the bound below holds for them too).
+    v_lease_id := v_task.attempt_leases[v_attempt];
+    if v_lease_id is not null
+       and not pgfence.attempt_signed(report.attempt_id, v_task_id, v_attempt, v_lease_id) then
+      perform pgfence.unknown_attempt(report.attempt_id);
+    end if;
+    -- Each different report is kept (I5); a retry of one already kept adds nothing.
+    if not exists (select from pgfence.stale_results s
+                    where s.attempt_id = report.attempt_id and s.kind = report.kind
+                      and s.body is not distinct from report.body) then
+      select count(*) into v_reports from pgfence.stale_results s
+       where s.task_id = v_task_id and s.attempt = v_attempt;
+      if v_reports >= 10 then
+        raise exception 'pgfence: attempt % of task % has sent 10 stale results already', v_attempt, v_task_id
+          using errcode = '54000',
+                hint = 'the attempt is superseded: stop reporting; its results are in pgfence.stale_results';
+      end if;
+      insert into pgfence.stale_results (attempt_id, task_id, attempt, kind, body, report)
+      values (report.attempt_id, v_task_id, v_attempt, report.kind, report.body,
+              (select coalesce(max(s.report), 0) + 1 from pgfence.stale_results s
+                where s.attempt_id = report.attempt_id));
+    end if;
     return 'stale';
   end if;
   if v_task.reported then

@@ -1,4 +1,4 @@
--- Revert pgfence:requeue_expired: back to its definition of release 0.1.0
+-- Revert pgfence:requeue_expired: back to its definition of release 0.2.1
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -39,6 +39,9 @@ begin
     from expired
    where t.task_id = expired.task_id;
   get diagnostics v_count = row_count;
+  if v_count > 0 then
+    perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+  end if;
   return v_count;
 end
 $$;

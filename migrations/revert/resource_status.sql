@@ -1,5 +1,4 @@
--- Revert pgfence:resource_status: back to its definition of release 0.1.0
--- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
+-- Revert pgfence:resource_status: back to its definition of release 0.2.1
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -15,7 +14,7 @@ select r.resource,
        cur.generation,
        cur.expires_at,
        case when cur.lease_id is not null then greatest(cur.expires_at - clock_timestamp(), interval '0') end as time_left,
-       coalesce(cur.expires_at <= clock_timestamp(), false) as stale,
+       coalesce(not pgfence.is_current(cur.state, cur.expires_at), false) as stale,
        (select count(*) from pgfence.leases d
          where d.resource = r.resource and d.state = 'draining') as draining_leases,
        (select count(*) from pgfence.invocations i

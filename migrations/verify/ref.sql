@@ -1,2 +1,3 @@
 -- Verify pgfence:ref
-select 1/(pgfence.ref('00000000-0000-4000-8000-000000000000') ~ '^[0-9a-f]{12}$')::int;
+select 1/(pgfence.ref('00000000-0000-4000-8000-000000000000')
+          = left(pgfence.capability_ref('00000000-0000-4000-8000-000000000000'), 12))::int;

@@ -1,2 +1,2 @@
 -- Verify pgfence:register
-select 'pgfence.register(text, boolean)'::regprocedure;
+select 1/(not has_function_privilege('pgfence_worker', 'pgfence.register(text, boolean)', 'execute'))::int;

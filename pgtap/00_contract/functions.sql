@@ -159,7 +159,8 @@ select is_empty($$ select f::text
                                        'pgfence.update_status(uuid)',
                                        'pgfence.finish_update(uuid)',
                                        'pgfence.prune(interval)',
-                                       'pgfence.health()']::regprocedure[]) as f
+                                       'pgfence.health()',
+                                       'pgfence.unregister(text)']::regprocedure[]) as f
                     where coalesce(obj_description(f, 'pg_proc'), '') = '' $$,
                 'every contract function has a comment');
 

@@ -1,6 +1,6 @@
 -- deprecate: the operator turns the active lease into a draining one and gets its id back.
 begin;
-select plan(16);
+select plan(18);
 select pgfence_test.reset();
 select pgfence.register('r');
 
@@ -12,6 +12,9 @@ select is((select draining_leases from pgfence.resource_status where resource = 
           'resource_status counts it as draining');
 select is((select enabled from pgfence.resource_status where resource = 'r'), true, 'deprecate leaves enabled alone');
 select is(pgfence.deprecate('r'), null, 'deprecating again returns NULL: no lease is active');
+-- What the CLI shows of that NULL: no reference at all, not one that looks real.
+select is(pgfence.ref(pgfence.deprecate('r')), null, 'no lease, no reference (ref)');
+select is(pgfence.capability_ref(null), null, 'no id, no reference (capability_ref)');
 select is((select state from pgfence.renew((select lease_id from held), '30 seconds')), 'draining',
           'the deprecated owner keeps its heartbeat as draining');
 select throws_ok(format('select pgfence.fence(%L)', (select lease_id from held)), 'PF001', null,

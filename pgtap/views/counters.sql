@@ -2,7 +2,7 @@
 -- results, unfenced writes, the queues its leases claimed from with their depth and the age
 -- of the oldest ready task; no column of type uuid (no capability); the monitor reads it.
 begin;
-select plan(9);
+select plan(12);
 select pgfence_test.reset();
 
 -- r: taken over once (generation 2), a stale result of its first lease's attempt, three tasks
@@ -30,6 +30,18 @@ select results_eq($$ select resource, generation, lease_state, takeovers, stale_
              1::bigint, 1::bigint, 1::bigint, array['q'], 2::bigint),
             ('s', null, 'none', 0, 0, 0, null, 0) $$,
   'per resource: generation, lease state, takeovers, stale results, unfenced writes, queues and their depth');
+-- A resource's queues are those a claim of its leases took tasks from (claim records them): a
+-- claim that found nothing adds none, and they stay when prune removes the tasks.
+select pgfence.enqueue('b', '{}');
+select pgfence.claim((select lease_id from pgfence.leases where owner = 'second'), 'b', 1, '1 minute');
+select pgfence.claim((select lease_id from pgfence.leases where owner = 'second'), 'empty', 1, '1 minute');
+select is((select queues from pgfence.counters where resource = 'r'), array['b', 'q'],
+          'both queues its leases claimed from, in order; not the one where nothing was claimed');
+select is((select queue_depth from pgfence.counters where resource = 'r'), 2::bigint,
+          'the depth of its queues together');
+delete from pgfence.tasks where queue = 'b';
+select is((select queues from pgfence.counters where resource = 'r'), array['b', 'q'],
+          'a queue stays the resource''s when its tasks are gone');
 select ok((select oldest_ready_age >= interval '1 hour' from pgfence.counters where resource = 'r'),
           'the oldest ready task''s age');
 select ok((select lease_age between interval '0' and interval '1 minute' from pgfence.counters where resource = 'r'),

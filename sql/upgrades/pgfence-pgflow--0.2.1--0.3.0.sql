@@ -1588,6 +1588,9 @@ begin
      where w.worker_id = v_worker and w.deprecated_at is null;
   end if;
   get diagnostics v_rows = row_count; -- EXECUTE leaves FOUND alone
+  -- The worker's row stays locked to the end of the transaction: pgflow's own heartbeats and
+  -- ensure_workers need it, so the transaction may idle only as long as the core's may.
+  perform pgfence.limit_idle();
   return v_rows > 0;
 end
 $$;

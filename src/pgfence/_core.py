@@ -30,9 +30,18 @@ The retry rules (docs/python.md, "Faults"):
   ``accepted`` or ``duplicate`` both mean the result is recorded, once; ``stale`` means a
   newer attempt holds the task. A ``claim`` whose answer was lost is never sent again: its
   tasks come back when their visibility runs out and are claimed again by a new attempt.
+- A claim holds its batch for the batch: ``qty`` handlers' time (``WorkerCore.hold``), so
+  that with handlers within their deadlines no task is extended before its handler.
 - No handler starts after its task's visibility ran out: before each handler, if the task's
   visibility does not last until the handler's deadline, it is extended first (NULL: the
-  attempt is stale, and its handler is skipped).
+  attempt is stale, and its handler is skipped). That happens only when handlers ran long
+  (one that extended itself, or no deadline at all).
+- A batch's results go in one statement (``complete_many``; the pgmq layer's
+  ``archive_many``) when its handlers are done, or before the next handler starts once
+  ``report_within`` has passed since the first result in hand began (slow handlers: a result
+  each); a failure is sent on its own (``fail``), as soon as its handler raised.
+  The rule of a lost answer is the same for a batch: sent again with the same attempt ids,
+  each id's verdict taken.
 - Capabilities (lease ids, attempt ids) never appear in a log line or an exception message of
   the client: a lease is named by its resource and generation.
 """
@@ -73,6 +82,7 @@ CLAIM = ("select task_id, attempt_id, attempt, payload "
          "from pgfence.claim(%s, %s, %s, make_interval(secs => %s))")
 EXTEND = "select pgfence.extend(%s, make_interval(secs => %s))"
 REPORT = {"complete": "select pgfence.complete(%s, %s)", "fail": "select pgfence.fail(%s, %s)"}
+COMPLETE_MANY = "select outcome from pgfence.complete_many(%s, %s)"
 REQUEUE = "select pgfence.requeue_expired()"
 # The pgmq layer's (docs/pgmq.md): the same rules over a pgmq queue. A message's msg_id is its
 # task id (every read of it shares it), its read_ct the attempt number.
@@ -81,6 +91,8 @@ PGMQ_READ = ("select msg_id, attempt_id, read_ct, message "
 PGMQ_SET_VT = "select pgfence_pgmq.set_vt(%s, make_interval(secs => %s))"
 PGMQ_FINISH = {"archive": "select pgfence_pgmq.archive(%s)",
                "delete": "select pgfence_pgmq.delete(%s)"}
+PGMQ_FINISH_MANY = {"archive": "select outcome from pgfence_pgmq.archive_many(%s)",
+                    "delete": "select outcome from pgfence_pgmq.delete_many(%s)"}
 
 Kind = Literal["complete", "fail"]
 Finish = Literal["archive", "delete"]     # what a pgmq handler's return does to its message
@@ -240,6 +252,10 @@ class LeaseCore:
     renew_every: float | None = None          # default ttl / 3, in real time
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     retry: Retry = field(default_factory=Retry, repr=False)
+    # Prepared statements on the owner's and its workers' connections: None where the
+    # connection reaches the server directly (pgfence.connection.direct), True also through
+    # a pooler that keeps them itself, False never.
+    prepare: bool | None = None
     lease_id: uuid.UUID | None = field(default=None, init=False, repr=False)   # a capability
     generation: int | None = field(default=None, init=False)
     lost: str | None = field(default=None, init=False)
@@ -584,6 +600,8 @@ class WorkerCore:
     visibility: float = 30.0
     idle_wait: float = 1.0
     handler_timeout: float | None = None     # default: visibility; math.inf: no deadline
+    report_within: float = 1.0               # results in hand go before the next handler
+                                             # once this passed since the first one began
     handled: int = field(default=0, init=False)
     skipped: int = field(default=0, init=False)    # stale before their handler started
     verdicts: Counter[str] = field(default_factory=Counter, init=False)
@@ -592,12 +610,20 @@ class WorkerCore:
     claim_sql: ClassVar[str] = CLAIM
     extend_sql: ClassVar[str] = EXTEND
     requeues: ClassVar[bool] = True         # requeue_expired when the queue is empty
+    _pending: list[tuple[Held, float, Any]] = field(default_factory=list, init=False,
+                                                    repr=False)   # results not sent yet
 
     @property
     def budget(self) -> float:
         """The time a handler is given: ``handler_timeout``, or the visibility without one."""
         t = self.handler_timeout
         return self.visibility if t is None or math.isinf(t) else t
+
+    @property
+    def hold(self) -> float:
+        """The visibility a claim asks for: its batch's handlers in a row, each within its
+        deadline, so that none needs an extend before it starts."""
+        return self.qty * self.budget
 
     def _run(self, max_tasks: int | None, until_idle: bool) -> Steps[None]:
         try:
@@ -615,13 +641,24 @@ class WorkerCore:
                         yield Sleep(self.idle_wait, self.stop)
                     continue
                 for held in batch:
+                    # Quick handlers' results wait for their batch's; once a result's
+                    # handler began report_within ago, what is in hand goes first.
+                    if self._pending and \
+                            self.owner.clock() - self._pending[0][1] >= self.report_within:
+                        yield from self._send_results()
                     start = yield from self._ready(held)
                     if start == "stop":
                         break                # the rest returns when its visibility runs out
                     if start == "start":
                         yield from self._handle(held)
+                yield from self._send_results()
         finally:
-            yield from self._leave()
+            # Results in hand are sent whatever ended the run (a lost lease too: a result is
+            # judged by its attempt, I5), before the lease is given up.
+            try:
+                yield from self._send_results()
+            finally:
+                yield from self._leave()
 
     def _claim(self) -> Steps[list[Held] | None]:
         owner = self.owner
@@ -629,7 +666,7 @@ class WorkerCore:
         try:
             rows = yield from owner._call(
                 Link.WORK, "claim", self.claim_sql,
-                (owner.lease_id, self.queue, self.qty, self.visibility),
+                (owner.lease_id, self.queue, self.qty, self.hold),
                 reconnect=False, keep_going=owner._locally_current, wake=self.stop)
         except psycopg.Error as e:
             failure = classify(e)
@@ -641,7 +678,7 @@ class WorkerCore:
                 # visibility runs out, and are claimed again by a new attempt.
                 return None
             raise
-        return [Held(Task(int(r[0]), r[1], int(r[2]), r[3]), sent, sent + self.visibility,
+        return [Held(Task(int(r[0]), r[1], int(r[2]), r[3]), sent, sent + self.hold,
                      fresh=i == 0) for i, r in enumerate(rows)]
 
     def _requeue(self) -> Steps[int | None]:
@@ -657,8 +694,8 @@ class WorkerCore:
 
     def _needs_extension(self, held: Held, now: float) -> bool:
         """Whether the task's visibility ends before the handler's deadline would. A handler's
-        time counts from the claim for the first task of a batch (its visibility was granted
-        for it), from its start for the others."""
+        time counts from the claim for the first task of a batch, from its start for the
+        others; the claim's ``hold`` covers them all while each keeps to its deadline."""
         start = held.visible_from if held.fresh else now
         return held.visible_until < start + self.budget
 
@@ -714,30 +751,58 @@ class WorkerCore:
         return f"a handler ran past its deadline ({self.budget:g} s)"
 
     def _handle(self, held: Held) -> Steps[None]:
+        """Runs the handler; its result waits for the batch's (``_send_results``), a failure
+        is sent at once."""
         owner = self.owner
+        started = owner.clock()
         if held.deadline is not None:
             owner.renew_until(held.deadline, self._overrun())
-        kind: Kind = "complete"
         try:
             body = yield Handle(held)
         except LeaseLost:
             raise
         except Exception as e:
-            kind, body = "fail", {"error": redact(str(e))}
+            self.handled += 1
+            yield from self._report(held, "fail", {"error": redact(str(e))})
+            return
         finally:
             owner.renew_until(None)
-        yield from self._report(held, kind, body)
         self.handled += 1
+        self._pending.append((held, started, body))
+
+    def _send_results(self) -> Steps[None]:
+        """The results in hand, in one statement (one alone as ``complete``), sent again with
+        the same attempt ids until the database answers; each id's verdict (I5) is counted in
+        ``verdicts``. If no answer comes (the retries gave up, or another error), the error is
+        raised and the results are not sent again: their tasks come back when their visibility
+        runs out."""
+        pending, self._pending = self._pending, []
+        if len(pending) == 1:
+            held, _, body = pending[0]
+            yield from self._report(held, "complete", body)
+        elif pending:
+            step, query, params = self._results_statement([(h, b) for h, _, b in pending])
+            rows = yield from self.owner._call(Link.WORK, step, query, params)
+            for (held, _, _), row in zip(pending, rows, strict=True):
+                self._count(held, "complete", str(row[0]))
+
+    def _results_statement(self, results: list[tuple[Held, Any]]
+                           ) -> tuple[str, str, tuple[Any, ...]]:
+        return "complete_many", COMPLETE_MANY, ([h.task.attempt_id for h, _ in results],
+                                                [None if b is None else Jsonb(b)
+                                                 for _, b in results])
 
     def _report_statement(self, kind: Kind, held: Held, body: Any) -> tuple[str, tuple[Any, ...]]:
         return REPORT[kind], (held.task.attempt_id, None if body is None else Jsonb(body))
 
     def _report(self, held: Held, kind: Kind, body: Any) -> Steps[str]:
-        """complete or fail, sent again with the same attempt id until the database answers:
-        its verdict (I5) is counted in ``verdicts``."""
+        """complete or fail of one task, sent again with the same attempt id until the
+        database answers: its verdict (I5) is counted in ``verdicts``."""
         query, params = self._report_statement(kind, held, body)
         rows = yield from self.owner._call(Link.WORK, kind, query, params)
-        verdict = str(rows[0][0])
+        return self._count(held, kind, str(rows[0][0]))
+
+    def _count(self, held: Held, kind: Kind, verdict: str) -> str:
         self.verdicts[verdict] += 1
         if verdict not in RECORDED:
             log.info("%s: %s of task %s attempt %s: %s", self.owner.describe(), kind,
@@ -780,6 +845,11 @@ class PgmqRules(WorkerCore):
 
     def _report_statement(self, kind: Kind, held: Held, body: Any) -> tuple[str, tuple[Any, ...]]:
         return PGMQ_FINISH[self.finish], (held.task.attempt_id,)
+
+    def _results_statement(self, results: list[tuple[Held, Any]]
+                           ) -> tuple[str, str, tuple[Any, ...]]:
+        return (f"{self.finish}_many", PGMQ_FINISH_MANY[self.finish],
+                ([h.task.attempt_id for h, _ in results],))
 
 
 def _unless_away(steps: Steps[None], owner: LeaseCore, what: str) -> Steps[None]:

@@ -9,7 +9,8 @@ doubt after a lost connection, the same deadlines and extensions.
 
 A handler must not block the loop: a blocking call stops the renewer too, and the lease then
 expires within its ttl (run blocking work with ``asyncio.to_thread``). Connections are made
-with ``prepare_threshold=None`` and autocommit (``pgfence.connection.aconnect``), so a
+with autocommit and prepared statements only where they reach the server directly
+(``pgfence.connection.aconnect``, ``Owner.prepare``), so a
 transaction pooler may sit in between.
 
     owner = Owner(dsn, "mailer", ttl=30)
@@ -114,8 +115,8 @@ class _Links:
     """The async connections of one owner or worker, opened on first use, dropped when lost;
     one task at a time on each (a service's readiness probes come from the server's requests)."""
 
-    def __init__(self, dsn: str, name: str) -> None:
-        self.dsn, self.name = dsn, name
+    def __init__(self, dsn: str, name: str, prepare: bool | None) -> None:
+        self.dsn, self.name, self.prepare = dsn, name, prepare
         self._conns: dict[Link, AsyncConnection] = {}
         self._locks = {link: asyncio.Lock() for link in Link}
 
@@ -123,8 +124,8 @@ class _Links:
         async with self._locks[call.link]:
             conn = self._conns.get(call.link)
             if conn is None or conn.closed:
-                conn = self._conns[call.link] = await aconnect(self.dsn,
-                                                               self.name + call.link.value)
+                conn = self._conns[call.link] = await aconnect(
+                    self.dsn, self.name + call.link.value, prepare=self.prepare)
             try:
                 cursor = await conn.execute(call.query, call.params)
                 return await cursor.fetchall()
@@ -161,7 +162,7 @@ class Owner(_core.LeaseCore):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._links = _Links(self.dsn, self.owner)
+        self._links = _Links(self.dsn, self.owner, self.prepare)
 
     def _event(self) -> asyncio.Event:
         return asyncio.Event()
@@ -240,7 +241,7 @@ class Worker(_core.WorkerCore):
     _links: _Links = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._links = _Links(self.owner.dsn, self.owner.owner)
+        self._links = _Links(self.owner.dsn, self.owner.owner, self.owner.prepare)
 
     def install_sigterm(self) -> None:
         """SIGTERM drains (on the running loop): stop claiming, finish what is held, release."""

@@ -19,8 +19,10 @@ Safety never rests on this module: the database refuses a stale owner whatever t
 believes (I1-I5). The client's job is liveness and good manners: stop claiming as soon as
 ownership is in doubt, so a stale process does as little unfenced work as possible.
 
-Sync API on psycopg 3, one statement per call and no session state (``prepare_threshold=None``):
-it works through PgBouncer or Supavisor in transaction pooling mode.
+Sync API on psycopg 3, one statement per call and no session state but prepared statements,
+and those only on a connection that reaches the server directly (``Owner.prepare``,
+``pgfence.connection.direct``): it works through PgBouncer or Supavisor in transaction pooling
+mode.
 """
 
 from __future__ import annotations
@@ -118,8 +120,8 @@ class _Links:
     """The connections of one owner or worker, opened on first use and dropped when lost; one
     thread at a time on each (a service's readiness probes come from the server's threads)."""
 
-    def __init__(self, dsn: str, name: str) -> None:
-        self.dsn, self.name = dsn, name
+    def __init__(self, dsn: str, name: str, prepare: bool | None) -> None:
+        self.dsn, self.name, self.prepare = dsn, name, prepare
         self._conns: dict[Link, Connection] = {}
         self._locks = {link: threading.Lock() for link in Link}
 
@@ -127,7 +129,8 @@ class _Links:
         with self._locks[call.link]:
             conn = self._conns.get(call.link)
             if conn is None or conn.closed:
-                conn = self._conns[call.link] = connect(self.dsn, self.name + call.link.value)
+                conn = self._conns[call.link] = connect(self.dsn, self.name + call.link.value,
+                                                        prepare=self.prepare)
             try:
                 return conn.execute(call.query, call.params).fetchall()
             except psycopg.Error as e:
@@ -170,7 +173,7 @@ class Owner(_core.LeaseCore):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._links = _Links(self.dsn, self.owner)
+        self._links = _Links(self.dsn, self.owner, self.prepare)
 
     def _event(self) -> threading.Event:
         return threading.Event()
@@ -255,10 +258,15 @@ class Worker(_core.WorkerCore):
     completes the task, an exception fails it (``{"error": message}``), LeaseLost ends the run.
 
     Each handler call runs under a deadline, ``handler_timeout`` seconds on the owner's clock
-    (default: ``visibility``; for the first task of a claim, counted from the claim). Before a
-    handler starts, its task is extended if its visibility would end before that deadline
-    (an attempt found stale is skipped), so no handler runs on a task that someone else may
-    claim. A handler still running at its deadline makes the owner stop renewing and drain
+    (default: ``visibility``; for the first task of a claim, counted from the claim). A claim
+    of ``qty`` tasks holds them for ``qty`` such deadlines (``hold``), so handlers that keep to
+    theirs need no extend. Before a handler starts, its task is extended if its visibility
+    would end before that deadline (an attempt found stale is skipped), so no handler runs on
+    a task that someone else may claim. A batch's results are sent in one ``complete_many``
+    when its handlers are done, or before the next handler once ``report_within`` seconds
+    passed since the first result in hand began; a failure is sent at once.
+
+    A handler still running at its deadline makes the owner stop renewing and drain
     (``Owner.renew_until``) and sets ``context.cancelled``: a hung handler cannot keep the
     lease alive forever. The worker then starts no other handler; when the hung one returns,
     its result is reported (accepted if nobody re-claimed the task, stale otherwise) and the
@@ -274,7 +282,7 @@ class Worker(_core.WorkerCore):
     _links: _Links = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._links = _Links(self.owner.dsn, self.owner.owner)
+        self._links = _Links(self.owner.dsn, self.owner.owner, self.owner.prepare)
 
     def install_sigterm(self) -> None:
         """SIGTERM drains: stop claiming, finish what is held, release."""

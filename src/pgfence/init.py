@@ -21,7 +21,21 @@ from typing import Any
 from pgfence import sql
 from pgfence.releases import VERSION, Files, key
 
-LAYERS = ("pgmq", "pgflow")          # in the order their migrations run
+
+@dataclass(frozen=True)
+class Layer:
+    needs: tuple[str, ...]   # the layers it installs onto
+    after: str               # what its migration comes after, for its header
+    first: str = ""          # SQL its migration runs first (what it stands on, if init can)
+
+
+# The optional layers, in the order their migrations run: the repository's manifests
+# (layers/NAME/layer.toml) say the same of their names and needs, which the wheel does not ship
+# (tests/test_init.py ties the two).
+LAYERS: dict[str, Layer] = {
+    "pgmq": Layer((), "pgmq itself (Supabase Queues)", "create extension if not exists pgmq;\n\n"),
+    "pgflow": Layer(("pgmq",), "pgflow's own migrations (npx pgflow install)"),
+}
 MANIFEST = "pgfence-init.json"
 DENO = Path(__file__).resolve().parent / "deno"
 # Roles that requests through the Data API run as: a lease id is a capability, never theirs.
@@ -74,8 +88,11 @@ def parse_layers(value: str | None) -> list[str]:
     if unknown:
         raise InitError(2, f"--layers: unknown layer {', '.join(unknown)} (known: "
                            f"{', '.join(LAYERS)})")
-    if "pgflow" in asked and "pgmq" not in asked:
-        raise InitError(2, "--layers pgflow needs the pgmq layer under it: --layers pgmq,pgflow")
+    for layer in asked:
+        missing = [n for n in LAYERS[layer].needs if n not in asked]
+        if missing:
+            raise InitError(2, f"--layers {layer} needs the {' and '.join(missing)} layer under "
+                               f"it: --layers {','.join([*missing, layer])}")
     return [layer for layer in LAYERS if layer in asked]
 
 
@@ -129,7 +146,7 @@ def flow_import_map(version: str, client: str) -> str:
 # The migration steps, in the order they run, and the name each gets after its number. An
 # install step (the core, a layer) is upgraded by upgrade files once written; the others are
 # written again when a newer release writes them differently (both are idempotent).
-STEP_NAMES = {"core": "pgfence", "pgmq": "pgfence_pgmq", "pgflow": "pgfence_pgflow",
+STEP_NAMES = {"core": "pgfence", **{name: f"pgfence_{name}" for name in LAYERS},
               "grants": "pgfence_grants", "cron": "pgfence_cron",
               "supervisor": "pgfence_supervisor"}
 INSTALLS = ("core", *LAYERS)
@@ -249,15 +266,11 @@ class Project:
         out = [("core", header(f"pgfence {v}: the one-file install (sql/pgfence.sql)", v)
                 + self.files.install())]
         schema = self.files.root
-        if "pgmq" in self.layers:
-            out.append(("pgmq", header(
-                "pgfence's pgmq layer (sql/pgfence-pgmq.sql), after pgmq itself (Supabase "
-                "Queues)", v) + "create extension if not exists pgmq;\n\n"
-                + (schema / "pgfence-pgmq.sql").read_text()))
-        if "pgflow" in self.layers:
-            out.append(("pgflow", header(
-                "pgfence's pgflow layer (sql/pgfence-pgflow.sql), after pgflow's own migrations "
-                "(npx pgflow install)", v) + (schema / "pgfence-pgflow.sql").read_text()))
+        for name in self.layers:
+            layer = LAYERS[name]
+            out.append((name, header(
+                f"pgfence's {name} layer (sql/pgfence-{name}.sql), after {layer.after}", v)
+                + layer.first + (schema / f"pgfence-{name}.sql").read_text()))
         if self.role is not None:
             out.append(("grants", header("pgfence's grants", v) + self.grants(self.role)))
         if self.cron:

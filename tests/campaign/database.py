@@ -75,6 +75,29 @@ create view campaign.authority as
 """
 
 
+# The history as testkit.invariants reads it (tests/campaign/checker.py). A lease's term runs
+# from its grant until it drained, ended or expired (campaign.authority, which holds the
+# advisory control's too).
+HISTORY = """
+create view campaign.leases as
+  select a.resource, a.generation, a.lease_id, a.acquired_at, a.ended_at as term_end,
+         least(l.drained_at, l.ended_at) as ended
+    from campaign.authority a left join pgfence.leases l on l.lease_id = a.lease_id;
+create view campaign.work as
+  select 'write ' || w.id as what, w.resource, w.generation, w.lease_id,
+         w.fenced_not_before as not_before, w.committed_at
+    from campaign.writes w;
+create view campaign.results as
+  select null::uuid as attempt_id, r.task_id, r.attempt, 'complete'::text as kind,
+         r.outcome, pg_xact_commit_timestamp(r.xmin) as committed_at
+    from campaign.reports r;
+create view campaign.holders as
+  select t.task_id, t.attempt, t.state, t.result->>'attempt' as result_by,
+         (t.result->>'attempt')::int = t.attempt as holders_result
+    from pgfence.tasks t;
+"""
+
+
 def install(conn: psycopg.Connection[Any], resources: tuple[str, ...], protect: bool) -> None:
     conn.execute(SCHEMA)
     for r in resources:
@@ -88,6 +111,7 @@ def install(conn: psycopg.Connection[Any], resources: tuple[str, ...], protect: 
         sql.SQL("select w.*, pg_xact_commit_timestamp(w.xmin) as committed_at from {} w").format(
             sql.Identifier("campaign", f"writes_{r}")) for r in resources)))
     conn.execute(AUTHORITY)
+    conn.execute(HISTORY)
 
 
 class Db:

@@ -180,7 +180,7 @@ class Injector:
         pattern = ev.param if owning or ev.param == "pgfence.acquire" else "pgfence.acquire"
         relays = owning if pattern != "pgfence.acquire" else self.fleet.relays()
         for r in relays:
-            r.arm(pattern.encode())
+            r.arm(pattern)
         wait_for(lambda: any(r.dropped.is_set() for r in relays), 4.0 * self.s.patience)
         for r in relays:
             r.disarm()

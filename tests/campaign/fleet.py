@@ -109,7 +109,7 @@ class Fleet:
         self._gone = threading.Event()
         for r in s.resources:
             for route in ROUTES:
-                relay = (Relay(("127.0.0.1", ports["direct"]), f"{r}.{route}")
+                relay = (Relay(ports["direct"], f"{r}.{route}")
                          if route == "relay" else None)
                 self._slots.append(Slot(r, route, relay))
         self._watcher = threading.Thread(target=self._watch, daemon=True, name="fleet")

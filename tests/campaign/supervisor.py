@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pgfence.connection import connect
+from testkit import install
 from testkit.cluster import Cluster
-from tests.support import install_bundle
 
 from . import database
 from .checker import Violation, check
@@ -59,7 +59,7 @@ class Campaign:
         self._numbers = itertools.count(1)
         self.bouncer = cluster.pgbouncer()
         cluster.create_database("campaign_template")
-        install_bundle(cluster, "campaign_template")
+        install.core(cluster, "campaign_template")
 
     def run(self, variant: Variant, seed: str, patience: float = 1.0) -> Outcome:
         """One schedule; the injector's waits bounded by ``patience`` times the settings'."""

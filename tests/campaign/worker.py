@@ -194,6 +194,21 @@ class CampaignWorker(Worker):
                 "select verdict from v",
                 (*params, held.task.task_id, held.task.attempt, self.name))
 
+    def _results_statement(self, results: list[tuple[Held, Any]]
+                           ) -> tuple[str, str, tuple[Any, ...]]:
+        """A batch's complete_many, each id's verdict recorded the same way."""
+        step, _query, params = super()._results_statement(results)
+        return (step,
+                "with v as (select c.outcome, c.n from pgfence.complete_many(%s, %s) "
+                "                  with ordinality c(a, outcome, n)), "
+                "r as (insert into campaign.reports (task_id, attempt, outcome, worker) "
+                "      select t.task_id, t.attempt, v.outcome, %s "
+                "        from v join unnest(%s::bigint[], %s::int[]) with ordinality "
+                "                    t(task_id, attempt, n) using (n)) "
+                "select outcome from v order by n",
+                (*params, self.name, [h.task.task_id for h, _ in results],
+                 [h.task.attempt for h, _ in results]))
+
 
 def run_pgfence(args: argparse.Namespace, control: Control, stop: threading.Event) -> None:
     standby: psycopg.Connection[tuple[Any, ...]] | None = None
@@ -222,7 +237,8 @@ def run_pgfence(args: argparse.Namespace, control: Control, stop: threading.Even
             continue
         log(args.name, f"owns {args.resource} generation {owner.generation}")
         handler = FencedWrite(owner, args.name, args.work, control)
-        worker = CampaignWorker(owner, args.queue, handler, visibility=args.visibility,
+        worker = CampaignWorker(owner, args.queue, handler, qty=args.qty,
+                                visibility=args.visibility,
                                 idle_wait=args.idle_wait, stop=stop, name=args.name)
         try:
             worker.run()
@@ -286,6 +302,9 @@ def main() -> None:
     p.add_argument("--invocation", type=uuid.UUID, help="acquire presenting this invocation")
     p.add_argument("--ttl", type=float, default=1.5)
     p.add_argument("--visibility", type=float, default=2.5)
+    # A batch of three: its results go in one complete_many, whose lost answers the campaign
+    # judges as it judges a complete's.
+    p.add_argument("--qty", type=int, default=3)
     p.add_argument("--work", type=float, default=0.08)
     p.add_argument("--poll", type=float, default=1.0)
     p.add_argument("--idle-wait", type=float, default=0.3)

@@ -1,0 +1,9 @@
+-- Revert pgfence:check_revert
+
+begin;
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+drop function pgfence.check_revert(text);
+
+commit;

@@ -1,0 +1,7 @@
+-- Revert pgfence:counters
+
+begin;
+
+drop view pgfence.counters;
+
+commit;

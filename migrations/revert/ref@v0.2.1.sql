@@ -1,0 +1,7 @@
+-- Revert pgfence:ref
+
+begin;
+
+drop function pgfence.ref(uuid);
+
+commit;

@@ -1,0 +1,2 @@
+-- Verify pgfence:claim
+select 'pgfence.claim(uuid, text, int, interval)'::regprocedure;

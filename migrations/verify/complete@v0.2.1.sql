@@ -1,0 +1,3 @@
+-- Verify pgfence:complete
+select 'pgfence.complete(uuid, jsonb)'::regprocedure,
+       'pgfence.attempt_holds(bigint, int, uuid, boolean, bytea, uuid)'::regprocedure;

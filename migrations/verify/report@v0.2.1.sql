@@ -1,0 +1,2 @@
+-- Verify pgfence:report
+select 'pgfence.report(uuid, text, jsonb)'::regprocedure;

@@ -1,0 +1,2 @@
+-- Verify pgfence:requeue_expired
+select 'pgfence.requeue_expired(int)'::regprocedure;
