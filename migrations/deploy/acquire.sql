@@ -1,4 +1,5 @@
 -- Deploy pgfence:acquire
+-- requires: acquire@v0.2.1
 -- requires: limit_idle
 -- requires: lease_judgement
 -- requires: lock_resources
@@ -24,6 +25,7 @@ declare
   v_enabled boolean;
   v_current pgfence.leases;
   v_lease pgfence.lease;
+  v_granted uuid;
 begin
   perform pgfence.check_name('resource', acquire.resource);
   perform pgfence.check_label('owner', acquire.owner);
@@ -63,12 +65,19 @@ begin
   end if;
 
   if acquire.invocation_id is not null then
-    perform from pgfence.invocations i
+    select i.lease_id into v_granted
+      from pgfence.invocations i
      where i.invocation_id = acquire.invocation_id and i.resource = acquire.resource
        for update;
     if not found then
       perform pgfence.invalid_argument('invocation_id', 'no such invocation for this resource',
                                        acquire.invocation_id::text);
+    end if;
+    -- An invocation grants at most one lease: a replay of the request that started a worker
+    -- (a retried ping, an old one delivered late) starts nobody once its lease was granted,
+    -- whether or not that lease has ended since.
+    if v_granted is not null then
+      return null;
     end if;
     -- Acknowledged whatever the outcome: the requested start happened. It grants nothing.
     update pgfence.invocations i
@@ -113,7 +122,7 @@ end
 $$;
 comment on function pgfence.acquire(text, text, interval, uuid) is
   'Grants the next generation of a resource when no active unexpired lease exists (a stale one is superseded); '
-  'returns NULL while another lease is current. Raises PF002 (unknown), PF003 (disabled), 22023.';
+  'returns NULL while another lease is current, and for an invocation that already led to a lease. Raises PF002 (unknown), PF003 (disabled), 22023.';
 
 revoke all on function pgfence.acquire(text, text, interval, uuid) from public;
 grant execute on function pgfence.acquire(text, text, interval, uuid) to pgfence_worker;

@@ -1,4 +1,4 @@
--- Revert pgfence:acquire: back to its definition of release 0.1.0
+-- Revert pgfence:acquire: back to release 0.2.1's (an invocation could lead to a lease again)
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -22,13 +22,34 @@ begin
   perform pgfence.check_label('owner', acquire.owner);
   perform pgfence.check_interval('ttl', acquire.ttl);
 
-  select r.enabled into v_enabled
-    from pgfence.resources r
-   where r.resource = acquire.resource
-     for no key update;
+  -- A first look without any lock: an unknown resource is refused, and a poller of a resource
+  -- whose lease is current gets NULL without waiting for anybody.
+  select r.enabled into v_enabled from pgfence.resources r where r.resource = acquire.resource;
   if not found then
     perform pgfence.resource_not_found(acquire.resource);
   end if;
+  if acquire.invocation_id is null then
+    if v_enabled and exists (select from pgfence.leases l
+                              where l.resource = acquire.resource
+                                and pgfence.is_current(l.state, l.expires_at)) then
+      return null;
+    end if;
+    -- The resource row serializes acquirers. A poller does not queue for it behind whoever
+    -- holds it (another acquirer, an operator, a session that acquired and then idled or
+    -- prepared its transaction): it answers NULL at once and polls again later.
+    select r.enabled into v_enabled
+      from pgfence.resources r
+     where r.resource = acquire.resource
+       for no key update skip locked;
+    if not found then
+      return null;
+    end if;
+  else
+    -- A worker started for this invocation waits for its answer, but not forever.
+    perform pgfence.lock_resources(array[acquire.resource]);
+    select r.enabled into v_enabled from pgfence.resources r where r.resource = acquire.resource;
+  end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if not v_enabled then
     raise exception 'pgfence: resource % is disabled', acquire.resource
       using errcode = 'PF003', hint = 'a worker started for a disabled resource should exit';
@@ -51,8 +72,7 @@ begin
   -- Fast path without the lease row lock: a standby polling a held resource must not queue
   -- behind the owner's fenced transactions. Returning NULL is always safe.
   if exists (select from pgfence.leases l
-              where l.resource = acquire.resource and l.state = 'active'
-                and l.expires_at > clock_timestamp()) then
+              where l.resource = acquire.resource and pgfence.is_current(l.state, l.expires_at)) then
     return null;
   end if;
 
@@ -63,7 +83,7 @@ begin
   -- Judged after the lock wait on the clock of this moment, never now(): the wait may have
   -- been long and the owner may have renewed meanwhile (I7).
   if found then
-    if v_current.expires_at > clock_timestamp() then
+    if pgfence.is_current(v_current.state, v_current.expires_at) then
       return null;
     end if;
     update pgfence.leases l

@@ -2,7 +2,7 @@
 -- current lease and nothing pending, otherwise NULL; the acquire that presents it acknowledges
 -- it, and an invocation never grants ownership by itself.
 begin;
-select plan(35);
+select plan(39);
 select pgfence_test.reset();
 select pgfence.register('r');
 
@@ -101,6 +101,26 @@ select is((select count(*) from pgfence.invocations), (select n from inv_before)
 
 -- The edge of what is allowed.
 select isnt(pgfence.request_start('b', '1 day'), null, 'a one-day ttl is accepted');
+
+-- An invocation grants at most one lease: its request replayed after that lease ended (released
+-- or expired) starts nobody, though the resource is free for an acquire without it.
+select pgfence.register('replay');
+create temp table replay_inv on commit drop as
+  select pgfence.request_start('replay') as invocation_id;
+create temp table replay_first on commit drop as
+  select * from pgfence.acquire('replay', 'worker-1', '30 seconds', (select invocation_id from replay_inv));
+select pgfence.release(lease_id) from replay_first;
+select is(pgfence.acquire('replay', 'worker-2', '30 seconds', (select invocation_id from replay_inv)), null,
+          'the invocation replayed after its lease was released grants nothing');
+create temp table replay_second on commit drop as
+  select * from pgfence.acquire('replay', 'worker-3', '30 seconds');
+select isnt((select lease_id from replay_second), null, 'the free resource is acquired without it');
+select pgfence_test.expire(lease_id) from replay_second;
+select is(pgfence.acquire('replay', 'worker-4', '30 seconds', (select invocation_id from replay_inv)), null,
+          'nor after a later lease expired');
+select results_eq($$ select i.lease_id from pgfence.invocations i join replay_inv using (invocation_id) $$,
+                  $$ select lease_id from replay_first $$,
+                  'the invocation still names the one lease it led to');
 
 select * from finish();
 rollback;

@@ -1,0 +1,2 @@
+-- Verify pgfence:acquire
+select 'pgfence.acquire(text, text, interval, uuid)'::regprocedure;
