@@ -638,7 +638,7 @@ def test_lease_status_counts_the_layers_work_a_lease_holds(ldb: Database, layer:
 
 def test_negative_control_a_lease_status_blind_to_the_layers_shows_nothing_held(
         ldb: Database, layer: Layer) -> None:
-    ldb.install_mutant("lease-status-blind-to-layers")
+    ldb.install_mutant("layer-work-blind")
     started(ldb, layer)
     assert held(ldb) == {"tasks": 0}
 

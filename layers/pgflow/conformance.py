@@ -37,7 +37,7 @@ class Pgflow:
     def prepare(self, db: Database, resource: str) -> None:
         db.sql("select pgflow.create_flow(%s, max_attempts => 3)", (FLOW,))
         db.sql("select pgflow.add_step(%s, %s)", (FLOW, FLOW))
-        for n in range(5):
+        for n in range(10):  # one each for every call the suite tries in one database
             db.sql("select pgflow.start_flow(%s, %s::jsonb)", (FLOW, f'{{"n": {n}}}'))
         db.sql("select pgfence.register(%s)", (resource,))
 

@@ -39,7 +39,7 @@ class Pgmq:
 
     def prepare(self, db: Database, resource: str) -> None:
         db.sql("select pgmq.create(%s)", (QUEUE,))
-        for n in range(5):
+        for n in range(10):  # one each for every call the suite tries in one database
             db.sql("select pgmq.send(%s, %s::jsonb)", (QUEUE, f'{{"n": {n}}}'))
         db.sql("select pgfence.register(%s)", (resource,))
 

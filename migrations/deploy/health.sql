@@ -242,7 +242,7 @@ begin
   return next;
 
   -- Each registered layer's own checks (pgfence.layers: the core names no layer).
-  for v_layer in select l.health::regproc from pgfence.layers l where l.health is not null
+  for v_layer in select l.health::regprocedure::oid::regproc from pgfence.layers l where l.health is not null
                   order by l.schema_name loop
     return query execute pg_catalog.format('select * from %s()', v_layer);
   end loop;

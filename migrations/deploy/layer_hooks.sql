@@ -29,9 +29,20 @@ set local lock_timeout = '5s';
 -- table(lease_id uuid, kind text, in_flight bigint): the layer's work still in flight, per
 -- lease it was started under; the core judges the leases (pgfence.layer_work). A layer of 0.2
 -- still answers per resource (in_flight (resources text[])) until it is upgraded.
--- The hooks are named as text (a regprocedure's text, schema-qualified), not regprocedure as
--- the table's older columns: pg_upgrade refuses a table with reg* columns (docs/operations.md),
--- and these should not add to what its steps turn into text and back.
+-- Every function is named as text (a regprocedure's text, schema-qualified), the table's older
+-- columns too, which were regprocedure up to 0.2.1: pg_upgrade refuses a database with a reg*
+-- column whose OIDs it does not keep ("reg* data types in user tables"), and a name survives
+-- it where an OID would not. Readers resolve the name (::regprocedure) when they call it.
+-- (Each a rewrite under ACCESS EXCLUSIVE: of a table of one row per layer, which only the
+-- core's functions and the layers' installs read.)
+-- squawk-ignore changing-column-type
+alter table pgfence.layers alter column in_flight type text using in_flight::text;
+-- squawk-ignore changing-column-type
+alter table pgfence.layers alter column leases type text using leases::text;
+-- squawk-ignore changing-column-type
+alter table pgfence.layers alter column prune type text using prune::text;
+-- squawk-ignore changing-column-type
+alter table pgfence.layers alter column health type text using health::text;
 alter table pgfence.layers
   add column enabled_changed text,
   add column window_prepare text,
@@ -39,7 +50,7 @@ alter table pgfence.layers
   add column window_finish text;
 comment on table pgfence.layers is
   'The optional layers installed, each with its in_flight, leases, prune and health functions and its hooks for '
-  'enabled changes and update windows. Written by layer installs.';
+  'enabled changes and update windows, named as text (schema-qualified signatures). Written by layer installs.';
 
 -- Each layer's enabled_changed hook, in the layers' order: what register, set_enabled,
 -- prepare_update and finish_update call after changing enabled, in their transaction (the
@@ -76,8 +87,8 @@ as $$
 declare
   v_hook regproc;
 begin
-  for v_hook in select l.in_flight::oid::regproc from pgfence.layers l
-                 where (select p.pronargs from pg_proc p where p.oid = l.in_flight) = 0
+  for v_hook in select l.in_flight::regprocedure::oid::regproc from pgfence.layers l
+                 where (select p.pronargs from pg_proc p where p.oid = l.in_flight::regprocedure) = 0
                  order by l.schema_name loop
     for generation, kind, in_flight in
       execute format('select l.generation, f.kind, f.in_flight from %s() f '

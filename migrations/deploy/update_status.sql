@@ -53,8 +53,8 @@ begin
   end if;
   -- A layer not yet upgraded from 0.2 counts its work per resource (in_flight (text[])): it
   -- keeps the window draining, and is judged by no lease.
-  for v_layer in select l.in_flight::oid::regproc from pgfence.layers l
-                  where (select p.pronargs from pg_proc p where p.oid = l.in_flight) = 1
+  for v_layer in select l.in_flight::regprocedure::oid::regproc from pgfence.layers l
+                  where (select p.pronargs from pg_proc p where p.oid = l.in_flight::regprocedure) = 1
                   order by l.schema_name loop
     execute format('select coalesce(jsonb_agg(jsonb_build_object(''resource'', f.resource, ''kind'', f.kind, '
                    '''n'', f.in_flight)), ''[]'') from %s($1) f where f.in_flight > 0', v_layer)

@@ -11,7 +11,11 @@ alter table pgfence.layers
   drop column enabled_changed,
   drop column window_prepare,
   drop column window_status,
-  drop column window_finish;
+  drop column window_finish,
+  alter column in_flight type regprocedure using in_flight::regprocedure,
+  alter column leases type regprocedure using leases::regprocedure,
+  alter column prune type regprocedure using prune::regprocedure,
+  alter column health type regprocedure using health::regprocedure;
 comment on table pgfence.layers is
   'The optional layers installed, each with its in_flight, leases, prune and health functions. Written by layer installs.';
 
