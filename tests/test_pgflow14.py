@@ -9,6 +9,7 @@ are tested on 0.8.1 and 0.14.1 alike in tests/test_pgflow*.py (the fixture pgflo
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database, sqlstate
 from tests.pgflow14 import CRON_DATABASE, install_pgflow14
-from tests.support import acquired
+from tests.support import ROOT, acquired
 from tests.test_pgflow import complete, run_status, two_steps
 from tests.test_pgflow_runs import shift_message, start
 
@@ -490,6 +491,57 @@ def test_negative_control_021s_setup_cron_leaves_jobs_calling_dropped_functions(
     assert jobs(db)["pgflow_ensure_workers"][0] == "select pgfence_pgflow.ensure_workers()"
     assert db.one("select to_regprocedure('pgfence_pgflow.ensure_workers()')") is None, \
         "the job calls a function that is gone: no worker is started any more"
+
+
+# -- the layer's revert refuses first, while a window holds one of its functions --------------
+
+LAYER_DEPLOYED = "select to_regprocedure('pgfence_pgflow.undo_cron()') is not null"
+
+
+def window_over_a_plain_function(db: Database, cluster: Cluster) -> uuid.UUID:
+    """The layers deployed by Sqitch, and a window over a function whose workers are pgflow's
+    own (the layer's pgfence_pgflow.windows holds its saved enabled)."""
+    deployed_by_sqitch(db, cluster)
+    db.sql("select pgflow.track_worker_function('plain')")
+    token = prepare(db, ["plain"])
+    assert db.one("select count(*) from pgfence_pgflow.windows where outcome is null") == 1
+    return token
+
+
+def test_the_layers_revert_refuses_first_while_a_window_holds_a_function(
+        flow14: Database, cluster14: Cluster) -> None:
+    db = flow14
+    token = window_over_a_plain_function(db, cluster14)
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        sqitch14(cluster14, "revert", "-y", layer="pgflow")
+    said = refused.value.stdout + refused.value.stderr
+    assert "would strand an open update window; nothing was reverted" in said, said
+    assert "plain" in said, said
+    # Nothing reverted: the release's seal and every change after pgflow_windows are there.
+    assert db.one("select pgfence.installed_release('pgfence_pgflow')") == "0.3.0"
+    assert db.one(LAYER_DEPLOYED) is True
+    db.sql("select * from pgfence.finish_update(%s)", (token,))
+    sqitch14(cluster14, "revert", "-y", layer="pgflow")
+    assert db.one("select to_regnamespace('pgfence_pgflow') is null") is True
+
+
+def test_negative_control_without_the_first_steps_check_the_revert_is_half_done(
+        flow14: Database, cluster14: Cluster, tmp_path: Path) -> None:
+    """The layer's project copied, its release's revert without the check: refused at
+    pgflow_windows, after the changes above it were reverted (the cron record gone)."""
+    db = flow14
+    window_over_a_plain_function(db, cluster14)
+    project = tmp_path / "pgflow"
+    shutil.copytree(ROOT / "layers/pgflow", project)
+    first = project / "revert/release_0.3.0.sql"
+    text = first.read_text()
+    first.write_text(text[:text.index("do $$\ndeclare")] + text[text.index("do $$ begin perform"):])
+    out = subprocess.run(["sqitch", "revert", "-y", f"db:pg:{CRON_DATABASE}"], cwd=project,
+                         capture_output=True, text=True,
+                         env={**cluster14.env(), **install.SQITCH_ENV})
+    said = out.stdout + out.stderr
+    assert out.returncode != 0 and "in an open update window" in said, said
+    assert db.one(LAYER_DEPLOYED) is False, "half done: the changes above pgflow_windows gone"
 
 
 def test_a_missing_job_is_reported_not_made_and_stays_absent(fenced14: Database) -> None:
