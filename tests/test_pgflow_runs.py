@@ -244,3 +244,33 @@ def test_negative_control_a_takeover_of_every_started_task_loses_a_valid_result(
     flow.install_mutant("pgflow-takeover-any-started", "pgflow-takeover-not-stalled")
     _, verdict, status = second_start_for_another_run(flow)
     assert (status, verdict) == ("queued", "stale")
+
+
+def stalled_task_not_read(db: Database) -> tuple[str, str]:
+    """fn1 starts run 1's `first` and keeps its message for an hour (a long handler's set_vt),
+    then goes silent past the step's timeout: the task has stalled (its lease ended, its
+    timeout passed), its message still hidden. fn2 starts run 2's `first`. Run 1's `first`
+    status as fn2's start left it, and fn1's late result."""
+    run1, la, lb, a, b = two_functions(db)
+    [(attempt, _)] = start(a, la, qty=1)
+    assert a.one("select pgfence_pgflow.set_vt(%s, '1 hour') is not null", (attempt,)) is True
+    db.expire(la)
+    db.sql("update pgflow.step_tasks set started_at = started_at - interval '1 hour', "
+           "queued_at = queued_at - interval '1 hour' where run_id = %s", (run1,))
+    db.sql("select pgflow.start_flow('two', '{}')")
+    assert [s for _, s in start(b, lb, qty=1)] == ["first"], "run 2's"
+    status = str(db.one("select status from pgflow.step_tasks where run_id = %s "
+                        "and step_slug = 'first'", (run1,)))
+    return status, complete(a, attempt, '{"by": "a"}')
+
+
+def test_a_start_takes_over_no_stalled_task_whose_message_it_did_not_read(
+        any_flow: Database) -> None:
+    # (Recovery, pgfence_pgflow.requeue_stalled_tasks, takes such a task back; a read does not.)
+    assert stalled_task_not_read(any_flow) == ("started", "accepted")
+
+
+def test_negative_control_a_takeover_of_any_stalled_task_loses_a_valid_result(
+        flow: Database) -> None:
+    flow.install_mutant("pgflow-takeover-any-started")
+    assert stalled_task_not_read(flow) == ("queued", "stale")

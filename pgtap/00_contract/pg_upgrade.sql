@@ -1,12 +1,11 @@
--- pg_upgrade carries an install as it is: no table of a pgfence schema (the core's or a layer's)
+-- pg_upgrade carries an install as it is: no table of a pgfence schema (the core's or an
+-- installed layer's)
 -- has a column of a reg* type whose OIDs pg_upgrade does not keep (it refuses the database:
 -- "reg* data types in user tables"; regclass, regrole and regtype it keeps). pgfence.layers
 -- names functions as text from 0.3.0 on; tests/test_major_upgrade.py runs pg_upgrade itself.
 begin;
-select plan(2);
+select plan(1);
 
-select is((select count(*) from pg_namespace where nspname like 'pgfence%' and nspname <> 'pgfence_test'),
-          3::bigint, 'the core and both layers are installed here');
 select is_empty($$
   select format('%s.%s', c.oid::regclass, a.attname)
     from pg_class c
