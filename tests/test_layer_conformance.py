@@ -14,8 +14,12 @@ it by existing:
   layer (acting for the role set, not the session's user);
 - every function a worker calls that locks rows others need bounds its transaction's idle time
   as the core's do, and the driver names every function a worker may call;
-- its prune and health run with the core's; the core's prune keeps the leases its open work
-  names; update windows count its work in flight;
+- its prune and health run with the core's (the core's "roles and grants" covers its
+  schema); the core's prune keeps the leases its open work names; update windows count its
+  work in flight, and call a silent holder's work unknown; lease_status counts it per lease;
+- it reads none of the core's tables that hold capabilities (pgfence.leases,
+  pgfence.signing_key) and hangs no trigger on the core's tables: it calls the core's
+  functions and hooks into it through pgfence.layers;
 - upgrade from each earlier release of it with live state (by the one-file upgrades and by
   Sqitch, and Sqitch's revert and deploy again), and its upgrade files refuse a layer changed
   by hand and the other wrong starts.
