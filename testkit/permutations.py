@@ -262,8 +262,8 @@ create view pgfence_perm.requeues as
      and not c.time_passes;
 """
 
-# The views of the history above that testkit.invariants reads (its handlers write no rows of
-# their own runs: every check of "runs" is the campaign's).
+# The views of the history above that testkit.invariants reads: all but runs (a scenario's
+# steps are no handler runs; the fault campaign records those).
 RECORDED = ("leases", "work", "results", "holders", "claims", "requeues", "stale")
 
 # Every row pgfence holds but the signing key, and the records of the checks: deletes, which
