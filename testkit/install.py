@@ -58,18 +58,39 @@ def prerequisite(cluster: Cluster, database: str, found: layers.Prerequisite) ->
             cluster.psql(database, "--single-transaction", "-f", path)
 
 
-def core(cluster: Cluster, database: str, how: str = "bundle") -> None:
-    """pgfence itself: its one-file install, or `sqitch deploy` of the repository's plan."""
+def released(name: str, release: str) -> Path:
+    """The one-file install of pgfence (name "pgfence") or of a layer ("pgfence-NAME") as
+    release ``release`` shipped it: a layer unchanged in that release is its newest earlier one
+    (sql/releases, scripts/bundle)."""
+    def key(version: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in version.split("."))
+    found = {p.name.removeprefix(f"{name}--").removesuffix(".sql"): p
+             for p in (ROOT / "sql/releases").glob(f"{name}--*.sql")}
+    older = [v for v in found if key(v) <= key(release)]
+    if not older or (name == "pgfence" and release not in found):
+        raise ValueError(f"no release {release} of {name} in sql/releases")
+    return found[max(older, key=key)]
+
+
+def core(cluster: Cluster, database: str, how: str = "bundle",
+         release: str | None = None) -> None:
+    """pgfence itself: its one-file install (of ``release``, from sql/releases, if given), or
+    `sqitch deploy` of the repository's plan."""
     if how == "bundle":
-        cluster.psql(database, "--single-transaction", "-f", BUNDLE)
+        file = BUNDLE if release is None else released("pgfence", release)
+        cluster.psql(database, "--single-transaction", "-f", file)
     else:
         sqitch("deploy", f"db:pg:{database}", env=cluster.env())
 
 
-def layer(cluster: Cluster, database: str, name: str, how: str = "bundle") -> None:
-    """One layer (after what it needs): sql/pgfence-NAME.sql, or `sqitch deploy` of its plan."""
+def layer(cluster: Cluster, database: str, name: str, how: str = "bundle",
+          release: str | None = None) -> None:
+    """One layer (after what it needs): sql/pgfence-NAME.sql (or as pgfence ``release``
+    shipped it), or `sqitch deploy` of its plan."""
     if how == "bundle":
-        cluster.psql(database, "--single-transaction", "-f", layers.layer(name).bundle)
+        file = layers.layer(name).bundle if release is None else released(f"pgfence-{name}",
+                                                                            release)
+        cluster.psql(database, "--single-transaction", "-f", file)
     else:
         sqitch("deploy", f"db:pg:{database}", layer=name, env=cluster.env())
 
@@ -83,16 +104,21 @@ def helpers(cluster: Cluster, database: str, pgtap: bool = False) -> None:
 
 
 def install(cluster: Cluster, database: str, chosen: Sequence[str] = (), how: str = "bundle",
-            *, with_prerequisites: bool = True, with_helpers: bool = False) -> None:
+            *, with_prerequisites: bool = True, with_helpers: bool = False,
+            release: str | None = None) -> None:
     """The chosen layers' prerequisites, pgfence, the layers (with the layers they need), and,
-    ``with_helpers``, the tests' helpers: the whole recipe (see the module's docstring)."""
+    ``with_helpers``, the tests' helpers: the whole recipe (see the module's docstring); with
+    ``release``, pgfence and the layers as that release shipped them (the one-file installs of
+    sql/releases), for the benchmarks' comparisons."""
     if how not in HOW:
         raise ValueError(f"how: one of {', '.join(HOW)}, not {how!r}")
     if with_prerequisites:
         prerequisites(cluster, database, chosen)
-    core(cluster, database, how)
+    if release is not None and how != "bundle":
+        raise ValueError("a release is installed from its one-file installs (how='bundle')")
+    core(cluster, database, how, release)
     for found in layers.with_needs(chosen):
-        layer(cluster, database, found.name, how)
+        layer(cluster, database, found.name, how, release)
     if with_helpers:
         helpers(cluster, database)
 

@@ -187,7 +187,7 @@ def test_install_twice_says_so_and_changes_nothing(target: Target, tmp_path: Pat
     assert fingerprint(target) == before
 
 
-def test_negative_control_the_fingerprint_sees_a_same_text_rewrite(target: Target) -> None:
+def test_the_fingerprint_sees_a_same_text_rewrite(target: Target) -> None:
     """The fingerprint that proves "nothing changed" sees even a statement that rewrites a
     function with its own text, the smallest thing a re-run install file could do."""
     install_file(target, ROOT / "sql/pgfence.sql")

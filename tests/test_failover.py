@@ -55,6 +55,10 @@ class Replica:
         with (self.data / "postgresql.conf").open("a") as conf:
             # cluster_name is the walreceiver's application_name in pg_stat_replication.
             conf.write(f"port = {self.port}\ncluster_name = '{self.name}'\n")
+            # Replay waits for the test's queries rather than cancelling them: a vacuum on the
+            # primary conflicted with the snapshot of the test's own pg_promote() call
+            # ("canceling statement due to conflict with recovery"), under load.
+            conf.write("max_standby_streaming_delay = -1\nmax_standby_archive_delay = -1\n")
         as_postgres(self.cluster.tool("pg_ctl"), "-D", self.data, "-l", self.data / "startup.log",
                     "-w", "-t", str(STARTED_WITHIN), "start")
         self._db = Database(self.dsn())

@@ -26,6 +26,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -405,13 +406,16 @@ def layers_database(cluster: Cluster) -> Iterator[str]:
     cluster.drop_database(name)
 
 
+@pytest.mark.parametrize("source", ["0.2.0", "0.2.1"])
 def test_init_upgrades_a_project_an_older_release_initialized(
-        cluster: Cluster, layers_database: str, flow_template: str, tmp_path: Path) -> None:
-    """A project that pgfence init 0.2.0 wrote (core, both layers, after pgflow's own
-    migrations), pushed by the real Supabase CLI, with a lease and a claimed task live; then
-    this release's init writes the upgrade migrations and the next `supabase db push` applies
-    those alone (the applied ones are left alone). After it the database is this release,
-    the pgflow layer's schema is a fresh install's, and the live lease and task carry on."""
+        cluster: Cluster, layers_database: str, flow_template: str, tmp_path: Path,
+        source: str) -> None:
+    """A project that pgfence init of an older release wrote (core, both layers, after
+    pgflow's own migrations), pushed by the real Supabase CLI, with a lease and a claimed task
+    live; then this release's init writes the upgrade migrations and the next `supabase db push`
+    applies those alone (the applied ones are left alone). After it the database is this
+    release, the pgflow layer's schema is a fresh install's, the live lease and task carry on,
+    and `pgfence doctor` finds it healthy."""
     project = tmp_path / "app"
     migrations = project / "supabase/migrations"
     migrations.mkdir(parents=True)
@@ -419,7 +423,7 @@ def test_init_upgrades_a_project_an_older_release_initialized(
     for m in sorted(PGFLOW_MIGRATIONS.glob("*.sql")):
         shutil.copy(m, migrations)
     database = layers_database
-    old = Files(package_of("0.2.0", tmp_path / "package-0.2.0"))
+    old = Files(package_of(source, tmp_path / f"package-{source}"))
     init.Project(project, supabase=True, layers=["pgmq", "pgflow"], role="service_role",
                  cron=True, files=old).run(dry_run=False)
     database_url = f"postgresql://postgres@{LOOPBACK}:{cluster.port}/{database}"
@@ -440,19 +444,19 @@ def test_init_upgrades_a_project_an_older_release_initialized(
     def sql(query: str) -> str:
         return cluster.psql(database, "-qAt", "-c", query).strip()
 
-    assert sql("select pgfence.version()") == "0.2.0"
+    assert sql("select pgfence.version()") == source
     lease = sql("select pgfence.register('emails'); "
                 "select pgfence.enqueue('emails', '{\"to\": \"ada\"}'); "
                 "select lease_id from pgfence.acquire('emails', 'w', '1 hour')").split()[-1]
     attempt = sql(f"select attempt_id from pgfence.claim('{lease}', 'emails')")
     fingerprint = bundle_query("fingerprint.sql", "pgfence_pgflow")
     fresh = cluster.psql(flow_template, "-qAt", "-c", fingerprint).strip()
-    assert sql(fingerprint) != fresh          # the layer is 0.2.0's: the comparison can fail
+    assert sql(fingerprint) != fresh          # the layer is the source's: the comparison can fail
 
     doc = init.Project(project, supabase=True, layers=["pgmq", "pgflow"], role="service_role",
                        cron=True).run(dry_run=False)
     v = Files().newest()
-    upgrades = [f"{name}.sql" for name, _ in expected_upgrades("0.2.0", ["pgmq", "pgflow"])]
+    upgrades = [f"{name}.sql" for name, _ in expected_upgrades(source, ["pgmq", "pgflow"])]
     assert [f["action"] for f in doc["files"] if "/migrations/" in f["path"]].count(
         "write") == len(upgrades)
     second = push()
@@ -462,6 +466,10 @@ def test_init_upgrades_a_project_an_older_release_initialized(
     assert sql("select state from pgfence.renew('" + lease + "', '1 hour')") == "active"
     assert sql(f"select pgfence.complete('{attempt}', '{{\"sent\": true}}')") == "accepted"
     assert push() == []                       # nothing new: a third push applies nothing
+    doctor = subprocess.run([sys.executable, "-m", "pgfence.cli", "--db-url", database_url, "--json",
+                             "doctor"], capture_output=True, text=True, timeout=HUNG)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert json.loads(doctor.stdout)["ok"] is True
 
 
 NET_VAULT_STAND_IN = ROOT / "tests/sql/pg_net_vault_stand_in.sql"

@@ -350,9 +350,6 @@ def test_negative_control_claim_without_skip_locked(db: Database) -> None:
 # queue_status' tallies: finished tasks counted by the statements that finish them, folded by
 # requeue_expired. A fold never waits for another, and no task is counted twice or lost.
 
-FOLD = "pgfence.fold_tallies()"
-
-
 def folds_meet(db: Database) -> tuple[bool, int]:
     """A folds in a transaction left open while B completes a task and folds: whether B's fold
     waited, and the count of completed tasks queue_status shows once both committed."""
@@ -383,7 +380,7 @@ def test_folds_never_wait_for_each_other_and_count_each_task_once(any_db: Databa
 
 
 def test_negative_control_a_fold_that_waits_for_the_rows_another_holds(db: Database) -> None:
-    db.replace_in_function(FOLD, "limit 10000 for update skip locked", "limit 10000 for update")
+    db.install_mutant("fold-tallies-waits")
     waited, completed = folds_meet(db)
     assert waited and completed == 4
 

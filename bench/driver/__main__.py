@@ -7,6 +7,8 @@ without fencing, measured with pgbench in the same run, and the properties over 
                                   mean nothing, nothing is asserted)
     scripts/bench --report FILE   also write the report to FILE
     scripts/bench --apply FILE    run FILE in every benchmark database after sql/pgfence.sql
+    scripts/bench --release 0.2.1 pgfence and its layers as release 0.2.1 shipped them
+                                  (sql/releases), the other member of a release's A/B pair
                                   (to measure a proposed change, e.g. `create or replace function`)
     scripts/bench --only renew,claim,...   a subset (see --help)
     scripts/bench --profile       load pg_stat_statements (track = all) and print each
@@ -89,6 +91,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="SQL file run after sql/pgfence.sql in every benchmark database",
     )
     p.add_argument(
+        "--release",
+        help="install pgfence and the layers as release X shipped them (sql/releases) instead "
+        "of the head: the before member of an A/B pair of releases",
+    )
+    p.add_argument(
         "--profile",
         action="store_true",
         help="pg_stat_statements (track = all): top statements of each operation",
@@ -142,7 +149,7 @@ def main(argv: list[str]) -> int:
     try:
         log("starting a cluster (testkit.cluster)")
         cluster = Cluster.start(settings)
-        server = Server(cluster, settings, [a.resolve() for a in args.apply])
+        server = Server(cluster, settings, [a.resolve() for a in args.apply], args.release)
         server.createdb("bench")
         if args.profile:
             server.sql("bench", "create extension pg_stat_statements")

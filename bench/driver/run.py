@@ -94,8 +94,10 @@ def on_signal(signum: int, _frame: FrameType | None) -> None:
 class Server:
     """The benchmark's throwaway cluster (testkit.cluster), and what the driver does on it."""
 
-    def __init__(self, cluster: Cluster, settings: list[str], applies: list[Path]) -> None:
+    def __init__(self, cluster: Cluster, settings: list[str], applies: list[Path],
+                 release: str | None = None) -> None:
         self.cluster = cluster
+        self.release = release  # --release: that release's one-file installs (sql/releases)
         self.settings = settings  # beyond testkit.cluster's (--profile's)
         self.applies = applies  # --apply: run after sql/pgfence.sql in every database
         self.env = cluster.env()
@@ -141,7 +143,7 @@ class Server:
     def createdb(self, db: str) -> None:
         self.cluster.create_database(db)
         # Every layer, with what it stands on, for the layers' pairs: the tests' recipe.
-        install.install(self.cluster, db, ["all"])
+        install.install(self.cluster, db, ["all"], release=self.release)
         for file in self.applies:
             self.cluster.psql(db, "--single-transaction", "-f", file)
 

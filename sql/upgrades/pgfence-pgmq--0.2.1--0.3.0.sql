@@ -121,6 +121,23 @@ begin
 end
 $check$;
 
+-- change: kinds
+-- Deploy pgfence_pgmq:kinds
+--
+-- The kind of every function of the layer that is not its API (what pgfence_worker or
+-- pgfence_operator may execute), as the first word of its comment (pgfence.set_kind, the
+-- core's kinds change): Hook (the core calls it through the layer's row of pgfence.layers),
+-- Private (a helper of this schema). A new one is added to its kind's list here.
+
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+select pgfence.set_kind('Hook', 'pgfence_pgmq.health()', 'pgfence_pgmq.in_flight(text[])',
+  'pgfence_pgmq.leases()', 'pgfence_pgmq.prune(interval)');
+select pgfence.set_kind('Private', 'pgfence_pgmq.attempt_uuid(bigint, integer)', 'pgfence_pgmq.check_allowed(text, text, boolean)',
+  'pgfence_pgmq.mark(text, uuid)', 'pgfence_pgmq.queue_table(text)');
+
+
 -- change: release_0.3.0
 -- Deploy pgfence_pgmq:release_0.3.0
 --

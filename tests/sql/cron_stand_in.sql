@@ -3,7 +3,8 @@
 -- Supabase has pg_cron; the test clusters do not (it needs shared_preload_libraries). The
 -- quick-start test installs this instead: a cron schema whose schedule records each job in
 -- cron.job, by name, as pg_cron 1.3+ does (scheduling a name again replaces its job), with
--- the role that scheduled it (pg_cron runs the job as that role). Nothing ever runs a job.
+-- the role that scheduled it (pg_cron runs the job as that role), in this database, active,
+-- pg_cron's columns that pgfence's checks read. Nothing ever runs a job.
 create schema if not exists cron;
 
 create table cron.job (
@@ -11,7 +12,9 @@ create table cron.job (
   jobname  text unique,
   schedule text not null,
   command  text not null,
-  username text not null default current_user
+  database text not null default current_database(),
+  username text not null default current_user,
+  active   boolean not null default true
 );
 comment on table cron.job is 'TEST-ONLY: the jobs of the cron.schedule stand-in.';
 
