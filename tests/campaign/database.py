@@ -89,9 +89,9 @@ create view campaign.authority as
 #             holds (result_by; holders_result: the attempt's that holds it)
 #   attempts  every attempt known: its lease, whether it is still open, since when
 #   runs      every handler run: the protected write each one makes
-#   reported  what each report was told (campaign.reports, named)
+#   results   what each result was told (campaign.reports; pgflow's: the layer's own record)
 #   stale     the results each layer refused and recorded as stale
-VIEWS = ("tasks", "attempts", "runs", "reported", "stale")
+VIEWS = ("tasks", "attempts", "runs", "results", "stale")
 
 WORK = {
     "core": {
@@ -105,7 +105,7 @@ WORK = {
         "runs": """
   select w.task_id::text, w.attempt, w.id
     from campaign.writes w where w.resource = any ({resources})""",
-        "reported": """
+        "results": """
   select null::uuid, r.task_id::text, r.attempt, r.kind, r.outcome,
          pg_xact_commit_timestamp(r.xmin)
     from campaign.reports r where r.attempt_id is null""",
@@ -134,7 +134,7 @@ WORK = {
   select 'message ' || p.msg_id, p.read_ct, w.id
     from campaign.writes w join pgfence_pgmq.attempts p on p.attempt_id = w.attempt_id
    where w.resource = any ({resources})""",
-        "reported": """
+        "results": """
   select r.attempt_id, 'message ' || p.msg_id, p.read_ct, r.kind, r.outcome,
          pg_xact_commit_timestamp(r.xmin)
     from campaign.reports r join pgfence_pgmq.attempts p on p.attempt_id = r.attempt_id""",
@@ -167,7 +167,7 @@ WORK = {
         # answered is its own record, written by the call that answered: an accepted result
         # is its attempt's outcome, a stale one a row of its stale_results (a duplicate,
         # nothing).
-        "reported": """
+        "results": """
   select a.attempt_id, format('run %s step %s', a.run_id, a.step_slug), a.attempts_count,
          a.outcome, 'accepted', pg_xact_commit_timestamp(a.xmin)
     from pgfence_pgflow.attempts a where a.flow_slug = {flow} and a.outcome is not null
@@ -186,7 +186,7 @@ COLUMNS = {
     "tasks": "task_id, attempt, state, enqueued_at, finished_at, result_by, holders_result",
     "attempts": "task_id, attempt, lease_id, open, since",
     "runs": "task_id, attempt, write_id",
-    "reported": "attempt_id, task_id, attempt, kind, outcome, committed_at",
+    "results": "attempt_id, task_id, attempt, kind, outcome, committed_at",
     "stale": "attempt_id, task_id, attempt",
 }
 
@@ -202,7 +202,6 @@ create view campaign.work as
   select 'write ' || w.id as what, w.resource, w.generation, w.lease_id,
          w.fenced_not_before as not_before, w.committed_at
     from campaign.writes w;
-create view campaign.results as select * from campaign.reported;
 create view campaign.holders as
   select task_id, attempt, state, result_by, holders_result from campaign.tasks;
 """
