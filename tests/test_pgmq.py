@@ -562,27 +562,35 @@ def dbs(cluster: Cluster) -> Iterator[Databases]:
 
 
 def reads_across_the_upgrade(dbs: Databases, start: str,
-                             mutant: str = "") -> tuple[str, str, tuple[int, bool] | None]:
-    """Under release `start` of the layer (whose reads have no read order), a read of message
-    1 and, once its visibility ran out, a later read of it; then the layer upgraded to the
-    head (with the core): what archiving each says, the stale one first, and the message then."""
+                             mutant: str = "") -> tuple[bool, str, str, list[str], int]:
+    """Under release `start` of the layer (whose reads have no read order), reads of messages
+    1 and 2 and, once their visibility ran out, later reads of both; then the layer upgraded
+    to the head (with the core). What the stale reads are told: set_vt of the first (whether
+    NULL), archive of the first, archive_many of the second; then what archive_many of the
+    later reads is told, and how many messages are left in the queue."""
     name = dbs.fresh("mqreads")
     install.prerequisites(dbs.cluster, name, ["pgmq"])
     dbs.install_release(name, start)
     dbs.psql(name, "--single-transaction", "-f", RELEASES / f"pgfence-pgmq--{start}.sql")
     db = Database(dbs.dsn(name))
     try:
-        queue(db, 1)
+        queue(db, 2)
         w = db.session("before")
         lease = acquired(w.acquire("r1"))
-        [(stale, msg, _)] = read(w, lease)
-        db.sql("update pgmq.q_jobs set vt = clock_timestamp() where msg_id = %s", (msg,))
-        [(fresh, _, _)] = read(w, lease)
+        stale = [a for a, _, _ in read(w, lease, 2)]
+        db.sql("update pgmq.q_jobs set vt = clock_timestamp()")
+        fresh = [a for a, _, _ in read(w, lease, 2)]
         dbs.upgrade_by_file(name, start, ("pgmq",))
         if mutant:
             db.install_mutant(mutant)
         after = db.session("after")
-        return finish(after, "archive", stale), finish(after, "archive", fresh), message(db, msg)
+        kept = after.one("select pgfence_pgmq.set_vt(%s, '1 hour')", (stale[0],)) is None
+        one = finish(after, "archive", stale[0])
+        [(_, many)] = after.run("select * from pgfence_pgmq.archive_many(array[%s]::uuid[])",
+                                (stale[1],))
+        later = [str(o) for _, o in after.run(
+            "select * from pgfence_pgmq.archive_many(%s::uuid[])", (fresh,))]
+        return kept, one, str(many), later, int(db.one("select count(*) from pgmq.q_jobs"))
     finally:
         db.close()
 
@@ -590,13 +598,42 @@ def reads_across_the_upgrade(dbs: Databases, start: str,
 @pytest.mark.parametrize("start", [v for v in MQ_STARTS if v != HEAD])
 def test_reads_recorded_before_the_read_order_are_judged_by_their_read_count(
         dbs: Databases, start: str) -> None:
-    assert reads_across_the_upgrade(dbs, start) == ("stale", "accepted", None)
+    assert reads_across_the_upgrade(dbs, start) == (
+        True, "stale", "stale", ["accepted", "accepted"], 0)
 
 
 def test_negative_control_without_the_read_count_an_old_stale_read_archives(
         dbs: Databases) -> None:
-    stale, fresh, _ = reads_across_the_upgrade(dbs, MQ_STARTS[-1], "pgmq-finish-ignores-read-ct")
-    assert (stale, fresh) == ("accepted", "stale"), "the stale read archived the fresh one's"
+    _, one, _, later, _ = reads_across_the_upgrade(dbs, MQ_STARTS[-1],
+                                                   "pgmq-finish-ignores-read-ct")
+    assert (one, later[0]) == ("accepted", "stale"), "the stale read archived the later one's"
+
+
+# -- a message put back under an old id is another message -----------------------------------
+
+def put_back(db: Database) -> tuple[str, tuple[int, bool] | None]:
+    """A reads message 1; someone outside the layer deletes it (pgmq.delete: an operator, a
+    plain consumer), and a producer puts a message back under its msg_id with A's read count
+    (nobody read it through the layer since). What A's archive is told, and the message."""
+    queue(db, 1)
+    a = db.session("a")
+    [(attempt, msg, _)] = read(a, acquired(a.acquire("r1")))
+    db.sql("select pgmq.delete('jobs', %s::bigint)", (msg,))
+    db.sql("insert into pgmq.q_jobs (msg_id, read_ct, enqueued_at, vt, message) "
+           "overriding system value "
+           "select msg_id, read_ct, clock_timestamp(), clock_timestamp() + interval '1 hour', "
+           "'{\"again\": true}' from pgfence_pgmq.attempts where attempt_id = %s", (attempt,))
+    return finish(a, "archive", attempt), message(db, msg)
+
+
+def test_a_message_put_back_under_an_old_id_is_not_the_attempts(any_mq: Database) -> None:
+    assert put_back(any_mq) == ("stale", (1, False)), "the producer's message is left alone"
+
+
+def test_negative_control_judged_without_enqueued_at_the_attempt_archives_it(
+        mq: Database) -> None:
+    mq.install_mutant("pgmq-finish-ignores-enqueued-at")
+    assert put_back(mq) == ("accepted", None)
 
 
 # -- each call needs what pgmq itself needs (the conformance suite checks one of them for every
