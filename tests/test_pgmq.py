@@ -562,35 +562,35 @@ def dbs(cluster: Cluster) -> Iterator[Databases]:
 
 
 def reads_across_the_upgrade(dbs: Databases, start: str,
-                             mutant: str = "") -> tuple[bool, str, str, list[str], int]:
+                             mutant: str = "") -> tuple[bool, str, list[str], list[str], int]:
     """Under release `start` of the layer (whose reads have no read order), reads of messages
-    1 and 2 and, once their visibility ran out, later reads of both; then the layer upgraded
-    to the head (with the core). What the stale reads are told: set_vt of the first (whether
-    NULL), archive of the first, archive_many of the second; then what archive_many of the
-    later reads is told, and how many messages are left in the queue."""
+    1 to 3 and, once their visibility ran out, later reads of them; then the layer upgraded to
+    the head (with the core). What the stale reads are told: set_vt of the first (whether
+    NULL), archive of the first, archive_many of the other two (a batch: its own statement);
+    then what archive_many of the later reads is told, and how many messages are left."""
     name = dbs.fresh("mqreads")
     install.prerequisites(dbs.cluster, name, ["pgmq"])
     dbs.install_release(name, start)
     dbs.psql(name, "--single-transaction", "-f", RELEASES / f"pgfence-pgmq--{start}.sql")
     db = Database(dbs.dsn(name))
     try:
-        queue(db, 2)
+        queue(db, 3)
         w = db.session("before")
         lease = acquired(w.acquire("r1"))
-        stale = [a for a, _, _ in read(w, lease, 2)]
+        stale = [a for a, _, _ in read(w, lease, 3)]
         db.sql("update pgmq.q_jobs set vt = clock_timestamp()")
-        fresh = [a for a, _, _ in read(w, lease, 2)]
+        fresh = [a for a, _, _ in read(w, lease, 3)]
         dbs.upgrade_by_file(name, start, ("pgmq",))
         if mutant:
             db.install_mutant(mutant)
         after = db.session("after")
         kept = after.one("select pgfence_pgmq.set_vt(%s, '1 hour')", (stale[0],)) is None
         one = finish(after, "archive", stale[0])
-        [(_, many)] = after.run("select * from pgfence_pgmq.archive_many(array[%s]::uuid[])",
-                                (stale[1],))
+        many = [str(o) for _, o in after.run(
+            "select * from pgfence_pgmq.archive_many(%s::uuid[])", (stale[1:],))]
         later = [str(o) for _, o in after.run(
             "select * from pgfence_pgmq.archive_many(%s::uuid[])", (fresh,))]
-        return kept, one, str(many), later, int(db.one("select count(*) from pgmq.q_jobs"))
+        return kept, one, many, later, int(db.one("select count(*) from pgmq.q_jobs"))
     finally:
         db.close()
 
@@ -599,7 +599,7 @@ def reads_across_the_upgrade(dbs: Databases, start: str,
 def test_reads_recorded_before_the_read_order_are_judged_by_their_read_count(
         dbs: Databases, start: str) -> None:
     assert reads_across_the_upgrade(dbs, start) == (
-        True, "stale", "stale", ["accepted", "accepted"], 0)
+        True, "stale", ["stale", "stale"], ["accepted"] * 3, 0)
 
 
 def test_negative_control_without_the_read_count_an_old_stale_read_archives(
