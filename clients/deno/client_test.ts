@@ -979,6 +979,29 @@ test("prepared statements on a direct connection, none through PgBouncer", async
   }
 });
 
+testDirect("detection needs no privilege: a worker role's pool is found direct", async (t) => {
+  const role = t.name("worker").replaceAll("-", "_");
+  await t.admin.unsafe(`create role ${role} login in role pgfence_worker`);
+  try {
+    const url = new URL(t.url);
+    url.username = role;
+    const sql = connect(url.href, { max: 1, onnotice: () => {} });
+    try {
+      // What detection reads only over a unix socket: the server's socket directories, which
+      // a role without pg_read_all_settings may not read.
+      await rejects(
+        sql`select current_setting('unix_socket_directories')`,
+        (e) => (e as { code?: string }).code === "42501",
+      );
+      assert(await prepares(sql));
+    } finally {
+      await sql.end();
+    }
+  } finally {
+    await t.admin.unsafe(`drop role ${role}`);
+  }
+});
+
 testDirect(
   "why they are detected: through a transaction pooler, a pool that prepares fails",
   async (t) => {

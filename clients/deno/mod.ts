@@ -82,7 +82,8 @@ const preparing = new WeakMap<object, boolean | "detect" | Promise<boolean>>();
 /**
  * Whether `sql` prepares its statements. A pool `connect` made with `prepare: "detect"` asks the
  * server once where the connection ends, and prepares from then on if it reaches the server
- * directly (`direct`); asked again after a failure. A pool of another making: its `prepare`.
+ * directly (`direct`); a refusal (a role that may not read the socket directories) is a no,
+ * a lost connection no answer: asked again next time. A pool of another making: its `prepare`.
  */
 export async function prepares(sql: Sql): Promise<boolean> {
   // postgres.js reads its options object at each statement it sends: the pool's own.
@@ -96,8 +97,8 @@ export async function prepares(sql: Sql): Promise<boolean> {
       preparing.set(options, yes);
       return yes;
     },
-    () => {
-      preparing.set(options, "detect");
+    (e) => {
+      preparing.set(options, e instanceof postgres.PostgresError ? false : "detect");
       return false;
     },
   );
