@@ -144,7 +144,8 @@ async function addresses(host: string): Promise<string[]> {
   if (name === "localhost") return ["127.0.0.1", "::1"];
   const found: string[] = [];
   for (const kind of ["A", "AAAA"] as const) {
-    found.push(...await Deno.resolveDns(name, kind).catch(() => []));
+    // (A runtime without Deno.resolveDns, or without the permission: no answer.)
+    found.push(...await Promise.resolve().then(() => Deno.resolveDns(name, kind)).catch(() => []));
   }
   return found;
 }
