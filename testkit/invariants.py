@@ -21,7 +21,15 @@ No client clock and no client log: times are the database's (commit order is
         each claim of an attempt
     requeues(task_id, at, by, visible_until)
         each requeue of a claimed task by a session (not by a test's clock), and until when
-        its attempt held it
+        its attempt held it (a layer's: each start of a task again, as a pgflow takeover)
+    stale(attempt_id, task_id, attempt)
+        each result refused and recorded as stale (pgfence.stale_results, a layer's own)
+    runs(task_id, attempt)
+        each run of a handler, recorded by the handler in its fenced transaction
+
+A task is named by task_id: pgfence's task id, or whatever names a layer's unit of work (a pgmq
+message, a pgflow step task); attempt is its attempt's number (a claim's, a read count, pgflow's
+attempts_count).
 
 A recorder says which views it has; a check runs where every view it reads is recorded. Each
 check is one query that returns a sentence per violation.
@@ -33,7 +41,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-VIEWS = frozenset({"leases", "work", "results", "holders", "claims", "requeues"})
+VIEWS = frozenset({"leases", "work", "results", "holders", "claims", "requeues", "stale",
+                   "runs"})
 
 
 @dataclass(frozen=True)
@@ -127,20 +136,28 @@ select format('task %s: %s results accepted', t.task_id, count(r.*))
 having count(r.*) <> 1
 """),
     # ... a stale answer is recorded, and nothing recorded stale holds its task ...
-    _check("I5", "results", """
+    _check("I5", "results stale", """
 select format('%s of %s was told stale but is not in stale_results', r.kind,
-              coalesce(r.attempt_id::text, format('attempt %s of task %s', r.attempt, r.task_id)))
+              case when r.task_id is null then r.attempt_id::text
+                   else format('attempt %s of task %s', r.attempt, r.task_id) end)
   from {h}.results r
  where r.outcome = 'stale'
-   and not exists (select from pgfence.stale_results s
+   and not exists (select from {h}.stale s
                     where s.attempt_id = r.attempt_id
                        or (s.task_id = r.task_id and s.attempt = r.attempt))
 """),
-    _check("I5", "holders", """
+    _check("I5", "stale holders", """
 select format('task %s: a result of attempt %s is recorded stale, but that attempt holds it',
               s.task_id, s.attempt)
-  from pgfence.stale_results s join {h}.holders t on t.task_id = s.task_id
+  from {h}.stale s join {h}.holders t on t.task_id = s.task_id
  where s.attempt >= t.attempt
+"""),
+    # ... an attempt's handler runs once (only a new attempt runs a task again) ...
+    _check("I5", "runs", """
+select format('task %s: the handler of attempt %s ran %s times', r.task_id, r.attempt, count(*))
+  from {h}.runs r
+ group by r.task_id, r.attempt
+having count(*) > 1
 """),
     # ... and no task is requeued while its attempt's visibility lasts.
     _check("I5", "requeues", """

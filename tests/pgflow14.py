@@ -44,16 +44,24 @@ MINUTELY = {
 CRON_DATABASE = "pgflow14"
 
 
+def missing(pgbin: Path | None = None) -> str | None:
+    """Why pgflow 0.14.1 cannot be installed on the server of ``pgbin`` (default
+    ``default_pgbin()``), or None where it can."""
+    if not MIGRATIONS.is_dir():
+        return (f"pgflow 0.14.1's migrations are absent ({MIGRATIONS}): the vendor folder "
+                "is not part of this repository (../shared/vendor/pgflow-core-0.14.1)")
+    pgbin = pgbin or default_pgbin()
+    if not (pgbin.parent / "lib" / "pg_cron.so").exists():
+        return (f"pg_cron is not installed for {pgbin} (Debian's postgresql-15-cron: "
+                "scripts/setup)")
+    return None
+
+
 def skip_without_pgflow14(pgbin: Path | None = None) -> None:
     """Skips the calling test (or fixture) where pgflow 0.14.1 cannot be installed."""
-    if not MIGRATIONS.is_dir():
-        pytest.skip(f"pgflow 0.14.1's migrations are absent ({MIGRATIONS}): the vendor folder "
-                    "is not part of this repository (../shared/vendor/pgflow-core-0.14.1)")
-    pgbin = pgbin or default_pgbin()
-    libdir = pgbin.parent / "lib"
-    if not (libdir / "pg_cron.so").exists():
-        pytest.skip(f"pg_cron is not installed for {pgbin} (Debian's postgresql-15-cron: "
-                    "scripts/setup)")
+    why = missing(pgbin)
+    if why is not None:
+        pytest.skip(why)
 
 
 def migrations() -> list[Path]:
@@ -86,15 +94,18 @@ def install_pgflow14(cluster: Cluster, database: str, tmp: Path) -> None:
         cluster.psql(database, "--single-transaction", "-f", migration)
 
 
+# A cluster's settings for pg_cron: preloaded, its jobs run in CRON_DATABASE by background
+# workers, not libpq connections to cron.host (the cluster listens on its own loopback address
+# and socket only).
+CRON_SETTINGS = ("shared_preload_libraries=pg_cron", f"cron.database_name={CRON_DATABASE}",
+                 "cron.use_background_workers=on", "max_worker_processes=16")
+
+
 @contextmanager
 def cron_cluster() -> Iterator[Cluster]:
     """A cluster of its own with pg_cron preloaded, its jobs run in CRON_DATABASE."""
     skip_without_pgflow14()
-    # Background workers, not libpq connections to cron.host: the cluster listens on its own
-    # loopback address and socket only.
-    c = Cluster.start(["fsync=off", "shared_preload_libraries=pg_cron",
-                       f"cron.database_name={CRON_DATABASE}", "cron.use_background_workers=on",
-                       "max_worker_processes=16"])
+    c = Cluster.start(["fsync=off", *CRON_SETTINGS])
     try:
         yield c
     finally:

@@ -44,6 +44,7 @@ def test_fmt_lint_and_check_are_clean(deno_env: dict[str, str]) -> None:
                  ["check", "mod.ts", "pgflow.ts", "client_test.ts", "pgflow_test.ts",
                   "testdata/worker_process.ts",
                   "testdata/fault_worker.ts", "testdata/pgflow_worker_process.ts",
+                  "testdata/edge_runtime.ts", "testdata/campaign_flow.ts",
                   "examples/pgflow_edge_function.ts", "examples/supabase_worker.ts",
                   "pgmq_test.ts", "examples/pgmq_edge_function.ts", bench]):
         out = deno(deno_env, *args)

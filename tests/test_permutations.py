@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from testkit import invariants
 from testkit.harness import Database
 from testkit.permutations import Report, Scenario, Step, count, install, run, violations
 
@@ -367,3 +368,33 @@ def test_negative_control_each_check_flags_a_history_that_breaks_it(db: Database
     for rule in ["I1: r: generation", "I2: a write stamped generation", "I2: write of generation",
                  "I5: complete of", "I5: task"]:
         assert any(v.startswith(rule) for v in found), (rule, found)
+
+
+def test_negative_control_the_layers_checks_flag_a_history_that_breaks_them(
+        db: Database) -> None:
+    """The checks the fault campaign's layers rely on (tests/campaign/database.py), over a
+    forged history in views of its shape: work named by text (a pgmq message, a pgflow step
+    task), each layer's stale results, handler runs, pgflow's starts again."""
+    db.sql("""
+        create schema forged;
+        create view forged.runs (task_id, attempt) as
+          values ('message 1', 1), ('message 1', 1), ('message 1', 2);
+        create view forged.holders (task_id, attempt, state, result_by, holders_result) as
+          values ('run r step first', 2, 'completed', '1', false),
+                 ('message 1', 2, 'queued', null, null);
+        create view forged.stale (attempt_id, task_id, attempt) as
+          values (null::uuid, 'run r step first', 2);
+        create view forged.results (attempt_id, task_id, attempt, kind, outcome, committed_at) as
+          values (null::uuid, 'message 1', 1, 'complete', 'stale', now());
+        create view forged.requeues (task_id, at, by, visible_until) as
+          values ('run r step first', now(), 'edge-x', now() + interval '1 s');
+    """)
+    found = [f"{i}: {s}" for i, s in invariants.judge(
+        db.sql, "forged", ("runs", "holders", "stale", "results", "requeues"))]
+    for rule in ["I5: task message 1: the handler of attempt 1 ran 2 times",
+                 "I5: task run r step first completed with the result of 1, not of its attempt 2",
+                 "I5: task run r step first: a result of attempt 2 is recorded stale",
+                 "I5: complete of attempt 1 of task message 1 was told stale",
+                 "I5: task run r step first requeued at"]:
+        assert any(v.startswith(rule) for v in found), (rule, found)
+    assert not any("message 1: the handler of attempt 2" in v for v in found), found

@@ -466,8 +466,8 @@ def test_init_upgrades_a_project_an_older_release_initialized(
     assert sql("select state from pgfence.renew('" + lease + "', '1 hour')") == "active"
     assert sql(f"select pgfence.complete('{attempt}', '{{\"sent\": true}}')") == "accepted"
     assert push() == []                       # nothing new: a third push applies nothing
-    doctor = subprocess.run([sys.executable, "-m", "pgfence.cli", "--db-url", database_url, "--json",
-                             "doctor"], capture_output=True, text=True, timeout=HUNG)
+    doctor = subprocess.run([sys.executable, "-m", "pgfence.cli", "--db-url", database_url,
+                             "--json", "doctor"], capture_output=True, text=True, timeout=HUNG)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert json.loads(doctor.stdout)["ok"] is True
 

@@ -82,15 +82,19 @@ export interface StepTask extends Attempt {
  * What a step handler gets beside its input: the fields of pgflow's EdgeWorker context that a
  * fenced worker can give (`env`, `sql`, `shutdownSignal`, `flowInput`, `stepTask`, `rawMessage`,
  * `workerConfig`; not `supabase`: make that client yourself), and this worker's own (`task`,
- * `signal`, `deadline`, `extend`).
+ * `signal`, `deadline`, `extend`, `owner`).
  */
 export interface StepContext extends HandlerContext<StepTask> {
+  /** The Owner whose lease the task was started under: `owner.fenced(fn)` runs `fn` in a
+   * transaction that fenced that lease (a handler of `FlowWorker.start` or `serve` has no other
+   * way to reach it). */
+  owner: Owner;
   /** EdgeWorker's: the environment (Deno.env's variables where readable). */
   env: Record<string, string | undefined>;
   /** EdgeWorker's: aborts when the worker stops or its lease is given up. */
   shutdownSignal: AbortSignal;
   /** EdgeWorker's `sql`: the worker's pool. Writes through it are not fenced: fence them with
-   * `task`'s owner (`Owner.fenced`), or make them idempotent by the task's key. */
+   * `owner.fenced`, or make them idempotent by the task's key. */
   sql: Sql;
   /** EdgeWorker's (pgflow 0.14): the run's input, read from `pgflow.runs` when the task's
    * input did not carry it (a map task's). */
@@ -414,6 +418,7 @@ export class FlowWorker extends WorkerLoop<StepTask> {
       },
       env: this.#env,
       sql,
+      owner: this.owner,
       shutdownSignal: AbortSignal.any([this.owner.signal, this.stopping]),
       stepTask: {
         flow_slug: this.flowSlug,

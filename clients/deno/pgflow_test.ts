@@ -37,8 +37,13 @@ function dslFlow(flowSlug: string, seen: Record<string, unknown[]>) {
     (seen[step] ??= []).push({ input, stepTask: context.stepTask.step_slug });
   };
   return new Flow<{ n: number }>({ slug: flowSlug, timeout: 10, maxAttempts: 2 })
-    .step({ slug: "first" }, (input, context) => {
+    .step({ slug: "first" }, async (input, context) => {
       record("first", input, context as unknown as StepContext);
+      // A handler's writes are fenced by its task's lease: the context's owner holds it.
+      const { owner } = context as unknown as StepContext;
+      (seen.fenced ??= []).push(
+        await owner.fenced((_tx, generation) => Promise.resolve(generation)),
+      );
       return { seen: input.run.n };
     })
     .step({ slug: "second", dependsOn: ["first"] }, (input, context) => {
@@ -74,6 +79,9 @@ test("a @pgflow/dsl flow, compiled by pgflow, runs end to end in one line", asyn
   );
   // EdgeWorker's inputs: the run's input and the dependencies' outputs; a map's items alone.
   assertEquals(seen.first, [{ input: { run: { n: 3 } }, stepTask: "first" }]);
+  const [{ generation }] = await t.admin`select generation from pgfence.leases
+                                          where resource = ${resource}`;
+  assertEquals(seen.fenced, [BigInt(generation)]); // fenced by the lease of the task's start
   assertEquals(seen.second, [{ input: { run: { n: 3 }, first: { seen: 3 } }, stepTask: "second" }]);
   assertEquals(
     (seen.square as { input: number }[]).map((s) => s.input).sort(),

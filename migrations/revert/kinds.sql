@@ -5,12 +5,16 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-select pgfence.set_kind(null, variadic array_agg(p.oid::regprocedure))
-  from pg_proc p
- where p.pronamespace = 'pgfence'::regnamespace
-   and obj_description(p.oid, 'pg_proc') ~ '^(Layers|Private):';
-select pgfence.set_kind(null, 'pgfence.installed_release(name)', 'pgfence.schema_drift(name)',
-                        'pgfence.schema_fingerprint(name)');
+do $$
+begin
+  perform pgfence.set_kind(null, variadic array_agg(p.oid::regprocedure))
+     from pg_proc p
+    where p.pronamespace = 'pgfence'::regnamespace
+      and obj_description(p.oid, 'pg_proc') ~ '^(Layers|Private):';
+  perform pgfence.set_kind(null, 'pgfence.installed_release(name)', 'pgfence.schema_drift(name)',
+                           'pgfence.schema_fingerprint(name)');
+end
+$$;
 drop function pgfence.set_kind(text, regprocedure[]);
 
 commit;

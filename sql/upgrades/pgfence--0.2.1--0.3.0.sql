@@ -2101,28 +2101,30 @@ end
 $$;
 revoke all on function pgfence.set_kind(text, regprocedure[]) from public;
 
-select pgfence.set_kind('Installer', 'pgfence.set_kind(text, regprocedure[])',
-  'pgfence.installed_release(name)', 'pgfence.schema_drift(name)',
-  'pgfence.schema_fingerprint(name)');
-
-select pgfence.set_kind('Layers',
-  'pgfence.attempt_of(uuid)', 'pgfence.attempt_uuid(bigint, integer, uuid)',
-  'pgfence.attempt_uuid(bigint, integer, uuid, bytea)', 'pgfence.check_batch(uuid[])',
-  'pgfence.check_interval(text, interval)', 'pgfence.hmac(text, bytea)',
-  'pgfence.hold_current(uuid)', 'pgfence.invoker()',
-  'pgfence.is_live(text, timestamp with time zone)', 'pgfence.mark_fenced(text, bytea)');
-
-select pgfence.set_kind('Private',
-  'pgfence.acl_text(aclitem[], "char", oid, oid)',
-  'pgfence.attempt_holds(bigint, integer, uuid, boolean, bytea, uuid)',
-  'pgfence.attempt_signed(uuid, bigint, integer, uuid)', 'pgfence.attempt_task(uuid)',
-  'pgfence.attempt_uuid_0_1(bigint, integer, uuid, bytea)', 'pgfence.check_label(text, text)',
-  'pgfence.deparsed(text)', 'pgfence.fence_token(text, bytea)', 'pgfence.fold_tallies()',
-  'pgfence.foreign_grants(name)', 'pgfence.health_checks()', 'pgfence.interval_ok(interval)',
-  'pgfence.lease_not_current(uuid, timestamp with time zone)', 'pgfence.limit_idle()',
-  'pgfence.lock_resources(text[])', 'pgfence.report(uuid, text, jsonb)',
-  'pgfence.schema_objects(name)', 'pgfence.sign(text, bytea)', 'pgfence.unknown_attempt(uuid)',
-  'pgfence.update_not_found(uuid)');
+do $$
+begin
+  perform pgfence.set_kind('Installer', 'pgfence.set_kind(text, regprocedure[])',
+      'pgfence.installed_release(name)', 'pgfence.schema_drift(name)',
+      'pgfence.schema_fingerprint(name)');
+  perform pgfence.set_kind('Layers',
+      'pgfence.attempt_of(uuid)', 'pgfence.attempt_uuid(bigint, integer, uuid)',
+      'pgfence.attempt_uuid(bigint, integer, uuid, bytea)', 'pgfence.check_batch(uuid[])',
+      'pgfence.check_interval(text, interval)', 'pgfence.hmac(text, bytea)',
+      'pgfence.hold_current(uuid)', 'pgfence.invoker()',
+      'pgfence.is_live(text, timestamp with time zone)', 'pgfence.mark_fenced(text, bytea)');
+  perform pgfence.set_kind('Private',
+      'pgfence.acl_text(aclitem[], "char", oid, oid)',
+      'pgfence.attempt_holds(bigint, integer, uuid, boolean, bytea, uuid)',
+      'pgfence.attempt_signed(uuid, bigint, integer, uuid)', 'pgfence.attempt_task(uuid)',
+      'pgfence.attempt_uuid_0_1(bigint, integer, uuid, bytea)', 'pgfence.check_label(text, text)',
+      'pgfence.deparsed(text)', 'pgfence.fence_token(text, bytea)', 'pgfence.fold_tallies()',
+      'pgfence.foreign_grants(name)', 'pgfence.health_checks()', 'pgfence.interval_ok(interval)',
+      'pgfence.lease_not_current(uuid, timestamp with time zone)', 'pgfence.limit_idle()',
+      'pgfence.lock_resources(text[])', 'pgfence.report(uuid, text, jsonb)',
+      'pgfence.schema_objects(name)', 'pgfence.sign(text, bytea)', 'pgfence.unknown_attempt(uuid)',
+      'pgfence.update_not_found(uuid)');
+end
+$$;
 
 
 -- change: release_0.3.0

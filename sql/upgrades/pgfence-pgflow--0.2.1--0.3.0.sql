@@ -238,10 +238,17 @@ grant execute on function pgfence_pgflow.mark_worker_stopped(uuid) to pgfence_wo
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-select pgfence.set_kind('Hook', 'pgfence_pgflow.health()', 'pgfence_pgflow.in_flight(text[])',
-  'pgfence_pgflow.leases()', 'pgfence_pgflow.prune(interval)');
-select pgfence.set_kind('Private', 'pgfence_pgflow.as_maintenance(text, interval)', 'pgfence_pgflow.check_allowed(regprocedure)',
-  'pgfence_pgflow.follow_resource()', 'pgfence_pgflow.worker_id(uuid, bytea)');
+do $$
+begin
+  perform pgfence.set_kind('Hook', 'pgfence_pgflow.health()', 'pgfence_pgflow.in_flight(text[])',
+                           'pgfence_pgflow.leases()', 'pgfence_pgflow.prune(interval)');
+  perform pgfence.set_kind('Private',
+                           'pgfence_pgflow.as_maintenance(text, interval)',
+                           'pgfence_pgflow.check_allowed(regprocedure)',
+                           'pgfence_pgflow.follow_resource()',
+                           'pgfence_pgflow.worker_id(uuid, bytea)');
+end
+$$;
 
 
 -- change: release_0.3.0

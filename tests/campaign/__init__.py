@@ -1,6 +1,11 @@
 """The fault campaign: real worker processes under real faults, and a checker of the history.
 
-    worker.py      a worker process: pgfence.client Owner and Worker, a fenced handler
+Two fleets: the core's (pgfence's own queue) and the layers' (a pgmq queue worked by Python
+PgmqWorkers, a pgflow flow by Deno FlowWorkers in Edge isolates: clients/deno/testdata/
+campaign_flow.ts in the stand-in of the Edge Runtime, edge_runtime.ts).
+
+    worker.py      a worker process: pgfence.client Owner and Worker (or PgmqWorker), a fenced
+                   handler
     schedule.py    the settings and the seeded schedule of faults
     database.py    the campaign's tables in each schedule's database, a reconnecting connection
     variants.py    the real package and the deliberately broken negative controls

@@ -3,6 +3,7 @@
     scripts/campaign --schedules 20 --seed 1                 the real package
     scripts/campaign --schedules 2 --seed 1 --variant controls   each negative control
     scripts/campaign --variant real,no-lock --schedules 3 --seed 7 --verbose
+    scripts/campaign --fleet layers --schedules 5 --seed 1   the layers' fleet (pgmq, pgflow)
 
 Schedule i of seed S is seeded with "S:i", whatever the variant: the controls meet the same
 faults as the real package. Exit status 1 when the real package shows a violation, or a
@@ -20,10 +21,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from testkit.cluster import Cluster
+from tests.pgflow14 import CRON_SETTINGS, missing
 
-from .schedule import Settings, make_schedule
+from .schedule import Settings, layer_settings, make_schedule
 from .supervisor import Campaign, Outcome
-from .variants import CONTROLS, VARIANTS
+from .variants import VARIANTS, controls
 
 INVARIANTS = ("I1", "I2", "I5", "progress")
 
@@ -60,8 +62,15 @@ def main() -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--schedules", type=int, default=1)
     p.add_argument("--seed", default="1")
+    p.add_argument("--fleet", choices=("core", "layers"), default="core",
+                   help="what the workers work: pgfence's queue, or the layers' (pgmq and "
+                        "pgflow, Python and Deno workers)")
+    p.add_argument("--pgflow", choices=("0.14.1", "0.8.1"),
+                   help="the layers' pgflow (default: 0.14.1 where pg_cron and its vendored "
+                        "migrations are here, else 0.8.1)")
     p.add_argument("--variant", default="real",
-                   help=f"comma-separated: {', '.join(VARIANTS)}; 'controls' or 'all'")
+                   help=f"comma-separated: {', '.join(VARIANTS)}; 'controls' or 'all' "
+                        "(of the fleet)")
     p.add_argument("--random-faults", type=int, default=Settings.random_faults,
                    help="faults per schedule beside the ones every schedule has")
     p.add_argument("--logs", type=Path, help="keep the worker and supervisor logs here")
@@ -69,12 +78,18 @@ def main() -> int:
     p.add_argument("--show-schedule", action="store_true",
                    help="print the schedules and exit (no cluster)")
     args = p.parse_args()
-    names = {"controls": list(CONTROLS), "all": list(VARIANTS)}.get(
-        args.variant, args.variant.split(","))
-    unknown = [n for n in names if n not in VARIANTS]
+    names = {"controls": list(controls(args.fleet)),
+             "all": ["real", *controls(args.fleet)]}.get(args.variant, args.variant.split(","))
+    unknown = [n for n in names if n not in VARIANTS or args.fleet not in VARIANTS[n].fleets]
     if unknown:
-        p.error(f"unknown variant {', '.join(unknown)}")
-    s = replace(Settings(), random_faults=args.random_faults)
+        p.error(f"unknown variant of the {args.fleet} fleet: {', '.join(unknown)}")
+    s = replace(Settings() if args.fleet == "core" else layer_settings(),
+                random_faults=args.random_faults)
+    if args.fleet == "layers":
+        why = missing()
+        if args.pgflow == "0.14.1" and why:
+            p.error(why)
+        s = replace(s, pgflow=args.pgflow or ("0.8.1" if why else "0.14.1"))
     seeds = [f"{args.seed}:{i}" for i in range(1, args.schedules + 1)]
     if args.show_schedule:
         for seed in seeds:
@@ -86,11 +101,13 @@ def main() -> int:
     logs = args.logs or Path(tempfile.mkdtemp(prefix="pgfence-campaign."))
     say = (lambda text: print(f"    {text}", flush=True)) if args.verbose else (lambda _: None)
     failed = False
-    with Cluster.start(["fsync=off"]) as cluster:
+    cron = CRON_SETTINGS if s.fleet == "layers" and s.pgflow == "0.14.1" else ()
+    with Cluster.start(["fsync=off", *cron]) as cluster:
         campaign = Campaign(cluster, s, logs, say)
         results: dict[str, list[Outcome]] = {}
         for name in names:
-            print(f"{name}: {VARIANTS[name].summary}", flush=True)
+            pgflow = f" (pgflow {s.pgflow})" if s.fleet == "layers" else ""
+            print(f"{name}, {s.fleet} fleet{pgflow}: {VARIANTS[name].summary}", flush=True)
             for seed in seeds:
                 outcome = campaign.run(VARIANTS[name], seed)
                 results.setdefault(name, []).append(outcome)

@@ -14,14 +14,19 @@ from testkit.harness import Params, Query
 SCHEMA = """
 create schema campaign;
 
--- What complete() answered, written in complete's own transaction: the database's record of
--- every result it accepted, called duplicate or refused as stale.
+-- What complete() (or the pgmq layer's archive, the pgflow layer's complete_task) answered,
+-- written in its own transaction: the database's record of every result it accepted, called
+-- duplicate or refused as stale. pgfence's tasks are named by task id and attempt, a layer's
+-- by its attempt id (the layer's record of the attempt says which message or step task).
 create table campaign.reports (
-  task_id bigint not null,
-  attempt int not null,
-  outcome text not null,
-  worker  text not null,
-  at      timestamptz not null default clock_timestamp()
+  task_id    bigint,
+  attempt    int,
+  attempt_id uuid,
+  kind       text not null default 'complete',
+  outcome    text not null,
+  worker     text not null,
+  at         timestamptz not null default clock_timestamp(),
+  check (task_id is not null and attempt is not null or attempt_id is not null)
 );
 
 -- Faults as the supervisor applied them, on the database's clock (the progress bound starts
@@ -44,15 +49,17 @@ create table campaign.advisory_leases (
 );
 """
 
-# One protected table per resource (protect() names one resource per table).
+# One protected table per resource (protect() names one resource per table): a row per
+# handler run, written by the handler in its fenced transaction.
 WRITES = """
 create table campaign.{table} (
   id                bigint generated always as identity primary key,
   resource          text not null default {resource} check (resource = {resource}),
   lease_id          uuid,                  -- null only in the advisory control
   generation        bigint not null,
-  task_id           bigint,
+  task_id           bigint,                -- pgfence's task, or the pgmq message
   attempt           int,
+  attempt_id        uuid,                  -- the attempt (a pgflow step task's only name)
   worker            text not null,
   fenced_not_before timestamptz not null   -- the database's clock at or before the fence ran
 )
@@ -74,6 +81,114 @@ create view campaign.authority as
     from campaign.advisory_leases a
 """
 
+# The work, whatever works it, each piece by one name (task_id, text) and attempt number: the
+# core's tasks by their id and claim count; the pgmq layer's messages ('message N') by their
+# read count; pgflow's step tasks ('run R step S') by pgflow's attempts_count. Each view is a
+# union of what the fleet's workers work (WORK below).
+#   tasks     every task: its state, when it was enqueued and finished, and whose result it
+#             holds (result_by; holders_result: the attempt's that holds it)
+#   attempts  every attempt known: its lease, whether it is still open, since when
+#   runs      every handler run: the protected write each one makes
+#   results   what each result was told (campaign.reports; pgflow's: the layer's own record)
+#   stale     the results each layer refused and recorded as stale
+VIEWS = ("tasks", "attempts", "runs", "results", "stale")
+
+WORK = {
+    "core": {
+        "tasks": """
+  select t.task_id::text, t.attempt, t.state, t.enqueued_at, t.finished_at,
+         t.result->>'attempt', (t.result->>'attempt')::int = t.attempt
+    from pgfence.tasks t""",
+        "attempts": """
+  select t.task_id::text, t.attempt, t.lease_id, t.state = 'claimed', t.visible_until
+    from pgfence.tasks t where t.attempt > 0""",
+        "runs": """
+  select w.task_id::text, w.attempt, w.id
+    from campaign.writes w where w.resource = any ({resources})""",
+        "results": """
+  select null::uuid, r.task_id::text, r.attempt, r.kind, r.outcome,
+         pg_xact_commit_timestamp(r.xmin)
+    from campaign.reports r where r.attempt_id is null""",
+        "stale": """
+  select s.attempt_id, s.task_id::text, s.attempt from pgfence.stale_results s""",
+    },
+    # A message is archived once, by the read that still holds it: the archive table's row
+    # keeps that read count, and the layer's record names the read whose archive it accepted.
+    "pgmq": {
+        "tasks": """
+  select 'message ' || m.msg_id, m.read_ct, 'queued', m.enqueued_at, null::timestamptz,
+         null::text, null::boolean
+    from pgmq.{queue_table} m
+  union all
+  select 'message ' || a.msg_id, a.read_ct, 'completed', a.enqueued_at, a.archived_at,
+         string_agg(p.read_ct::text, ', ' order by p.read_ct),
+         count(p.*) = 1 and bool_and(p.read_ct = a.read_ct)
+    from pgmq.{archive_table} a
+    left join pgfence_pgmq.attempts p
+      on p.queue = {queue} and p.msg_id = a.msg_id and p.outcome = 'archive'
+   group by a.msg_id, a.read_ct, a.enqueued_at, a.archived_at""",
+        "attempts": """
+  select 'message ' || p.msg_id, p.read_ct, p.lease_id, p.outcome is null, p.read_at
+    from pgfence_pgmq.attempts p where p.queue = {queue}""",
+        "runs": """
+  select 'message ' || p.msg_id, p.read_ct, w.id
+    from campaign.writes w join pgfence_pgmq.attempts p on p.attempt_id = w.attempt_id
+   where w.resource = any ({resources})""",
+        "results": """
+  select r.attempt_id, 'message ' || p.msg_id, p.read_ct, r.kind, r.outcome,
+         pg_xact_commit_timestamp(r.xmin)
+    from campaign.reports r join pgfence_pgmq.attempts p on p.attempt_id = r.attempt_id""",
+        "stale": """
+  select s.attempt_id, 'message ' || p.msg_id, p.read_ct
+    from pgfence_pgmq.stale_results s join pgfence_pgmq.attempts p using (attempt_id)
+   where p.queue = {queue}""",
+    },
+    # A step task's output is its handler's {"write": id}: the attempt whose write it is is the
+    # attempt whose result pgflow kept.
+    "pgflow": {
+        "tasks": """
+  select format('run %s step %s', st.run_id, st.step_slug), st.attempts_count, st.status,
+         st.queued_at, coalesce(st.completed_at, st.failed_at),
+         a.attempts_count::text, a.attempts_count = st.attempts_count
+    from pgflow.step_tasks st
+    left join campaign.writes w
+      on w.resource = any ({resources}) and w.id = (st.output->>'write')::bigint
+    left join pgfence_pgflow.attempts a on a.attempt_id = w.attempt_id
+   where st.flow_slug = {flow}""",
+        "attempts": """
+  select format('run %s step %s', a.run_id, a.step_slug), a.attempts_count, a.lease_id,
+         a.outcome is null, a.started_at
+    from pgfence_pgflow.attempts a where a.flow_slug = {flow}""",
+        "runs": """
+  select format('run %s step %s', a.run_id, a.step_slug), a.attempts_count, w.id
+    from campaign.writes w join pgfence_pgflow.attempts a on a.attempt_id = w.attempt_id
+   where w.resource = any ({resources})""",
+        # FlowWorker.serve reports by itself (no statement of the campaign's): what the layer
+        # answered is its own record, written by the call that answered: an accepted result
+        # is its attempt's outcome, a stale one a row of its stale_results (a duplicate,
+        # nothing).
+        "results": """
+  select a.attempt_id, format('run %s step %s', a.run_id, a.step_slug), a.attempts_count,
+         a.outcome, 'accepted', pg_xact_commit_timestamp(a.xmin)
+    from pgfence_pgflow.attempts a where a.flow_slug = {flow} and a.outcome is not null
+  union all
+  select s.attempt_id, format('run %s step %s', a.run_id, a.step_slug), a.attempts_count,
+         s.kind, 'stale', pg_xact_commit_timestamp(s.xmin)
+    from pgfence_pgflow.stale_results s join pgfence_pgflow.attempts a using (attempt_id)
+   where a.flow_slug = {flow}""",
+        "stale": """
+  select s.attempt_id, format('run %s step %s', a.run_id, a.step_slug), a.attempts_count
+    from pgfence_pgflow.stale_results s join pgfence_pgflow.attempts a using (attempt_id)
+   where a.flow_slug = {flow}""",
+    },
+}
+COLUMNS = {
+    "tasks": "task_id, attempt, state, enqueued_at, finished_at, result_by, holders_result",
+    "attempts": "task_id, attempt, lease_id, open, since",
+    "runs": "task_id, attempt, write_id",
+    "results": "attempt_id, task_id, attempt, kind, outcome, committed_at",
+    "stale": "attempt_id, task_id, attempt",
+}
 
 # The history as testkit.invariants reads it (tests/campaign/checker.py). A lease's term runs
 # from its grant until it drained, ended or expired (campaign.authority, which holds the
@@ -87,18 +202,37 @@ create view campaign.work as
   select 'write ' || w.id as what, w.resource, w.generation, w.lease_id,
          w.fenced_not_before as not_before, w.committed_at
     from campaign.writes w;
-create view campaign.results as
-  select null::uuid as attempt_id, r.task_id, r.attempt, 'complete'::text as kind,
-         r.outcome, pg_xact_commit_timestamp(r.xmin) as committed_at
-    from campaign.reports r;
 create view campaign.holders as
-  select t.task_id, t.attempt, t.state, t.result->>'attempt' as result_by,
-         (t.result->>'attempt')::int = t.attempt as holders_result
-    from pgfence.tasks t;
+  select task_id, attempt, state, result_by, holders_result from campaign.tasks;
+"""
+
+# pgflow: a task is started again only once its attempt can no longer hold it: its start (the
+# read of its message) hid the message for the step's timeout + 2 s (the pgflow layer's rule;
+# an extension only adds to it), unless the attempt failed and pgflow retried the task.
+REQUEUES = """
+create view campaign.requeues as
+  select format('run %s step %s', b.run_id, b.step_slug) as task_id, b.started_at as at,
+         l.owner as by,
+         case when a.outcome = 'fail' then least(a.finished_at, v.until) else v.until end
+           as visible_until
+    from pgfence_pgflow.attempts a
+    join pgfence_pgflow.attempts b
+      on b.run_id = a.run_id and b.step_slug = a.step_slug and b.task_index = a.task_index
+     and b.attempts_count = a.attempts_count + 1
+    join pgfence.leases l on l.lease_id = b.lease_id
+    cross join lateral (
+      select r.read_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 2)
+        from pgfence_pgmq.attempts r, pgflow.steps s join pgflow.flows f using (flow_slug)
+       where r.attempt_id = a.pgmq_attempt_id
+         and s.flow_slug = a.flow_slug and s.step_slug = a.step_slug) v(until)
+   where a.flow_slug = {flow}
 """
 
 
-def install(conn: psycopg.Connection[Any], resources: tuple[str, ...], protect: bool) -> None:
+def install(conn: psycopg.Connection[Any], resources: dict[str, str], protect: bool,
+            queue: str, flow: str) -> None:
+    """The campaign's tables and views for ``resources`` (each resource and what its workers
+    work: "core", "pgmq" or "pgflow"), their writes protected for their resources, or not."""
     conn.execute(SCHEMA)
     for r in resources:
         table = sql.Identifier(f"writes_{r}")
@@ -111,7 +245,22 @@ def install(conn: psycopg.Connection[Any], resources: tuple[str, ...], protect: 
         sql.SQL("select w.*, pg_xact_commit_timestamp(w.xmin) as committed_at from {} w").format(
             sql.Identifier("campaign", f"writes_{r}")) for r in resources)))
     conn.execute(AUTHORITY)
+    names = {"queue": sql.Literal(queue), "flow": sql.Literal(flow),
+             "queue_table": sql.Identifier(f"q_{queue}"),
+             "archive_table": sql.Identifier(f"a_{queue}")}
+    # Each view: the core's part (its tables are empty where no worker works them) and the
+    # part of each layer worked.
+    worked = {work: [r for r, w in resources.items() if w == work]
+              for work in ("core", "pgmq", "pgflow")}
+    for view in VIEWS:
+        selects = [sql.SQL(WORK[work][view]).format(resources=sql.Literal(rs), **names)
+                   for work, rs in worked.items() if rs or work == "core"]
+        conn.execute(sql.SQL("create view {} ({}) as {}").format(
+            sql.Identifier("campaign", view), sql.SQL(COLUMNS[view]),
+            sql.SQL("\n  union all").join(selects)))
     conn.execute(HISTORY)
+    if worked["pgflow"]:
+        conn.execute(sql.SQL(REQUEUES).format(**names))
 
 
 class Db:

@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
-from testkit.cluster import Cluster
+from testkit.cluster import Cluster, PgBouncer
 
 from .database import Db
 from .fleet import Fleet, WorkerProcess
-from .schedule import Event, Settings
+from .schedule import LAYERS, Event, Settings
 
 T = TypeVar("T")
 
@@ -37,10 +37,12 @@ def wait_for(condition: Callable[[], bool], timeout: float, every: float = 0.02)
 
 
 class Injector:
-    def __init__(self, db: Db, fleet: Fleet, cluster: Cluster, s: Settings) -> None:
+    def __init__(self, db: Db, fleet: Fleet, cluster: Cluster, bouncer: PgBouncer,
+                 s: Settings) -> None:
         self.db = db
         self.fleet = fleet
         self.cluster = cluster
+        self.bouncer = bouncer
         self.s = s
 
     def apply(self, ev: Event) -> str | None:
@@ -137,17 +139,29 @@ class Injector:
                 "and generation > %s)", (ev.resource, generation))),
                 (self.s.ttl + self.s.poll + 0.5) * self.s.patience)
         else:
-            # Until its task was claimed again: its complete() then comes from a stale attempt.
-            held = self.db.sql("select task_id, attempt from pgfence.tasks where lease_id = %s "
-                               "and state = 'claimed' order by task_id desc limit 1",
-                               (lease_id,))
+            # Until the task whose handler wrote was claimed (read, started) again: its result
+            # then comes from a stale attempt.
+            held = self.db.sql(
+                "select a.task_id, a.attempt from campaign.attempts a "
+                "where a.lease_id = %s and a.open and exists (select from campaign.runs w "
+                "where w.task_id = a.task_id and w.attempt = a.attempt) "
+                "order by a.since desc limit 1", (lease_id,))
             if held:
                 task_id, attempt = held[0]
                 wait_for(lambda: bool(self.db.one(
-                    "select attempt > %s from pgfence.tasks where task_id = %s",
-                    (attempt, task_id))), (self.s.visibility + self.s.ttl + 2) * self.s.patience)
+                    "select exists (select from campaign.attempts "
+                    "where task_id = %s and attempt > %s)", (task_id, attempt))),
+                    (self.held(ev.resource) + self.s.ttl + 2) * self.s.patience)
         p.signal(signal.SIGCONT)
         return f"{p.name} for {time.monotonic() - begun:.1f}s"
+
+    def held(self, resource: str) -> float:
+        """How long a claim hides its task from other claims: a Python worker's claim or read,
+        its batch's handlers in a row (the client's hold: qty * visibility); a pgflow start,
+        the step's timeout + 2 s."""
+        if self.s.fleet == "layers" and LAYERS[resource] == "pgflow":
+            return self.s.flow_timeout + 2
+        return self.s.qty * self.s.visibility
 
     def paused_owner(self, resource: str, point: str) -> WorkerProcess | None:
         """Arms the current owner; an owner that loses the lease before it reaches the point is
@@ -195,6 +209,11 @@ class Injector:
         time.sleep(ev.duration)
         relay.heal()
         return relay.name
+
+    def pooler(self, ev: Event) -> str | None:
+        """PgBouncer killed and started again: every connection through it drops at once."""
+        self.bouncer.restart()
+        return "PgBouncer kill -9 and restart"
 
     # -- database and operator ---------------------------------------------------------------
     def restart(self, ev: Event) -> str | None:

@@ -5,16 +5,26 @@ PgBouncer) and are started again when they die. Invocation workers are started f
 ``request_start`` and not replaced. Every process is spawned by the fleet's watcher thread:
 a worker asks the kernel to kill it when the thread that spawned it ends (PR_SET_PDEATHSIG),
 so that thread lives until every worker is gone.
+
+The layers' fleet (Settings.fleet "layers") has invocation workers only, all through
+PgBouncer: for the pgmq layer's resource a Python worker process, for the pgflow layer's an
+Edge isolate, a Deno process of clients/deno/testdata/campaign_flow.ts (``FlowWorker.serve`` in
+the stand-in of the Edge Runtime, edge_runtime.ts), booted for one invocation and then sent the
+HTTP request that starts the function, as ``ensure_workers`` sends it. Its lease's owner is
+``edge-<SB_EXECUTION_ID>``, the name the fleet gives it.
 """
 
 from __future__ import annotations
 
+import json
 import queue
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable
 from contextlib import suppress
@@ -22,10 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from testkit.cluster import LOOPBACK
 from testkit.relay import Relay
-from tests.support import ROOT
+from tests.support import DENO, DENO_PERMISSIONS, ROOT
 
-from .schedule import Settings
+from .schedule import FLOW, LAYERS, Settings
 
 ROUTES = ("direct", "relay", "pgbouncer")
 
@@ -92,11 +103,20 @@ class WorkerProcess:
         return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
+# What the Edge isolates' requests are authenticated with (FlowWorker.serve checks it as pgflow
+# does).
+SERVICE_ROLE_KEY = "campaign-service-role-key"
+CLIENT = ROOT / "clients/deno"
+
+
 class Fleet:
     def __init__(self, s: Settings, dsn: Callable[[int], str], ports: dict[str, int],
-                 advisory: bool, log: IO[str]) -> None:
+                 advisory: bool, log: IO[str], url: Callable[[int, str], str],
+                 deno_dir: Path) -> None:
         self.s = s
         self.dsn = dsn                      # port -> dsn
+        self.url = url                      # port, application_name -> postgres.js URL
+        self.deno_dir = deno_dir
         self.ports = ports                  # direct and pgbouncer; relays pass to direct
         self.advisory = advisory
         self._log = log
@@ -107,7 +127,7 @@ class Fleet:
         self._closing = threading.Event()
         self._spawning_done = threading.Event()
         self._gone = threading.Event()
-        for r in s.resources:
+        for r in s.resources if s.fleet == "core" else ():
             for route in ROUTES:
                 relay = (Relay(ports["direct"], f"{r}.{route}")
                          if route == "relay" else None)
@@ -152,6 +172,9 @@ class Fleet:
 
     def _spawn(self, slot: Slot) -> None:
         slot.spawned += 1
+        if slot.invocation is not None and self.layer(slot.resource) == "pgflow":
+            self._boot_isolate(slot, slot.invocation)
+            return
         if slot.invocation is not None:
             name = f"{slot.resource}.inv-{slot.invocation.hex[:6]}.{slot.route}"
         else:
@@ -162,13 +185,68 @@ class Fleet:
                 "--mode", "advisory" if self.advisory else "pgfence",
                 "--ttl", str(self.s.ttl), "--visibility", str(self.s.visibility),
                 "--work", str(self.s.work), "--poll", str(self.s.poll),
-                "--idle-wait", str(self.s.idle_wait)]
+                "--idle-wait", str(self.s.idle_wait), "--qty", str(self.s.qty)]
         if slot.invocation is not None:
             args += ["--invocation", str(slot.invocation)]
+        if self.layer(slot.resource) == "pgmq":
+            args += ["--layer", "pgmq"]
         popen = subprocess.Popen(args, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=self._log, text=True, bufsize=1)
         with self._lock:
             self._procs.append(WorkerProcess(name, slot, popen))
+
+    def layer(self, resource: str) -> str:
+        """What the resource's workers work: "core", "pgmq" or "pgflow"."""
+        return LAYERS[resource] if self.s.fleet == "layers" else "core"
+
+    def _boot_isolate(self, slot: Slot, invocation: uuid.UUID) -> None:
+        """An Edge isolate for one invocation: booted, then sent the request that starts the
+        function (by a thread of its own, so that the watcher goes on)."""
+        s = self.s
+        execution = f"{slot.resource}.{invocation.hex[:6]}"
+        name = f"edge-{execution}"
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(ROOT), "DENO_DIR": str(self.deno_dir),
+               "NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1",
+               "EDGE_WORKER_DB_URL": self.url(self.ports[slot.route], name),
+               "SUPABASE_SERVICE_ROLE_KEY": SERVICE_ROLE_KEY, "SB_EXECUTION_ID": execution,
+               "HOST": LOOPBACK, "PORT": "0", "RESOURCE": slot.resource, "FLOW": FLOW,
+               "FLOW_TIMEOUT": str(s.flow_timeout), "MAX_ATTEMPTS": str(s.max_attempts),
+               "WORK": str(s.work), "TTL": str(s.ttl), "IDLE_WAIT": str(s.idle_wait),
+               "EDGE_BEFOREUNLOAD": str(s.beforeunload),
+               "EDGE_WALL_CLOCK": str(s.wall_clock * s.patience)}
+        # setpriv: a Deno process cannot ask for PR_SET_PDEATHSIG itself (see the docstring).
+        popen = subprocess.Popen(
+            ["setpriv", "--pdeathsig", "KILL", "--", str(DENO), "run", *DENO_PERMISSIONS,
+             "testdata/campaign_flow.ts"], cwd=CLIENT, env=env, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
+        p = WorkerProcess(name, slot, popen)
+        with self._lock:
+            self._procs.append(p)
+        threading.Thread(target=self._request, args=(p, invocation), daemon=True,
+                         name=f"request-{name}").start()
+
+    def _request(self, p: WorkerProcess, invocation: uuid.UUID) -> None:
+        """The HTTP request that starts the function, once the isolate listens."""
+        said = p.answer(timeout=30.0 * self.s.patience)
+        if said is None or not said.startswith("listening "):
+            self._note(f"{p.name}: never listened ({said!r})")
+            return
+        request = urllib.request.Request(
+            f"http://{LOOPBACK}:{said.split()[1]}/{p.slot.resource}",
+            json.dumps({"invocation_id": str(invocation)}).encode(),
+            {"content-type": "application/json",
+             "authorization": f"Bearer {SERVICE_ROLE_KEY}"})
+        try:
+            with urllib.request.urlopen(request, timeout=60.0 * self.s.patience) as answer:
+                self._note(f"{p.name}: {answer.status} {answer.read().decode().strip()}")
+        except urllib.error.HTTPError as e:
+            self._note(f"{p.name}: {e.code} {e.read().decode().strip()}")
+        except OSError as e:             # the isolate died meanwhile (a kill, a crash)
+            self._note(f"{p.name}: no answer ({type(e).__name__})")
+
+    def _note(self, line: str) -> None:
+        self._log.write(f"{time.strftime('%H:%M:%S')} fleet: {line}\n")
+        self._log.flush()
 
     def stop(self) -> None:
         """SIGTERM (drain: finish the task in hand, release), then SIGKILL after 5 s."""

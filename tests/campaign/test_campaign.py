@@ -1,5 +1,7 @@
 """The fault campaign in CI: one seeded schedule against the real package finds no violation,
-and the same schedule against each negative control finds the violation it is about.
+and the same schedule against each negative control finds the violation it is about; the same
+for the layers' fleet (Python PgmqWorkers, Deno FlowWorkers in Edge isolates, on pgflow 0.14.1
+where it can be installed, else 0.8.1) and its controls.
 
 The campaign restarts its server, so it runs on a cluster of its own (with its own PgBouncer),
 not on the session's. See docs/campaign.md; scripts/campaign runs longer campaigns.
@@ -13,8 +15,9 @@ from dataclasses import replace
 import pytest
 
 from testkit.cluster import Cluster
+from tests.pgflow14 import CRON_SETTINGS, missing
 
-from .schedule import ALWAYS, Settings
+from .schedule import ALWAYS, LAYERS, Settings, layer_settings
 from .supervisor import Campaign, Outcome
 from .variants import CONTROLS, VARIANTS
 
@@ -39,7 +42,12 @@ def patiently(campaign: Campaign, name: str, done: Callable[[Outcome], bool]) ->
 
 
 # The invariant each control breaks, and so must be caught breaking.
-CAUGHT_BY = {"no-lock": "I2", "now": "I2", "no-attempt-check": "I5", "advisory": "I2"}
+CAUGHT_BY = {"no-lock": "I2", "now": "I2", "no-attempt-check": "I5", "advisory": "I2",
+             "pgflow-stale-complete": "I5", "pgmq-stale-archive": "I5",
+             "pgflow-early-takeover": "I5"}
+# A layer's control breaks its layer: the violations name its work (tests/campaign/database.py).
+NAMES = {"pgflow-stale-complete": "run", "pgmq-stale-archive": "message",
+         "pgflow-early-takeover": "run"}
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +89,53 @@ def test_negative_control_is_caught(campaign: Campaign, name: str) -> None:
         f"{name}: {VARIANTS[name].summary}: no {CAUGHT_BY[name]} violation found "
         f"(faults applied: {dict(outcome.applied)}, missed: {dict(outcome.missed)}; "
         f"logs in {campaign.logs})")
+
+
+# -- the layers' fleet ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def layer_campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
+    """The layers' fleet on a cluster of its own: with pg_cron for pgflow 0.14.1 where it can
+    be installed (tests/pgflow14.py), else on pgflow 0.8.1. Progress as above."""
+    pgflow = "0.8.1" if missing() else "0.14.1"
+    s = replace(layer_settings(), random_faults=2, progress_bound=600.0, pgflow=pgflow)
+    with Cluster.start(["fsync=off", *(CRON_SETTINGS if pgflow == "0.14.1" else ())]) as cluster:
+        yield Campaign(cluster, s, tmp_path_factory.mktemp("layer-campaign-logs"))
+
+
+def applied_to_the_layers(o: Outcome) -> bool:
+    """The pause between the fenced write and the result applied to each resource's owner, a
+    kill and a pooler restart (a terminate may find no backend under a worker's name: a
+    transaction pooler names its server connections by the client that used them last)."""
+    return (o.applied["pause-before-complete"] == len(LAYERS)
+            and {"kill", "pooler"} <= set(o.applied))
+
+
+def test_the_layers_keep_every_invariant(layer_campaign: Campaign) -> None:
+    """The faults applied (and the run a verdict only then); no violation."""
+    outcome = patiently(layer_campaign, "real",
+                        lambda o: bool(o.violations) or applied_to_the_layers(o))
+    assert [str(v) for v in outcome.violations] == [], f"logs in {layer_campaign.logs}"
+    assert applied_to_the_layers(outcome), (outcome.applied, outcome.missed)
+    # Each enqueue is a message and a run of two steps.
+    assert outcome.figures["tasks"] >= 3 * layer_settings().initial_tasks, outcome.figures
+    assert outcome.figures["writes"] >= outcome.figures["tasks"], outcome.figures
+
+
+# The third layer control, pgflow-early-takeover, is scripts/campaign's only (CI's time).
+LAYER_CONTROLS = ("pgflow-stale-complete", "pgmq-stale-archive")
+
+
+@pytest.mark.parametrize("name", LAYER_CONTROLS)
+def test_negative_control_of_a_layer_is_caught(layer_campaign: Campaign, name: str) -> None:
+    caught_by, names = CAUGHT_BY[name], NAMES[name]
+
+    def caught(o: Outcome) -> bool:
+        return any(v.invariant == caught_by and f"task {names} " in v.detail
+                   for v in o.violations)
+
+    outcome = patiently(layer_campaign, name, caught)
+    assert caught(outcome), (
+        f"{name}: {VARIANTS[name].summary}: no {caught_by} violation of a {names} found "
+        f"(faults applied: {dict(outcome.applied)}, missed: {dict(outcome.missed)}; "
+        f"logs in {layer_campaign.logs})")

@@ -15,6 +15,7 @@ class Variant:
     summary: str
     mutants: tuple[str, ...] = ()        # the catalogue's ids: each a one-place break
     advisory: bool = False               # workers lock with pg_try_advisory_lock instead
+    fleets: tuple[str, ...] = ("core",)  # the fleets whose work it breaks (Settings.fleet)
 
     def install(self, dsn: str) -> None:
         db = Database(dsn)
@@ -25,7 +26,7 @@ class Variant:
 
 
 VARIANTS = {v.name: v for v in (
-    Variant("real", "pgfence as installed"),
+    Variant("real", "pgfence as installed", fleets=("core", "layers")),
     # Without the lock, a worker paused inside its fenced transaction is still stopped by the
     # idle limit fence sets (its session ends when its lease runs out), which would hide the
     # missing lock from this campaign, whose pauses leave the transaction idle. The control is
@@ -38,5 +39,24 @@ VARIANTS = {v.name: v for v in (
             ("report-accepts-older-attempt",)),
     Variant("advisory", "a session advisory lock through PgBouncer instead of a lease; "
             "unfenced writes", advisory=True),
+    # The layers' fleet: a result of an attempt that no longer holds its work, accepted.
+    Variant("pgflow-stale-complete", "the pgflow layer's complete_task accepts the result of "
+            "an attempt whose task was started again since",
+            ("pgflow-finish-ignores-attempts-count",), fleets=("layers",)),
+    Variant("pgmq-stale-archive", "the pgmq layer's archive accepts a read whose message was "
+            "read again since",
+            ("pgmq-finish-ignores-read-ct", "pgmq-finish-many-ignores-read-ct"),
+            fleets=("layers",)),
+    # ... and a task started again while its attempt may still hold it.
+    Variant("pgflow-early-takeover", "the pgflow layer's start hides a started task's message "
+            "for the read's vt only, not its step's timeout + 2 s: a live task is taken over",
+            ("pgflow-start-read-vt-only",), fleets=("layers",)),
 )}
-CONTROLS = tuple(name for name in VARIANTS if name != "real")
+
+
+def controls(fleet: str) -> tuple[str, ...]:
+    """The negative controls of ``fleet``."""
+    return tuple(n for n, v in VARIANTS.items() if n != "real" and fleet in v.fleets)
+
+
+CONTROLS = controls("core")

@@ -2,7 +2,9 @@
 
 pgfence mode, the real thing: a standby that polls ``Owner.acquire`` until it owns the
 resource (presenting ``--invocation`` when the supervisor started it after ``request_start``),
-then a ``Worker`` of the reference client. Its handler writes one row per attempt to the
+then a ``Worker`` of the reference client (with ``--layer pgmq``, a ``PgmqWorker`` over the
+pgmq queue: a message's msg_id is its task id, its read count the attempt, and ``archive`` the
+result, recorded the same way). Its handler writes one row per attempt to the
 resource's protected table inside ``Owner.fenced``, stamped with lease, generation, task and
 attempt (from the handler's context); the task is then completed by one statement that also
 records what ``complete`` answered (sent again, with the same attempt id, after a lost
@@ -40,7 +42,7 @@ import psycopg
 from psycopg import sql
 
 from pgfence._core import Held, Kind
-from pgfence.client import Context, LeaseLost, Owner, Worker
+from pgfence.client import Context, LeaseLost, Owner, PgmqWorker, Worker
 from pgfence.connection import connect
 
 POINTS = ("before-fence", "in-fence", "before-complete")
@@ -101,6 +103,7 @@ class Control:
 class Task:
     task_id: int
     attempt: int
+    attempt_id: uuid.UUID
 
 
 class FencedWrite:
@@ -116,7 +119,7 @@ class FencedWrite:
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
 
     def __call__(self, payload: Any, ctx: Context) -> dict[str, Any]:
-        task = Task(ctx.task.task_id, ctx.task.attempt)
+        task = Task(ctx.task.task_id, ctx.task.attempt, ctx.task.attempt_id)
         if self._conn is None or self._conn.closed:
             self._conn = connect(self.owner.dsn, f"{self.name}-write")
         conn = self._conn
@@ -162,11 +165,11 @@ class FencedWrite:
     def _insert(self, conn: psycopg.Connection[tuple[Any, ...]], task: Task,
                 fence_sent: datetime | None) -> int:
         row = conn.execute(
-            sql.SQL("insert into {} (lease_id, generation, task_id, attempt, worker, "
-                    "fenced_not_before) values (%s, %s, %s, %s, %s, coalesce(%s, now())) "
+            sql.SQL("insert into {} (lease_id, generation, task_id, attempt, attempt_id, worker, "
+                    "fenced_not_before) values (%s, %s, %s, %s, %s, %s, coalesce(%s, now())) "
                     "returning id").format(self.table),
-            (self.owner.lease_id, self.owner.generation, task.task_id, task.attempt, self.name,
-             fence_sent)).fetchone()
+            (self.owner.lease_id, self.owner.generation, task.task_id, task.attempt,
+             task.attempt_id, self.name, fence_sent)).fetchone()
         assert row is not None
         return int(row[0])
 
@@ -210,6 +213,34 @@ class CampaignWorker(Worker):
                  [h.task.attempt for h, _ in results]))
 
 
+@dataclass
+class CampaignPgmqWorker(PgmqWorker):
+    """The reference PgmqWorker, with what each archive answered recorded in
+    ``campaign.reports`` by the statement that archives (by attempt id: the pgmq layer's record
+    of the read says which message and read count it was)."""
+
+    name: str = ""
+
+    def _report_statement(self, kind: Kind, held: Held, body: Any) -> tuple[str, tuple[Any, ...]]:
+        query, params = super()._report_statement(kind, held, body)
+        return (f"with v as ({query} as verdict), "
+                "r as (insert into campaign.reports (attempt_id, outcome, worker) "
+                "      select %s, verdict, %s from v) "
+                "select verdict from v",
+                (*params, held.task.attempt_id, self.name))
+
+    def _results_statement(self, results: list[tuple[Held, Any]]
+                           ) -> tuple[str, str, tuple[Any, ...]]:
+        step, _query, params = super()._results_statement(results)
+        return (step,
+                f"with v as (select a.attempt_id, a.outcome, a.n from pgfence_pgmq.{step}(%s) "
+                "                  with ordinality a(attempt_id, outcome, n)), "
+                "r as (insert into campaign.reports (attempt_id, outcome, worker) "
+                "      select attempt_id, outcome, %s from v) "
+                "select outcome from v order by n",
+                (*params, self.name))
+
+
 def run_pgfence(args: argparse.Namespace, control: Control, stop: threading.Event) -> None:
     standby: psycopg.Connection[tuple[Any, ...]] | None = None
     while not stop.is_set():
@@ -237,9 +268,9 @@ def run_pgfence(args: argparse.Namespace, control: Control, stop: threading.Even
             continue
         log(args.name, f"owns {args.resource} generation {owner.generation}")
         handler = FencedWrite(owner, args.name, args.work, control)
-        worker = CampaignWorker(owner, args.queue, handler, qty=args.qty,
-                                visibility=args.visibility,
-                                idle_wait=args.idle_wait, stop=stop, name=args.name)
+        kind = CampaignPgmqWorker if args.layer == "pgmq" else CampaignWorker
+        worker = kind(owner, args.queue, handler, qty=args.qty, visibility=args.visibility,
+                      idle_wait=args.idle_wait, stop=stop, name=args.name)
         try:
             worker.run()
         except (LeaseLost, psycopg.Error) as e:
@@ -299,6 +330,7 @@ def main() -> None:
     p.add_argument("--queue", default="jobs")
     p.add_argument("--name", required=True, help="owner name and application_name prefix")
     p.add_argument("--mode", choices=("pgfence", "advisory"), default="pgfence")
+    p.add_argument("--layer", choices=("pgmq",), help="work a pgmq queue through the layer")
     p.add_argument("--invocation", type=uuid.UUID, help="acquire presenting this invocation")
     p.add_argument("--ttl", type=float, default=1.5)
     p.add_argument("--visibility", type=float, default=2.5)

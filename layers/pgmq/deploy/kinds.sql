@@ -9,9 +9,16 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-select pgfence.set_kind('Hook', 'pgfence_pgmq.health()', 'pgfence_pgmq.in_flight(text[])',
-  'pgfence_pgmq.leases()', 'pgfence_pgmq.prune(interval)');
-select pgfence.set_kind('Private', 'pgfence_pgmq.attempt_uuid(bigint, integer)', 'pgfence_pgmq.check_allowed(text, text, boolean)',
-  'pgfence_pgmq.mark(text, uuid)', 'pgfence_pgmq.queue_table(text)');
+do $$
+begin
+  perform pgfence.set_kind('Hook', 'pgfence_pgmq.health()', 'pgfence_pgmq.in_flight(text[])',
+                           'pgfence_pgmq.leases()', 'pgfence_pgmq.prune(interval)');
+  perform pgfence.set_kind('Private',
+                           'pgfence_pgmq.attempt_uuid(bigint, integer)',
+                           'pgfence_pgmq.check_allowed(text, text, boolean)',
+                           'pgfence_pgmq.mark(text, uuid)',
+                           'pgfence_pgmq.queue_table(text)');
+end
+$$;
 
 commit;
