@@ -169,426 +169,67 @@ revoke all on table pgfence_pgflow.attempts, pgfence_pgflow.stale_results, pgfen
 grant select on table pgfence_pgflow.starts, pgfence_pgflow.stale to pgfence_monitor, pgfence_operator;
 
 
--- change: pgflow_in_flight
--- Deploy pgfence_pgflow:pgflow_in_flight
+-- change: pgflow_lockdown
+-- Deploy pgfence_pgflow:pgflow_lockdown
+-- requires: pgflow_schema
 -- requires: pgflow_attempts
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- Update windows count this layer's work (pgfence.update_status, through pgfence.layers):
--- per resource, the pgflow tasks started under one of its leases that have no result and are
--- still started by that start (the same attempts_count): a handler may still be working.
-create function pgfence_pgflow.in_flight(resources text[])
-returns table (resource text, kind text, in_flight bigint)
-language sql
-stable
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-  select l.resource, 'pgflow'::text, count(*)
-    from pgfence.leases l
-    join pgfence_pgflow.attempts a on a.lease_id = l.lease_id and a.outcome is null
-    join pgflow.step_tasks st
-      on st.run_id = a.run_id and st.step_slug = a.step_slug and st.task_index = a.task_index
-     and st.status = 'started' and st.attempts_count = a.attempts_count
-   where l.resource = any (in_flight.resources)
-   group by l.resource;
-$$;
-comment on function pgfence_pgflow.in_flight(text[]) is
-  'pgfence.layers: per resource, the pgflow tasks started under its leases and still started by that start.';
-revoke all on function pgfence_pgflow.in_flight(text[]) from public;
-
--- pgfence.prune keeps the leases of this layer's starts without a result: a late result of one
--- may still be accepted, and its write into a protected queue table is shown its lease's
--- resource (a lease pruned under it would leave the guard nothing to see).
-create function pgfence_pgflow.leases()
-returns setof uuid
-language sql
-stable
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-  select distinct a.lease_id from pgfence_pgflow.attempts a where a.outcome is null;
-$$;
-comment on function pgfence_pgflow.leases() is
-  'pgfence.layers: the leases of this layer''s starts without a result (pgfence.prune keeps them).';
-revoke all on function pgfence_pgflow.leases() from public;
-
-insert into pgfence.layers (schema_name, in_flight, leases)
-values ('pgfence_pgflow', 'pgfence_pgflow.in_flight(text[])', 'pgfence_pgflow.leases()');
-
-
--- change: pgflow_prune_health
--- Deploy pgfence_pgflow:pgflow_prune_health
--- requires: pgflow_in_flight
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- Retention (pgfence.prune's shape, registered in pgfence.layers): the record of starts whose
--- result was accepted, and the stale results, older than older_than. Never a start still
--- open: its task may still be completed or failed through it. In batches of 10,000 rows,
--- so that a large backlog never holds one long transaction's locks.
-create function pgfence_pgflow.prune(older_than interval)
-returns table (what text, "rows" bigint)
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_cutoff timestamptz;
-  v_n bigint;
-  v_stale bigint := 0;
-  v_starts bigint := 0;
-begin
-  if prune.older_than is null or prune.older_than <= interval '0' then
-    perform pgfence.invalid_argument('older_than', 'must be a positive interval', prune.older_than::text);
-  end if;
-  v_cutoff := clock_timestamp() - prune.older_than;
-  loop
-    delete from pgfence_pgflow.stale_results s
-     where s.ctid = any (array(select x.ctid from pgfence_pgflow.stale_results x
-                                where x.received_at < v_cutoff limit 10000));
-    get diagnostics v_n = row_count;
-    v_stale := v_stale + v_n;
-    exit when v_n < 10000;
-  end loop;
-  loop
-    delete from pgfence_pgflow.attempts a
-     where a.attempt_id = any (array(
-             select x.attempt_id from pgfence_pgflow.attempts x
-              where x.outcome is not null and x.finished_at < v_cutoff
-                and not exists (select from pgfence_pgflow.stale_results s where s.attempt_id = x.attempt_id)
-              limit 10000));
-    get diagnostics v_n = row_count;
-    v_starts := v_starts + v_n;
-    exit when v_n < 10000;
-  end loop;
-  return query values ('pgfence_pgflow.stale_results'::text, v_stale), ('pgfence_pgflow.attempts', v_starts);
-  -- The ended worker rows (pgflow.workers), also under enforce: pgfence_pgflow.prune_workers,
-  -- of the later change pgflow_workers (called by name, so that reverting that change leaves
-  -- this prune working).
-  if pg_catalog.to_regprocedure('pgfence_pgflow.prune_workers(interval)') is not null then
-    return query execute 'select * from pgfence_pgflow.prune_workers($1)' using prune.older_than;
-  end if;
-end
-$$;
-comment on function pgfence_pgflow.prune(interval) is
-  'pgfence.layers: deletes finished starts and stale results older than older_than, in batches; never an open start; '
-  'and the ended worker rows (pgfence_pgflow.prune_workers). Raises 22023.';
-
--- Health (pgfence.health's shape, registered in pgfence.layers).
-create function pgfence_pgflow.health()
-returns table ("check" text, ok boolean, detail text)
-language sql
-stable
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-  select 'pgflow layer: pgflow installed', pg_catalog.to_regclass('pgflow.step_tasks') is not null,
-         'the layer starts pgflow''s tasks (pgflow 0.8 or later)'
-  union all
-  select 'pgflow layer: locked down', count(*) = 0,
-         coalesce('privileges held by ' || string_agg(distinct case g.grantee when 0 then 'public'
-                                                            else g.grantee::regrole::text end, ', '),
-                  'nobody but the owner and the pgfence roles holds a privilege in schema pgfence_pgflow')
-    from (select a.grantee, p.proowner as owner from pg_proc p, aclexplode(p.proacl) a
-           where p.pronamespace = 'pgfence_pgflow'::regnamespace
-          union all
-          select a.grantee, c.relowner from pg_class c, aclexplode(c.relacl) a
-           where c.relnamespace = 'pgfence_pgflow'::regnamespace) g
-   where g.grantee <> g.owner
-     and g.grantee not in (select oid from pg_roles
-                            where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'));
-$$;
-comment on function pgfence_pgflow.health() is 'pgfence.layers: the pgflow layer''s own checks.';
-
-revoke all on function pgfence_pgflow.prune(interval), pgfence_pgflow.health() from public;
-update pgfence.layers
-   set prune = 'pgfence_pgflow.prune(interval)', health = 'pgfence_pgflow.health()'
- where schema_name = 'pgfence_pgflow';
-
-
--- change: pgflow_workers
--- Deploy pgfence_pgflow:pgflow_workers
 -- requires: pgflow_start_tasks
--- requires: pgflow_lockdown
+-- requires: pgflow_finish
+-- requires: pgflow_in_flight
 -- requires: pgflow_prune_health
+-- requires: pgflow_workers
 --
--- pgflow's own worker registration as pgfence's (pgflow 0.9 and later: worker_functions,
--- ensure_workers, workers.stopped_at; on 0.8 only what it has): worker_functions follow
--- pgfence's resources, workers are started through the startup handshake, the workers of an
--- ended lease are marked so, and pgflow's maintenance runs under `enforce`.
+-- The last change: the core's lockdown, applied to this layer's schema. Whatever default
+-- privileges the database carries (Supabase's hand new functions and tables to anon and
+-- authenticated), nobody but the owner and the three pgfence roles keeps a privilege here.
+--
+-- Each release that changes the layer reworks this change, so that the upgrade ends with it
+-- too (0.2.1: after the reworked start_tasks; Sqitch refuses two changes with the same script).
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
 -- transactions fails the deploy instead of queueing every later locker behind it (squawk).
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
-
--- worker_functions.enabled follows pgfence's resources.enabled: a function that is a pgfence
--- resource is pinged exactly while its resource is enabled, so an update window (which
--- disables the resource, then restores exactly what it saved) disables and restores it
--- exactly, and nobody enables it past pgfence (I6). One trigger on each side: a resource
--- changed, and a row pgflow writes (track_worker_function on a worker's start, or by hand).
-create function pgfence_pgflow.follow_resource()
-returns trigger
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  if tg_table_schema = 'pgflow' then
-    new.enabled := coalesce((select r.enabled from pgfence.resources r where r.resource = new.function_name),
-                            new.enabled);
-    return new;
-  end if;
-  -- pgfence.resources changed: pgflow 0.8 has no worker_functions.
-  if pg_catalog.to_regclass('pgflow.worker_functions') is not null then
-    execute 'update pgflow.worker_functions wf set enabled = $2
-              where wf.function_name = $1 and wf.enabled is distinct from $2'
-      using new.resource, new.enabled;
-  end if;
-  return null;
-end
-$$;
-revoke all on function pgfence_pgflow.follow_resource() from public;
-
-create trigger pgfence_pgflow_worker_functions after insert or update of enabled on pgfence.resources
-  for each row execute function pgfence_pgflow.follow_resource();
-do $$
-begin
-  if pg_catalog.to_regclass('pgflow.worker_functions') is not null then
-    execute 'create trigger pgfence_follow_resource before insert or update of enabled, function_name
-               on pgflow.worker_functions for each row execute function pgfence_pgflow.follow_resource()';
-    execute 'update pgflow.worker_functions wf set enabled = r.enabled from pgfence.resources r
-              where r.resource = wf.function_name and wf.enabled is distinct from r.enabled';
-  end if;
-end
-$$;
-
--- The workers of an ended lease, as pgflow knows them: a worker whose last lease was
--- superseded or drained is deprecated (pgflow's "stop starting, finish what is in hand"), one
--- whose lease was released has stopped (pgflow 0.9+: stopped_at). ensure_workers then sees no
--- live worker there, and pgflow's own tools show the truth.
-create function pgfence_pgflow.sync_workers()
-returns bigint
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_rows bigint;
-  v_stopped bigint := 0;
-begin
-  update pgflow.workers w set deprecated_at = clock_timestamp()
-    from pgfence_pgflow.worker_leases wl join pgfence.leases l on l.lease_id = wl.lease_id
-   where wl.worker_id = w.worker_id and w.deprecated_at is null
-     and l.state in ('superseded', 'draining');
-  get diagnostics v_rows = row_count;
-  if exists (select from pg_catalog.pg_attribute a
-              where a.attrelid = 'pgflow.workers'::regclass and a.attname = 'stopped_at' and not a.attisdropped) then
-    execute 'update pgflow.workers w set stopped_at = clock_timestamp()
-               from pgfence_pgflow.worker_leases wl join pgfence.leases l on l.lease_id = wl.lease_id
-              where wl.worker_id = w.worker_id and w.stopped_at is null and l.state = ''released''';
-    get diagnostics v_stopped = row_count;
-  end if;
-  return v_rows + v_stopped;
-end
-$$;
-comment on function pgfence_pgflow.sync_workers() is
-  'Marks the pgflow.workers rows of the layer whose last lease was superseded or drained deprecated_at, '
-  'and those whose lease was released stopped_at (pgflow 0.9+); returns how many.';
-
--- pgflow 0.14's ensure_workers, through the startup handshake: a worker function that is a
--- pgfence resource is pinged only when pgfence.request_start returns an invocation id (the
--- resource is enabled, no lease is current, no invocation is pending: exactly one per
--- window), and that id is sent in the request's body, {"invocation_id": "..."}, for the
--- function to acquire with (Owner.acquire(invocationId), FlowWorker.start's invocationId).
--- pgflow's debounce still applies; its URL and credentials are pgflow's (Vault's
--- supabase_project_id, pgflow_auth_secret or supabase_service_role_key; kong locally).
--- A function that is not a pgfence resource is left to pgflow's own ensure_workers. The
--- cron job pgflow schedules is pointed here by pgfence_pgflow.setup_cron().
-create function pgfence_pgflow.ensure_workers()
-returns table (function_name text, invoked boolean, request_id bigint)
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_local boolean;
-  v_key text;
-  v_base text;
-  v_fn record;
-  v_invocation uuid;
-begin
-  perform pgfence_pgflow.sync_workers();
-  v_local := pgflow.is_local();
-  if v_local then
-    v_base := 'http://kong:8000/functions/v1';
-  else
-    select coalesce(nullif((select s.decrypted_secret from vault.decrypted_secrets s where s.name = 'pgflow_auth_secret'), ''),
-                    nullif((select s.decrypted_secret from vault.decrypted_secrets s where s.name = 'supabase_service_role_key'), '')),
-           (select 'https://' || nullif(s.decrypted_secret, '') || '.supabase.co/functions/v1'
-              from vault.decrypted_secrets s where s.name = 'supabase_project_id')
-      into v_key, v_base;
-    if v_base is null or v_key is null then
-      return;
-    end if;
-  end if;
-  for v_fn in
-    select wf.function_name
-      from pgflow.worker_functions wf join pgfence.resources r on r.resource = wf.function_name
-     where wf.enabled and r.enabled
-       and (v_local or wf.last_invoked_at is null or wf.last_invoked_at < now() - wf.debounce)
-     order by wf.function_name
-       for update of wf skip locked
-  loop
-    v_invocation := pgfence.request_start(v_fn.function_name);
-    continue when v_invocation is null;
-    function_name := v_fn.function_name;
-    invoked := true;
-    request_id := net.http_post(
-      url => v_base || '/' || v_fn.function_name,
-      headers => case when v_local then '{}'::jsonb
-                      else jsonb_build_object('Content-Type', 'application/json', 'Authorization', 'Bearer ' || v_key) end,
-      body => jsonb_build_object('invocation_id', v_invocation));
-    update pgflow.worker_functions wf set last_invoked_at = clock_timestamp()
-     where wf.function_name = v_fn.function_name;
-    return next;
-  end loop;
-end
-$$;
-comment on function pgfence_pgflow.ensure_workers() is
-  'pgflow''s ensure_workers through the startup handshake: pings a worker function that is a pgfence resource only when '
-  'pgfence.request_start returns an invocation id, and sends it ({"invocation_id": ...}). pgflow 0.9+.';
-
--- pgflow's maintenance under `enforce`: its functions write step_tasks and the queue tables
--- (requeue_stalled_tasks puts tasks back; deleting a worker row sets step_tasks.last_worker_id
--- to NULL), which the guards of a protected table refuse without a fence. These run them
--- with the transaction shown as fenced for the resources of the guards, for this call alone.
-create function pgfence_pgflow.as_maintenance(fn text, arg interval default null)
-returns bigint
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_was text := coalesce(current_setting('pgfence.fenced', true), '');
-  v_rows bigint;
-begin
-  perform pgfence.mark_fenced(r.resource, k.hmac_key)
-     from (select distinct unnest(p.resources) as resource from pgfence.protections p
-            where (p.tbl::text like 'pgmq.q\_%' or p.tbl = 'pgflow.step_tasks'::regclass)) r,
-          pgfence.signing_key k;
-  if fn = 'requeue' then
-    -- pgflow before 0.13 (0.8.1) has no requeue_stalled_tasks: nothing requeues there but
-    -- the layer's takeover, once a stalled task's message comes back.
-    v_rows := 0;
-    if pg_catalog.to_regprocedure('pgflow.requeue_stalled_tasks()') is not null then
-      execute 'select pgflow.requeue_stalled_tasks()' into v_rows;
-    end if;
-  else
-    -- The ended worker rows, older than the bound: no heartbeat since arg ago and no task of
-    -- theirs still started; of the layer's rows (worker_leases) only those whose last lease
-    -- has ended (released, superseded, or past its expiry), never a live worker's, whose
-    -- heartbeat is only as recent as its last start (an idle worker's row is old). sync_workers
-    -- first, so that what pgflow shows (deprecated_at / stopped_at) agrees with what goes.
-    perform pgfence_pgflow.sync_workers();
-    delete from pgflow.workers w
-     where w.last_heartbeat_at < now() - arg
-       and not exists (select from pgflow.step_tasks st where st.last_worker_id = w.worker_id and st.status = 'started')
-       and not exists (select from pgfence_pgflow.worker_leases wl join pgfence.leases l on l.lease_id = wl.lease_id
-                        where wl.worker_id = w.worker_id
-                          and l.state in ('active', 'draining') and l.expires_at > clock_timestamp());
-    get diagnostics v_rows = row_count;
-    delete from pgfence_pgflow.worker_leases wl
-     where not exists (select from pgflow.workers w where w.worker_id = wl.worker_id);
-  end if;
-  perform set_config('pgfence.fenced', v_was, true);
-  return v_rows;
-end
-$$;
-revoke all on function pgfence_pgflow.as_maintenance(text, interval) from public;
-
-create function pgfence_pgflow.requeue_stalled_tasks()
-returns integer
-language sql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-  select pgfence_pgflow.as_maintenance('requeue')::int;
-$$;
-comment on function pgfence_pgflow.requeue_stalled_tasks() is
-  'pgflow''s requeue_stalled_tasks (0.13+; 0 on an older pgflow, which has none), also where step_tasks and the queues '
-  'are protected in enforce mode. A task it puts back is started again by the next read: the stalled attempt''s result '
-  'is stale.';
-
-create function pgfence_pgflow.prune_workers(older_than interval default '7 days')
-returns table (what text, rows bigint)
-language sql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-  select 'pgflow.workers'::text, pgfence_pgflow.as_maintenance('prune', prune_workers.older_than);
-$$;
-comment on function pgfence_pgflow.prune_workers(interval) is
-  'Deletes the ended pgflow.workers rows: no heartbeat for older_than, no task started, and for the layer''s rows '
-  'a last lease that has ended (never a live worker''s row), also under enforce. pgfence_pgflow.prune (the layer''s '
-  'prune in pgfence.layers, run by pgfence.prune) calls it.';
-
--- pgflow's cron jobs, pointed at the layer: ensure_workers through the handshake, and
--- requeue_stalled_tasks under enforce (pg_cron's cron.alter_job keeps the schedule).
-create function pgfence_pgflow.setup_cron()
-returns text
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_n int := 0;
-begin
-  if pg_catalog.to_regnamespace('cron') is null then
-    return 'pg_cron is not installed: nothing to do';
-  end if;
-  execute 'select count(cron.alter_job(j.jobid, command => c.command))
-             from cron.job j join (values (''pgflow_ensure_workers'', ''select pgfence_pgflow.ensure_workers()''),
-                                          (''pgflow_requeue_stalled_tasks'', ''select pgfence_pgflow.requeue_stalled_tasks()''))
-                                  c(jobname, command) on c.jobname = j.jobname'
-    into v_n;
-  return format('%s pgflow cron jobs now call pgfence_pgflow', v_n);
-end
-$$;
-comment on function pgfence_pgflow.setup_cron() is
-  'Operator, once after installing the layer on pgflow 0.14: pgflow''s cron jobs pgflow_ensure_workers and '
-  'pgflow_requeue_stalled_tasks call pgfence_pgflow.ensure_workers() and requeue_stalled_tasks() instead.';
-
-revoke all on function pgfence_pgflow.sync_workers(), pgfence_pgflow.ensure_workers(),
-                       pgfence_pgflow.requeue_stalled_tasks(), pgfence_pgflow.prune_workers(interval),
-                       pgfence_pgflow.setup_cron()
-  from public;
-grant execute on function pgfence_pgflow.sync_workers(), pgfence_pgflow.ensure_workers(),
-                         pgfence_pgflow.requeue_stalled_tasks(), pgfence_pgflow.prune_workers(interval),
-                         pgfence_pgflow.setup_cron()
-   to pgfence_operator;
 
 do $$ begin perform pgfence.lockdown('pgfence_pgflow'); end $$;
+
+
+-- change: pgflow_starts
+-- Deploy pgfence_pgflow:pgflow_starts
+-- requires: pgflow_attempts
+--
+-- 0.3.0: the monitors' view of the starts asks the core about leases (pgfence.lease_facts)
+-- instead of reading pgfence.leases; the same columns.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace view pgfence_pgflow.starts as
+select pgfence.capability_ref(a.attempt_id) as attempt_ref, pgfence.capability_ref(a.pgmq_attempt_id) as read_ref,
+       pgfence.capability_ref(a.lease_id) as lease_ref, l.resource, a.flow_slug, a.run_id, a.step_slug,
+       a.task_index, a.msg_id, a.attempts_count, a.started_at, a.outcome, a.finished_at
+  from pgfence_pgflow.attempts a
+  left join pgfence.lease_facts(array(select distinct x.lease_id from pgfence_pgflow.attempts x)) l
+         on l.lease_id = a.lease_id;
 
 
 -- change: pgflow_start_tasks
 -- Deploy pgfence_pgflow:pgflow_start_tasks
 -- requires: pgflow_attempts
 --
--- Reworked in 0.2.1 (0.2.0's script is deploy/pgflow_start_tasks@v0.2.0.sql): the same rules
--- in statements that keep their plans (docs/performance.md). Over 0.2.0 the table is there
--- already (`if not exists`); a fresh install runs this script alone, after pgflow_workers,
--- whose functions name the table only in PL/pgSQL bodies.
+-- Reworked in 0.3.0 (0.2.1's script is deploy/pgflow_start_tasks@v0.2.1.sql): the worker's
+-- row keyed by the core's pgfence.owner_ref (resource and owner can no longer meet: 'a/b' and
+-- 'c' are not 'a' and 'b/c'), no pgfence.leases or pgfence.signing_key read here; a worker
+-- starting under a new lease is alive again for pgflow (stopped_at cleared too); a task whose
+-- message came back is taken over only when it has stalled (pgfence_pgflow.stalled: its step's
+-- timeout + 2 s since its start, or its step's timeout and its attempt's lease ended), the
+-- rule that the layer's stalled-task recovery applies too. Over 0.2 the table worker_leases is
+-- there already (`if not exists`); a fresh install runs this script alone, after
+-- pgflow_workers, whose functions name the table only in PL/pgSQL bodies.
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -599,22 +240,58 @@ set local lock_timeout = '5s';
 set local client_min_messages = warning;
 
 -- pgflow's worker row: pgflow records who started a task (step_tasks.last_worker_id) and
--- expects a pgflow.workers row for it. One row per worker, not per lease: its id is derived
--- from the lease's resource and owner name (a worker that acquires again, or supervises
--- across leases, keeps its row) by a keyed hash, never from the lease id, which is the
--- owner's capability and must not be readable there. plpgsql, so that its query keeps a plan
--- (a LANGUAGE sql function that reads a table is parsed and planned again on every call).
-create or replace function pgfence_pgflow.worker_id(lease_id uuid, key bytea)
-returns uuid
-language plpgsql
+-- expects a pgflow.workers row for it. One row per worker, not per lease: its id is the core's
+-- reference to the lease's owner (pgfence.owner_ref: a keyed hash of its resource and owner
+-- name; a worker that acquires again, or supervises across leases, keeps its row), never the
+-- lease id, which is the owner's capability and must not be readable there.
+-- (dead since the core's owner_ref; nothing calls it)
+-- squawk-ignore ban-drop-function
+drop function if exists pgfence_pgflow.worker_id(uuid, bytea);
+
+-- When a started task has stalled, so that someone else may take it over: its attempt can no
+-- longer be accepted once its message is visible again after its step's timeout + 2 s (the
+-- visibility the start gives it), or its attempt's lease has ended (not live: its worker can
+-- no longer renew) and its step's timeout has passed. Before that, a result of the attempt is
+-- valid, and nobody takes the task over: not the takeover of a read that got the message back
+-- early (a hand, an old binary, pgflow's own recovery), not the layer's recovery job. timeout:
+-- coalesce(the step's, the flow's), as the start uses; a start by pgflow's own worker has no
+-- lease (NULL): its message's visibility alone decides. Judged on the transaction's clock,
+-- now(): a long transaction sees less time passed, never more. Inlined (LANGUAGE sql, no SET,
+-- every name qualified).
+create or replace function pgfence_pgflow.stalled(started_at timestamptz, timeout int, visible boolean,
+                                                  lease_live boolean)
+returns boolean
+language sql
 stable
 as $$
-begin
-  return (select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner), worker_id.key), 32)::pg_catalog.uuid
-            from pgfence.leases l where l.lease_id operator(pg_catalog.=) worker_id.lease_id);
-end
+  select (stalled.visible
+          and stalled.started_at operator(pg_catalog.<=)
+              (pg_catalog.now() operator(pg_catalog.-) pg_catalog.make_interval(secs => (stalled.timeout operator(pg_catalog.+) 2))))
+      or (not coalesce(stalled.lease_live, true)
+          and stalled.started_at operator(pg_catalog.<=)
+              (pg_catalog.now() operator(pg_catalog.-) pg_catalog.make_interval(secs => stalled.timeout)));
 $$;
-revoke all on function pgfence_pgflow.worker_id(uuid, bytea) from public;
+comment on function pgfence_pgflow.stalled(timestamptz, int, boolean, boolean) is
+  'Whether a started task has stalled: visible again past its timeout + 2 s, or its attempt''s lease ended and its '
+  'timeout passed.';
+revoke all on function pgfence_pgflow.stalled(timestamptz, int, boolean, boolean) from public;
+
+-- Whether the current start of a task, if it is the layer's, has a live lease (NULL when it is
+-- not the layer's: pgflow's own worker started it).
+create or replace function pgfence_pgflow.start_lease_live(run_id uuid, step_slug text, task_index int,
+                                                          attempts_count int)
+returns boolean
+language sql
+stable
+as $$
+  select f.live
+    from pgfence_pgflow.attempts a, pgfence.lease_facts(array[a.lease_id]) f
+   where a.run_id operator(pg_catalog.=) start_lease_live.run_id
+     and a.step_slug operator(pg_catalog.=) start_lease_live.step_slug
+     and a.task_index operator(pg_catalog.=) start_lease_live.task_index
+     and a.attempts_count operator(pg_catalog.=) start_lease_live.attempts_count;
+$$;
+revoke all on function pgfence_pgflow.start_lease_live(uuid, text, int, int) from public;
 
 -- Which lease each worker row last started under: the lease's end (superseded, draining,
 -- released) is the worker's (pgflow's deprecated_at / stopped_at, pgfence_pgflow.sync_workers).
@@ -639,6 +316,7 @@ declare
   v_tasks pgflow.step_task_record[];
   v_task pgflow.step_task_record;
   v_worker uuid;
+  v_resource text;
   v_flow_input boolean := exists (select from pg_catalog.pg_attribute a
                                    where a.attrelid = 'pgflow.step_task_record'::regclass
                                      and a.attname = 'flow_input' and not a.attisdropped);
@@ -670,35 +348,45 @@ begin
   -- The worker row pgflow's start_tasks refers to, and its heartbeat, at most every 5 seconds:
   -- an upsert locks the row to the end of the transaction, and would queue every start of
   -- the lease behind the one before. A worker that starts under a new lease is alive again.
-  v_worker := pgfence_pgflow.worker_id(start_tasks.lease_id, (select k.hmac_key from pgfence.signing_key k));
+  select o.resource, o.ref into v_resource, v_worker from pgfence.owner_ref(start_tasks.lease_id, 'pgflow worker') o;
+  -- (stopped_at: pgflow 0.9 and later; a worker's row read whole, so that 0.8's has none.)
   if not exists (select from pgflow.workers w
                    join pgfence_pgflow.worker_leases wl on wl.worker_id = w.worker_id
                   where w.worker_id = v_worker and wl.lease_id = start_tasks.lease_id
-                    and w.deprecated_at is null
+                    and w.deprecated_at is null and (to_jsonb(w) ->> 'stopped_at') is null
                     and w.last_heartbeat_at > now() - interval '5 seconds') then
     insert into pgflow.workers as w (worker_id, queue_name, function_name)
-    select v_worker, start_tasks.queue, l.resource
-      from pgfence.leases l where l.lease_id = start_tasks.lease_id
+    values (v_worker, start_tasks.queue, v_resource)
     on conflict (worker_id) do update set last_heartbeat_at = now(), deprecated_at = null;
+    if exists (select from pg_attribute a where a.attrelid = 'pgflow.workers'::regclass
+                                             and a.attname = 'stopped_at' and not a.attisdropped) then
+      execute 'update pgflow.workers w set stopped_at = null where w.worker_id = $1 and w.stopped_at is not null'
+        using v_worker;
+    end if;
     insert into pgfence_pgflow.worker_leases as wl (worker_id, lease_id)
     values (v_worker, start_tasks.lease_id)
     on conflict (worker_id) do update set lease_id = excluded.lease_id
      where wl.lease_id is distinct from excluded.lease_id;
   end if;
   -- The takeover. pgflow starts only queued tasks; a task whose message came back while it is
-  -- still started was started by an attempt that never finished it (its worker died, or was
-  -- paused past its lease and its message's visibility, which the start below sets to the
-  -- step's timeout + 2 s): that attempt no longer holds the message, so the task goes back to
-  -- queued and pgflow's start_tasks below starts it again for this read, raising
-  -- attempts_count, which makes the old attempt's result stale. Only a task whose message this
-  -- read got back: any other started task (this worker's own earlier start, of another run) is
-  -- live.
+  -- still started, and that has stalled (pgfence_pgflow.stalled), was started by an attempt
+  -- that never finished it (its worker died, or was paused past its lease and its message's
+  -- visibility, which the start below sets to the step's timeout + 2 s): that attempt no
+  -- longer holds the message, so the task goes back to queued and pgflow's start_tasks below
+  -- starts it again for this read, raising attempts_count, which makes the old attempt's
+  -- result stale. Only a task whose message this read got back: any other started task (this
+  -- worker's own earlier start, of another run) is live. One whose message came back early
+  -- (within its step's timeout, its worker alive) stays its attempt's: pgflow does not start it
+  -- again, and its message is hidden again below for what its start gave it.
   update pgflow.step_tasks st
      set status = 'queued', started_at = null
     from pgflow.steps s join pgflow.flows f on f.flow_slug = s.flow_slug
    where s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
      and st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
-     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts);
+     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts)
+     and pgfence_pgflow.stalled(st.started_at, coalesce(s.opt_timeout, f.opt_timeout), true,
+                                pgfence_pgflow.start_lease_live(st.run_id, st.step_slug, st.task_index,
+                                                                st.attempts_count));
   -- A takeover counts against pgflow's max_attempts: a stalled task with no attempt left fails
   -- for good, by pgflow's own fail_task (which fails its run). fail_task locks the run, which a
   -- result of the run takes first (finish): a run locked by a result in flight is left for a
@@ -711,7 +399,19 @@ begin
      join pgflow.flows f on f.flow_slug = s.flow_slug
    where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
      and st.attempts_count >= coalesce(s.opt_max_attempts, f.opt_max_attempts)
+     and pgfence_pgflow.stalled(st.started_at, coalesce(s.opt_timeout, f.opt_timeout), true,
+                                pgfence_pgflow.start_lease_live(st.run_id, st.step_slug, st.task_index,
+                                                                st.attempts_count))
      and exists (select from pgflow.runs r where r.run_id = st.run_id for update skip locked);
+  -- A live task whose message came back early: hidden again until its start's deadline (its
+  -- step's timeout + 2 s from its start), not for this read's vt.
+  perform pgmq.set_vt(start_tasks.queue, st.message_id,
+                      greatest(1, ceil(date_part('epoch', st.started_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 2)
+                                                          - clock_timestamp())))::int)
+     from pgflow.step_tasks st
+     join pgflow.steps s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     join pgflow.flows f on f.flow_slug = s.flow_slug
+   where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started';
   select array_agg(t order by t.msg_id) into v_tasks
     from pgflow.start_tasks(start_tasks.flow_slug, v_msgs, v_worker) t;
   -- pgflow's own rule, on every supported pgflow: a started task's message stays hidden for its
@@ -773,8 +473,12 @@ grant execute on function pgfence_pgflow.start_tasks(uuid, text, text, interval,
 -- Deploy pgfence_pgflow:pgflow_finish
 -- requires: pgflow_attempts
 --
--- Reworked in 0.2.1 (0.2.0's script is deploy/pgflow_finish@v0.2.0.sql): the same rules in
--- fewer statements (docs/performance.md).
+-- Reworked in 0.3.0 (0.2.1's script is deploy/pgflow_finish@v0.2.1.sql): a result waits for
+-- the run's, the message's and the task's rows at most 5 s (pgfence.limit_lock_wait: 55P03,
+-- which the clients retry), and its transaction, once it holds them, may idle at most 5 s
+-- (pgfence.limit_idle), so no result, accepted or stale, wedges its run or its message; the
+-- guard is shown the lease's resource by the core (pgfence.mark_lease), not by reading
+-- pgfence.leases and pgfence.signing_key here.
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -803,6 +507,7 @@ declare
   v_was text;
   v_status text;
   v_queue_table text;
+  v_lock_wait text;
 begin
   if finish.attempt_id is null then
     perform pgfence.check_not_null('attempt_id', finish.attempt_id);
@@ -810,6 +515,11 @@ begin
   if finish.kind is null or finish.kind not in ('complete', 'fail') then
     perform pgfence.invalid_argument('kind', 'must be complete or fail', finish.kind);
   end if;
+  -- Every lock below, of rows other sessions need, is waited for at most 5 s (then 55P03: the
+  -- clients send the result again), and this transaction, once it holds them, idles at most
+  -- 5 s (limit_idle, below): no worker, current or stale, keeps a run, a message or a task
+  -- from anyone longer.
+  v_lock_wait := pgfence.limit_lock_wait();
   -- Locked, so that two calls of one attempt are decided one after the other.
   select * into v_attempt from pgfence_pgflow.attempts a where a.attempt_id = finish.attempt_id for update;
   if not found then
@@ -842,6 +552,8 @@ begin
    where st.run_id = v_attempt.run_id and st.step_slug = v_attempt.step_slug
      and st.task_index = v_attempt.task_index
      for update;
+  perform set_config('lock_timeout', v_lock_wait, true);
+  perform pgfence.limit_idle();
   -- The core's order of verdicts: an attempt that a newer start superseded is stale, also
   -- when its own result had been accepted before (a fail that pgflow retried) or the task has
   -- finished since; a retry of the attempt that still holds the task, or finished it, is a
@@ -871,9 +583,7 @@ begin
   -- This result is authorized by its attempt, whose lease may have expired since: pgflow's
   -- writes (step_tasks, the queue table, both perhaps protected) are shown the lease's
   -- resource for this call alone, and the transaction's markers are put back after it.
-  select pgfence.mark_fenced(l.resource, k.hmac_key) into v_was
-    from pgfence.leases l, pgfence.signing_key k
-   where l.lease_id = v_attempt.lease_id;
+  v_was := pgfence.mark_lease(v_attempt.lease_id);
   if finish.kind = 'complete' then
     select t.status into v_status
       from pgflow.complete_task(v_attempt.run_id, v_attempt.step_slug, v_attempt.task_index, finish.output) t;
@@ -882,7 +592,7 @@ begin
       from pgflow.fail_task(v_attempt.run_id, v_attempt.step_slug, v_attempt.task_index, finish.error_message) t;
   end if;
   -- (An assignment, evaluated as an expression: a PERFORM would be a statement of its own.)
-  v_was := set_config('pgfence.fenced', v_was, true);
+  v_was := set_config('pgfence.fenced', coalesce(v_was, ''), true);
   update pgfence_pgflow.attempts a
      set outcome = finish.kind, finished_at = clock_timestamp()
    where a.attempt_id = finish.attempt_id;
@@ -911,7 +621,8 @@ comment on function pgfence_pgflow.complete_task(uuid, jsonb) is
   'Completes the task of an attempt with pgflow''s complete_task: accepted while nobody started the task again '
   'since, also after the lease expired; duplicate for a retry of an accepted attempt; stale (recorded in '
   'pgfence_pgflow.stale_results, never applied) otherwise, also after the task finished. Raises 42501 (the caller''s role '
-  'may not do this with pgflow itself), 22023 for an unknown attempt.';
+  'may not do this with pgflow itself), 22023 for an unknown attempt, 55P03 (retry) when another session holds its run, '
+  'message or task for over 5 s.';
 
 create or replace function pgfence_pgflow.fail_task(attempt_id uuid, error_message text)
 returns text
@@ -931,22 +642,14 @@ grant execute on function pgfence_pgflow.finish(uuid, text, jsonb, text), pgfenc
    to pgfence_worker;
 
 
--- change: pgflow_lockdown
--- Deploy pgfence_pgflow:pgflow_lockdown
--- requires: pgflow_schema
+-- change: pgflow_in_flight
+-- Deploy pgfence_pgflow:pgflow_in_flight
 -- requires: pgflow_attempts
--- requires: pgflow_start_tasks
--- requires: pgflow_finish
--- requires: pgflow_in_flight
--- requires: pgflow_prune_health
--- requires: pgflow_workers
 --
--- The last change: the core's lockdown, applied to this layer's schema. Whatever default
--- privileges the database carries (Supabase's hand new functions and tables to anon and
--- authenticated), nobody but the owner and the three pgfence roles keeps a privilege here.
---
--- Each release that changes the layer reworks this change, so that the upgrade ends with it
--- too (0.2.1: after the reworked start_tasks; Sqitch refuses two changes with the same script).
+-- Reworked in 0.3.0: the layer's judgement of its starts written once (open_starts: a start
+-- without a result that can still be accepted), which in_flight, leases and prune ask;
+-- in_flight answers per lease, without arguments (the core judges the leases:
+-- pgfence.layer_work), and reads no pgfence table.
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -954,7 +657,914 @@ grant execute on function pgfence_pgflow.finish(uuid, text, jsonb, text), pgfenc
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-do $$ begin perform pgfence.lockdown('pgfence_pgflow'); end $$;
+-- The starts without a result that can still be accepted (finish's rule): the task is still
+-- started, with the attempts_count this start gave it. Its handler may still be working.
+-- Anything else without a result was abandoned: its worker died and the task was taken over,
+-- or finished by someone else.
+create function pgfence_pgflow.open_starts()
+returns table (attempt_id uuid, lease_id uuid)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select a.attempt_id, a.lease_id
+    from pgfence_pgflow.attempts a
+    join pgflow.step_tasks st
+      on st.run_id = a.run_id and st.step_slug = a.step_slug and st.task_index = a.task_index
+     and st.status = 'started' and st.attempts_count = a.attempts_count
+   where a.outcome is null;
+$$;
+comment on function pgfence_pgflow.open_starts() is
+  'The starts without a result that can still be accepted: their task is still started by them.';
+revoke all on function pgfence_pgflow.open_starts() from public;
+
+-- Update windows and lease_status count this layer's work (pgfence.layer_work, through
+-- pgfence.layers): per lease, the pgflow tasks started under it and still started by that start.
+-- (Over 0.2's: its result changes, so the old one is dropped; a fresh install has none.)
+set local client_min_messages = warning;
+-- (its result changes; the core calls it by its registration, which this change replaces)
+-- squawk-ignore ban-drop-function
+drop function if exists pgfence_pgflow.in_flight(text[]);
+create function pgfence_pgflow.in_flight()
+returns table (lease_id uuid, kind text, in_flight bigint)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select o.lease_id, 'pgflow'::text, count(*) from pgfence_pgflow.open_starts() o group by o.lease_id;
+$$;
+comment on function pgfence_pgflow.in_flight() is
+  'pgfence.layers: per lease, the pgflow tasks started under it and still started by that start.';
+revoke all on function pgfence_pgflow.in_flight() from public;
+
+-- pgfence.prune keeps the leases of this layer's starts that can still be accepted: a late
+-- result's writes into protected tables are shown its lease's resource (a lease pruned under
+-- it would leave the guard nothing to see). An abandoned start keeps no lease.
+create or replace function pgfence_pgflow.leases()
+returns setof uuid
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select distinct o.lease_id from pgfence_pgflow.open_starts() o;
+$$;
+comment on function pgfence_pgflow.leases() is
+  'pgfence.layers: the leases of this layer''s starts that can still be accepted (pgfence.prune keeps them).';
+revoke all on function pgfence_pgflow.leases() from public;
+
+-- Registered (a fresh install), or its hook replaced (over 0.2).
+insert into pgfence.layers (schema_name, in_flight, leases)
+values ('pgfence_pgflow', 'pgfence_pgflow.in_flight()', 'pgfence_pgflow.leases()')
+on conflict (schema_name) do update set in_flight = excluded.in_flight, leases = excluded.leases;
+
+
+-- change: pgflow_windows
+-- Deploy pgfence_pgflow:pgflow_windows
+-- requires: pgflow_schema
+--
+-- 0.3.0: update windows over pgflow worker functions whose workers are not converted to
+-- pgfence (not pgfence resources: pgflow's own EdgeWorker). The worker-update seed asks for
+-- exact-state preservation of worker_functions.enabled and deprecating workers through
+-- pgflow.workers.deprecated_at, and says that strict ownership is not a prerequisite for
+-- wrapping pgflow's cooperative behaviour honestly. pgfence.prepare_update offers the layer the
+-- names of its set that are no resources (the core's window_prepare hook); the layer keeps
+-- them here, and the core's update_status and finish_update ask it (window_status,
+-- window_finish). Converted and unconverted functions mix in one window.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- One row per worker function a window took: its exact enabled before the window (restored by
+-- finish_update, as the core restores a resource's), whether someone set it inside the window
+-- (an operator's newer decision: finish leaves it), and the outcome once finished. A function
+-- belongs to at most one open window.
+create table pgfence_pgflow.windows (
+  token         uuid not null,
+  function_name text not null,
+  saved_enabled boolean not null,
+  changed       boolean not null default false,
+  prepared_at   timestamptz not null default clock_timestamp(),
+  outcome       text check (outcome in ('restored', 'kept_disabled', 'conflict')),
+  primary key (token, function_name)
+);
+comment on table pgfence_pgflow.windows is
+  'The pgflow worker functions (no pgfence resources) in update windows, and what each had before. Not a public '
+  'interface: pgfence.update_status shows them.';
+create unique index windows_one_open on pgfence_pgflow.windows (function_name) where outcome is null;
+revoke all on table pgfence_pgflow.windows from public;
+
+-- The core's window_prepare hook: of names (none of them a pgfence resource), the pgflow
+-- worker functions, taken into window token by the rules of the core's own windows: the
+-- function rows locked in name order (waited for at most 5 s: 55P03), one open window per
+-- function (PF004 otherwise), each one's exact enabled saved and then set false (pgflow pings
+-- it no more), and its live workers marked deprecated_at, pgflow's cooperative drain: a worker
+-- sees it at its next check and starts nothing more. A worker deprecated before the window
+-- keeps its mark. Nothing of a runtime is stopped: a worker may still finish what it started.
+create function pgfence_pgflow.window_prepare(token uuid, names text[])
+returns setof text
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_names text[];
+  v_open text;
+  v_lock_wait text;
+begin
+  if pg_catalog.to_regclass('pgflow.worker_functions') is null then
+    return;  -- pgflow 0.8 registers no worker functions
+  end if;
+  v_lock_wait := pgfence.limit_lock_wait();
+  select array_agg(x.function_name order by x.function_name) into v_names
+    from (select wf.function_name from pgflow.worker_functions wf
+           where wf.function_name = any (window_prepare.names)
+           order by wf.function_name
+             for update) x;
+  perform set_config('lock_timeout', v_lock_wait, true);
+  if v_names is null then
+    return;
+  end if;
+  select string_agg(format('%s (update ref %s)', w.function_name, pgfence.ref(w.token)), ', ' order by w.function_name)
+    into v_open
+    from pgfence_pgflow.windows w
+   where w.function_name = any (v_names) and w.outcome is null;
+  if v_open is not null then
+    raise exception 'pgfence: pgflow worker functions already in an open update: %', v_open
+      using errcode = 'PF004', hint = 'finish that update first: pgfence.finish_update(token)';
+  end if;
+  insert into pgfence_pgflow.windows (token, function_name, saved_enabled)
+  select window_prepare.token, wf.function_name, wf.enabled
+    from pgflow.worker_functions wf where wf.function_name = any (v_names);
+  -- The window's own change, which follow_resource does not count as someone else's.
+  perform set_config('pgfence_pgflow.window', 'on', true);
+  update pgflow.worker_functions wf set enabled = false where wf.function_name = any (v_names) and wf.enabled;
+  perform set_config('pgfence_pgflow.window', '', true);
+  update pgflow.workers w set deprecated_at = clock_timestamp()
+   where w.function_name = any (v_names) and w.deprecated_at is null and w.stopped_at is null;
+  return query select unnest(v_names);
+end
+$$;
+comment on function pgfence_pgflow.window_prepare(uuid, text[]) is
+  'pgfence.layers: takes the pgflow worker functions of names into update window token: saves and pauses each one''s '
+  'enabled, marks its live workers deprecated_at. Raises PF004, 55P03.';
+
+-- The core's window_status hook: one row per function of window token the layer took, what was
+-- observed, never a claim that a runtime stopped. Each worker (pgflow.workers) that is live (not
+-- stopped, a heartbeat within the function's debounce: pgflow's own test of a live worker),
+-- holds started tasks (step_tasks.last_worker_id), or has been seen since the window opened,
+-- with its heartbeat, its marks and its started tasks; pending: a ping within the last minute
+-- that no worker has registered since (a start under way). drained: no started task and no
+-- live worker and no start pending; unknown: a silent worker (not live) still holds started
+-- tasks, and nobody can tell whether its handler stopped; draining otherwise; finished once
+-- restored. For the window's other names (names) that are pgflow worker functions (pgfence
+-- resources: the core has their rows), their workers alone, the verdict NULL: a converted
+-- worker's row too (a FlowWorker process, say), with its heartbeat.
+create function pgfence_pgflow.window_status(token uuid, names text[])
+returns table (resource text, saved_enabled boolean, enabled boolean, verdict text, heartbeat timestamptz,
+               in_flight jsonb, pending bigint, workers jsonb)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if pg_catalog.to_regclass('pgflow.worker_functions') is null then
+    return;
+  end if;
+  return query
+  with items as (
+    select w.function_name, true as own, w.saved_enabled, w.outcome, w.prepared_at
+      from pgfence_pgflow.windows w
+     where w.token = window_status.token
+    union all
+    select n, false, null, null, u.prepared_at
+      from unnest(window_status.names) n, pgfence.updates u
+     where u.token = window_status.token
+       and not exists (select from pgfence_pgflow.windows w where w.token = window_status.token and w.function_name = n)
+       and exists (select from pgflow.worker_functions wf where wf.function_name = n))
+  select w.function_name, w.saved_enabled, case when w.own then wf.enabled end,
+         case when not w.own then null
+              when w.outcome is not null then 'finished'
+              when k.silent > 0 then 'unknown'
+              when k.live > 0 or k.started > 0 or p.pending > 0 then 'draining'
+              else 'drained' end,
+         k.heartbeat, case when w.own then jsonb_build_object('pgflow', k.started) end,
+         case when w.own then p.pending end, k.workers
+    from items w
+    left join pgflow.worker_functions wf on wf.function_name = w.function_name
+    cross join lateral (
+      select count(*) filter (where x.live) as live,
+             coalesce(sum(x.started), 0)::bigint as started,
+             coalesce(sum(x.started) filter (where not x.live), 0)::bigint as silent,
+             max(x.last_heartbeat_at) as heartbeat,
+             coalesce(jsonb_agg(jsonb_build_object('worker_id', x.worker_id, 'started_at', x.started_at,
+                                                   'last_heartbeat_at', x.last_heartbeat_at,
+                                                   'deprecated_at', x.deprecated_at, 'stopped_at', x.stopped_at,
+                                                   'live', x.live, 'started_tasks', x.started)
+                                order by x.started_at, x.worker_id), '[]') as workers
+        from (select pw.worker_id, pw.started_at, pw.last_heartbeat_at, pw.deprecated_at, pw.stopped_at,
+                     pw.stopped_at is null
+                       and pw.last_heartbeat_at > now() - coalesce(wf.debounce, interval '6 seconds') as live,
+                     (select count(*) from pgflow.step_tasks st
+                       where st.last_worker_id = pw.worker_id and st.status = 'started') as started
+                from pgflow.workers pw
+               where pw.function_name = w.function_name) x
+       where x.live or x.started > 0 or x.last_heartbeat_at >= w.prepared_at) k
+    cross join lateral (
+      select count(*) as pending
+        where wf.last_invoked_at > now() - interval '1 minute'
+          and not exists (select from pgflow.workers pw
+                           where pw.function_name = w.function_name and pw.started_at >= wf.last_invoked_at)) p;
+end
+$$;
+comment on function pgfence_pgflow.window_status(uuid, text[]) is
+  'pgfence.layers: update_status''s rows for the pgflow worker functions of window token: saved and current enabled, '
+  'the verdict (drained, draining, unknown, finished), each worker with its heartbeat and started tasks, pending starts; '
+  'and the workers of its other names that are pgflow worker functions (verdict NULL).';
+
+-- The core's window_finish hook: restores exactly what window token saved, by the core's rules:
+-- restored (it was enabled), kept_disabled (it was disabled before the window: nothing enables
+-- itself), conflict (someone set enabled inside the window, or removed the function: theirs is
+-- the newer decision, left as it is), already_finished (idempotent).
+create function pgfence_pgflow.window_finish(token uuid)
+returns table (resource text, enabled boolean, outcome text)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_item record;
+  v_outcome text;
+  v_lock_wait text;
+begin
+  if pg_catalog.to_regclass('pgflow.worker_functions') is null then
+    return;
+  end if;
+  v_lock_wait := pgfence.limit_lock_wait();
+  perform from pgflow.worker_functions wf
+   where wf.function_name in (select w.function_name from pgfence_pgflow.windows w where w.token = window_finish.token)
+   order by wf.function_name
+     for update;
+  perform set_config('lock_timeout', v_lock_wait, true);
+  for v_item in
+    select w.function_name, w.saved_enabled, w.changed, w.outcome, wf.function_name is not null as present
+      from pgfence_pgflow.windows w left join pgflow.worker_functions wf on wf.function_name = w.function_name
+     where w.token = window_finish.token
+     order by w.function_name
+       for update of w
+  loop
+    if v_item.outcome is not null then
+      v_outcome := 'already_finished';
+    elsif v_item.changed or not v_item.present then
+      v_outcome := 'conflict';
+    elsif v_item.saved_enabled then
+      perform set_config('pgfence_pgflow.window', 'on', true);
+      update pgflow.worker_functions wf set enabled = true where wf.function_name = v_item.function_name;
+      perform set_config('pgfence_pgflow.window', '', true);
+      v_outcome := 'restored';
+    else
+      v_outcome := 'kept_disabled';
+    end if;
+    if v_outcome <> 'already_finished' then
+      update pgfence_pgflow.windows w set outcome = v_outcome
+       where w.token = window_finish.token and w.function_name = v_item.function_name;
+    end if;
+    resource := v_item.function_name;
+    enabled := (select wf.enabled from pgflow.worker_functions wf where wf.function_name = v_item.function_name);
+    outcome := v_outcome;
+    return next;
+  end loop;
+end
+$$;
+comment on function pgfence_pgflow.window_finish(uuid) is
+  'pgfence.layers: restores the pgflow worker functions of window token exactly: restored, kept_disabled, conflict or '
+  'already_finished.';
+
+revoke all on function pgfence_pgflow.window_prepare(uuid, text[]), pgfence_pgflow.window_status(uuid, text[]),
+                       pgfence_pgflow.window_finish(uuid)
+  from public;
+update pgfence.layers
+   set window_prepare = 'pgfence_pgflow.window_prepare(uuid, text[])'::regprocedure::text,
+       window_status = 'pgfence_pgflow.window_status(uuid, text[])'::regprocedure::text,
+       window_finish = 'pgfence_pgflow.window_finish(uuid)'::regprocedure::text
+ where schema_name = 'pgfence_pgflow';
+
+
+-- change: pgflow_workers
+-- Deploy pgfence_pgflow:pgflow_workers
+-- requires: pgflow_start_tasks
+-- requires: pgflow_windows
+--
+-- pgflow's own worker registration as pgfence's (pgflow 0.9 and later: worker_functions,
+-- ensure_workers, workers.stopped_at; on 0.8 only what it has): worker_functions follow
+-- pgfence's resources, workers are started through the startup handshake, the workers of an
+-- ended lease are marked so, and pgflow's maintenance runs under `enforce`.
+--
+-- Reworked in 0.3.0 (0.2.1's script is deploy/pgflow_workers@v0.2.1.sql):
+-- - worker_functions follow the resources through the core's enabled_changed hook
+--   (pgfence.layers) instead of a trigger on pgfence.resources, which the core never saw;
+-- - a worker function that is no pgfence resource keeps pgflow's own behaviour: the layer's
+--   ensure_workers pings it by pgflow's rule, its recovery requeues its tasks by pgflow's rule;
+-- - stalled-task recovery never takes over a task whose attempt can still be accepted
+--   (pgfence_pgflow.stalled, the takeover's rule): pgflow's own used the flow's timeout + 30 s
+--   whatever the step's;
+-- - a function is pinged only under a name that is one segment of a URL path;
+-- - no pgfence.leases or pgfence.signing_key read here (pgfence.lease_facts, mark_guards).
+-- setup_cron moved to pgflow_cron.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+-- (Over 0.2, "trigger ... does not exist, skipping" says nothing useful.)
+set local client_min_messages = warning;
+
+-- worker_functions.enabled follows pgfence's resources.enabled: a function that is a pgfence
+-- resource is pinged exactly while its resource is enabled, so an update window (which
+-- disables the resource, then restores exactly what it saved) disables and restores it
+-- exactly, and nobody enables it past pgfence (I6). A row pgflow writes (track_worker_function
+-- on a worker's start, or an update by hand) takes the resource's enabled (this trigger); a
+-- change of the resource is passed on by the core (enabled_changed, below). A function of an
+-- open window of the layer's own (an unconverted one, pgfence_pgflow.windows) stays paused if
+-- its row is made again, and a change of its enabled by anyone but the window is an operator's
+-- decision, which finish_update then leaves as it is (changed).
+create or replace function pgfence_pgflow.follow_resource()
+returns trigger
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  new.enabled := coalesce((select r.enabled from pgfence.resources r where r.resource = new.function_name),
+                          new.enabled);
+  if exists (select from pgfence_pgflow.windows w where w.function_name = new.function_name and w.outcome is null) then
+    if tg_op = 'INSERT' then
+      new.enabled := false;
+    elsif coalesce(current_setting('pgfence_pgflow.window', true), '') = '' then
+      update pgfence_pgflow.windows w set changed = true
+       where w.function_name = new.function_name and w.outcome is null;
+    end if;
+  end if;
+  return new;
+end
+$$;
+revoke all on function pgfence_pgflow.follow_resource() from public;
+
+-- The core's enabled_changed hook: the resources whose enabled just changed (register, set_enabled,
+-- prepare_update, finish_update), in their transaction.
+create or replace function pgfence_pgflow.enabled_changed(resources text[])
+returns void
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  -- pgflow 0.8 has no worker_functions.
+  if pg_catalog.to_regclass('pgflow.worker_functions') is not null then
+    execute 'update pgflow.worker_functions wf set enabled = r.enabled from pgfence.resources r
+              where r.resource = wf.function_name and r.resource = any ($1) and wf.enabled is distinct from r.enabled'
+      using enabled_changed.resources;
+  end if;
+end
+$$;
+comment on function pgfence_pgflow.enabled_changed(text[]) is
+  'pgfence.layers: pgflow''s worker_functions.enabled follows the resources whose enabled changed.';
+revoke all on function pgfence_pgflow.enabled_changed(text[]) from public;
+
+drop trigger if exists pgfence_pgflow_worker_functions on pgfence.resources;
+update pgfence.layers set enabled_changed = 'pgfence_pgflow.enabled_changed(text[])'::regprocedure::text
+ where schema_name = 'pgfence_pgflow';
+do $$
+begin
+  if pg_catalog.to_regclass('pgflow.worker_functions') is not null then
+    execute 'create or replace trigger pgfence_follow_resource before insert or update of enabled, function_name
+               on pgflow.worker_functions for each row execute function pgfence_pgflow.follow_resource()';
+    execute 'update pgflow.worker_functions wf set enabled = r.enabled from pgfence.resources r
+              where r.resource = wf.function_name and wf.enabled is distinct from r.enabled';
+  end if;
+end
+$$;
+
+-- The workers of an ended lease, as pgflow knows them: a worker whose last lease was
+-- superseded or drained is deprecated (pgflow's "stop starting, finish what is in hand"), one
+-- whose lease was released has stopped (pgflow 0.9+: stopped_at). ensure_workers then sees no
+-- live worker there, and pgflow's own tools show the truth.
+create or replace function pgfence_pgflow.sync_workers()
+returns bigint
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_leases uuid[] := array(select wl.lease_id from pgfence_pgflow.worker_leases wl);
+  v_rows bigint;
+  v_stopped bigint := 0;
+begin
+  update pgflow.workers w set deprecated_at = clock_timestamp()
+    from pgfence_pgflow.worker_leases wl join pgfence.lease_facts(v_leases) l on l.lease_id = wl.lease_id
+   where wl.worker_id = w.worker_id and w.deprecated_at is null
+     and l.status in ('superseded', 'draining');
+  get diagnostics v_rows = row_count;
+  if exists (select from pg_catalog.pg_attribute a
+              where a.attrelid = 'pgflow.workers'::regclass and a.attname = 'stopped_at' and not a.attisdropped) then
+    execute 'update pgflow.workers w set stopped_at = clock_timestamp()
+               from pgfence_pgflow.worker_leases wl join pgfence.lease_facts($1) l on l.lease_id = wl.lease_id
+              where wl.worker_id = w.worker_id and w.stopped_at is null and l.status = ''released'''
+      using v_leases;
+    get diagnostics v_stopped = row_count;
+  end if;
+  return v_rows + v_stopped;
+end
+$$;
+comment on function pgfence_pgflow.sync_workers() is
+  'Marks the pgflow.workers rows of the layer whose last lease was superseded or drained deprecated_at, '
+  'and those whose lease was released stopped_at (pgflow 0.9+); returns how many.';
+
+-- pgflow 0.14's ensure_workers, through the startup handshake: a worker function that is a
+-- pgfence resource is pinged only when pgfence.request_start returns an invocation id (the
+-- resource is enabled, no lease is current, no invocation is pending: exactly one per
+-- window), and that id is sent in the request's body, {"invocation_id": "..."}, for the
+-- function to acquire with (Owner.acquire(invocationId), FlowWorker.start's invocationId).
+-- A worker function that is no pgfence resource is pinged by pgflow's own rule (every enabled
+-- one locally; else one whose debounce has passed and that has no live worker: not stopped,
+-- not deprecated, a heartbeat within the debounce), with pgflow's empty body: the layer's job
+-- serves both, so that pgflow's own job can call the layer. pgflow's debounce, URL and
+-- credentials are kept (Vault's supabase_project_id, pgflow_auth_secret or
+-- supabase_service_role_key; kong locally). A name is put into the URL only if it is one path
+-- segment (letters, digits, _ and -, as Supabase names Edge Functions): one with '/' or '..'
+-- (a resource may be named so, and registering one is a worker's right) would steer the ping,
+-- with its credentials, elsewhere; it is never pinged. The cron job pgflow schedules is
+-- pointed here by pgfence_pgflow.setup_cron().
+create or replace function pgfence_pgflow.ensure_workers()
+returns table (function_name text, invoked boolean, request_id bigint)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  c_segment constant text := '^[A-Za-z0-9_-]+$';
+  v_local boolean;
+  v_key text;
+  v_base text;
+  v_fn record;
+  v_invocation uuid;
+begin
+  perform pgfence_pgflow.sync_workers();
+  v_local := pgflow.is_local();
+  if v_local then
+    v_base := 'http://kong:8000/functions/v1';
+  else
+    select coalesce(nullif((select s.decrypted_secret from vault.decrypted_secrets s where s.name = 'pgflow_auth_secret'), ''),
+                    nullif((select s.decrypted_secret from vault.decrypted_secrets s where s.name = 'supabase_service_role_key'), '')),
+           (select 'https://' || nullif(s.decrypted_secret, '') || '.supabase.co/functions/v1'
+              from vault.decrypted_secrets s where s.name = 'supabase_project_id')
+      into v_key, v_base;
+    if v_base is null or v_key is null then
+      return;
+    end if;
+  end if;
+  for v_fn in
+    select wf.function_name, r.resource is not null as fenced
+      from pgflow.worker_functions wf left join pgfence.resources r on r.resource = wf.function_name
+     where wf.enabled and coalesce(r.enabled, true) and wf.function_name ~ c_segment
+       and (v_local or wf.last_invoked_at is null or wf.last_invoked_at < now() - wf.debounce)
+       and (r.resource is not null or v_local
+            or not exists (select from pgflow.workers w
+                            where w.function_name = wf.function_name and w.stopped_at is null
+                              and w.deprecated_at is null and w.last_heartbeat_at > now() - wf.debounce))
+     order by wf.function_name
+       for update of wf skip locked
+  loop
+    if v_fn.fenced then
+      v_invocation := pgfence.request_start(v_fn.function_name);
+      continue when v_invocation is null;
+    end if;
+    function_name := v_fn.function_name;
+    invoked := true;
+    request_id := net.http_post(
+      url => v_base || '/' || v_fn.function_name,
+      headers => case when v_local then '{}'::jsonb
+                      else jsonb_build_object('Content-Type', 'application/json', 'Authorization', 'Bearer ' || v_key) end,
+      body => case when v_fn.fenced then jsonb_build_object('invocation_id', v_invocation) else '{}'::jsonb end);
+    update pgflow.worker_functions wf set last_invoked_at = clock_timestamp()
+     where wf.function_name = v_fn.function_name;
+    return next;
+  end loop;
+end
+$$;
+comment on function pgfence_pgflow.ensure_workers() is
+  'pgflow''s ensure_workers, through the startup handshake for a worker function that is a pgfence resource (pinged '
+  'only when pgfence.request_start returns an invocation id, which it sends: {"invocation_id": ...}), by pgflow''s own '
+  'rule for any other; never under a name that is not one URL path segment. pgflow 0.9+.';
+
+-- pgflow's maintenance under `enforce`: its writes of step_tasks and the queue tables (a stalled
+-- task put back, a message made visible or archived; deleting a worker row sets
+-- step_tasks.last_worker_id to NULL), which the guards of a protected table refuse without a
+-- fence, run with the transaction shown as fenced for the resources of the guards
+-- (pgfence.mark_guards), for this call alone.
+create or replace function pgfence_pgflow.as_maintenance(fn text, arg interval default null)
+returns bigint
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_was text := pgfence.mark_guards(array(select c.oid::regclass from pg_class c
+                                           where c.relnamespace = 'pgmq'::regnamespace and c.relname like 'q\_%')
+                                     || 'pgflow.step_tasks'::regclass);
+  v_flow text;
+  v_task record;
+  v_rows bigint := 0;
+  v_n bigint;
+begin
+  if fn = 'requeue' then
+    -- The layer's starts (their current start is an attempt of the layer's): a stalled one
+    -- (pgfence_pgflow.stalled, the takeover's rule: never one whose attempt can still be
+    -- accepted) whose message is still hidden, because its attempt's lease ended and the
+    -- step's timeout passed, is made visible at once; the next read takes it over (or fails it
+    -- for good when it has no attempt left), by the layer's one rule. One that is visible
+    -- again already waits for that read. Locked rows (a result being applied) are skipped.
+    for v_flow in select distinct st.flow_slug from pgflow.step_tasks st where st.status = 'started' loop
+      continue when pg_catalog.to_regclass(format('pgmq.%I', lower('q_' || v_flow))) is null;
+      for v_task in execute format(
+        'select st.message_id
+           from pgflow.step_tasks st
+           join pgflow.steps s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+           join pgflow.flows f on f.flow_slug = s.flow_slug
+           join pgfence_pgflow.attempts a
+             on a.run_id = st.run_id and a.step_slug = st.step_slug and a.task_index = st.task_index
+            and a.attempts_count = st.attempts_count and a.outcome is null
+           join pgmq.%I m on m.msg_id = st.message_id
+           left join lateral pgfence.lease_facts(array[a.lease_id]) l on true
+          where st.flow_slug = $1 and st.status = ''started'' and m.vt > now()
+            and pgfence_pgflow.stalled(st.started_at, coalesce(s.opt_timeout, f.opt_timeout), m.vt <= now(), l.live)
+            for update of st skip locked', lower('q_' || v_flow))
+        using v_flow
+      loop
+        perform pgmq.set_vt(v_flow, v_task.message_id, 0);
+        v_rows := v_rows + 1;
+      end loop;
+    end loop;
+    -- Any other started task (started by pgflow's own worker: a function that is no pgfence
+    -- resource, or an old binary) keeps pgflow's own recovery (0.13 and later, which has it):
+    -- started more than its flow's timeout + 30 s ago, it goes back to queued with its message
+    -- visible at once, at most 3 times; then it is marked permanently stalled and its message
+    -- archived.
+    if exists (select from pg_catalog.pg_attribute a
+                where a.attrelid = 'pgflow.step_tasks'::regclass and a.attname = 'permanently_stalled_at'
+                  and not a.attisdropped) then
+      execute $q$
+        with stalled as (
+          select st.run_id, st.step_slug, st.task_index, st.message_id, st.flow_slug, st.requeued_count
+            from pgflow.step_tasks st
+            join pgflow.flows f on f.flow_slug = st.flow_slug
+           where st.status = 'started' and st.permanently_stalled_at is null
+             and st.started_at < now() - make_interval(secs => f.opt_timeout) - interval '30 seconds'
+             and not exists (select from pgfence_pgflow.attempts a
+                              where a.run_id = st.run_id and a.step_slug = st.step_slug
+                                and a.task_index = st.task_index and a.attempts_count = st.attempts_count)
+             for update of st skip locked),
+        requeued as (
+          update pgflow.step_tasks st
+             set status = 'queued', started_at = null, last_worker_id = null,
+                 requeued_count = st.requeued_count + 1, last_requeued_at = now()
+            from stalled x
+           where x.requeued_count < 3
+             and st.run_id = x.run_id and st.step_slug = x.step_slug and st.task_index = x.task_index
+          returning x.flow_slug, x.message_id),
+        given_up as (
+          update pgflow.step_tasks st set permanently_stalled_at = now()
+            from stalled x
+           where x.requeued_count >= 3
+             and st.run_id = x.run_id and st.step_slug = x.step_slug and st.task_index = x.task_index
+          returning x.flow_slug, x.message_id)
+        select (select count(*) from requeued)
+               + 0 * (select count(*) from requeued r, lateral pgmq.set_vt(r.flow_slug, r.message_id, 0) v
+                       where r.message_id is not null)
+               + 0 * (select count(*) from given_up g, lateral pgmq.archive(g.flow_slug, g.message_id) v
+                       where g.message_id is not null)$q$
+        into v_n;
+      v_rows := v_rows + v_n;
+    end if;
+  else
+    -- The ended worker rows, older than the bound: no heartbeat since arg ago and no task of
+    -- theirs still started; of the layer's rows (worker_leases) only those whose last lease
+    -- has ended (released, superseded, or past its expiry), never a live worker's, whose
+    -- heartbeat is only as recent as its last start (an idle worker's row is old). sync_workers
+    -- first, so that what pgflow shows (deprecated_at / stopped_at) agrees with what goes.
+    perform pgfence_pgflow.sync_workers();
+    delete from pgflow.workers w
+     where w.last_heartbeat_at < now() - arg
+       and not exists (select from pgflow.step_tasks st where st.last_worker_id = w.worker_id and st.status = 'started')
+       and not exists (select from pgfence_pgflow.worker_leases wl
+                         join pgfence.lease_facts(array[wl.lease_id]) l on l.lease_id = wl.lease_id
+                        where wl.worker_id = w.worker_id and l.live);
+    get diagnostics v_rows = row_count;
+    delete from pgfence_pgflow.worker_leases wl
+     where not exists (select from pgflow.workers w where w.worker_id = wl.worker_id);
+  end if;
+  perform set_config('pgfence.fenced', v_was, true);
+  return v_rows;
+end
+$$;
+revoke all on function pgfence_pgflow.as_maintenance(text, interval) from public;
+
+create or replace function pgfence_pgflow.requeue_stalled_tasks()
+returns integer
+language sql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select pgfence_pgflow.as_maintenance('requeue')::int;
+$$;
+comment on function pgfence_pgflow.requeue_stalled_tasks() is
+  'Stalled-task recovery, also where step_tasks and the queues are protected in enforce mode: a layer''s start that '
+  'has stalled (its attempt''s lease ended past its step''s timeout) gets its message back at once, for the next read '
+  'to take over; never one whose attempt can still be accepted. Other starts (pgflow''s own workers) by pgflow''s own '
+  'rule (0.13+). Returns how many.';
+
+create or replace function pgfence_pgflow.prune_workers(older_than interval default '7 days')
+returns table (what text, rows bigint)
+language sql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select 'pgflow.workers'::text, pgfence_pgflow.as_maintenance('prune', prune_workers.older_than);
+$$;
+comment on function pgfence_pgflow.prune_workers(interval) is
+  'Deletes the ended pgflow.workers rows: no heartbeat for older_than, no task started, and for the layer''s rows '
+  'a last lease that has ended (never a live worker''s row), also under enforce. pgfence_pgflow.prune (the layer''s '
+  'prune in pgfence.layers, run by pgfence.prune) calls it.';
+
+revoke all on function pgfence_pgflow.sync_workers(), pgfence_pgflow.ensure_workers(),
+                       pgfence_pgflow.requeue_stalled_tasks(), pgfence_pgflow.prune_workers(interval)
+  from public;
+grant execute on function pgfence_pgflow.sync_workers(), pgfence_pgflow.ensure_workers(),
+                         pgfence_pgflow.requeue_stalled_tasks(), pgfence_pgflow.prune_workers(interval)
+   to pgfence_operator;
+
+
+-- change: pgflow_cron
+-- Deploy pgfence_pgflow:pgflow_cron
+-- requires: pgflow_workers
+--
+-- 0.3.0: pgflow's cron jobs with an exact-state contract. setup_cron (0.2's, in pgflow_workers)
+-- pointed pgflow's two jobs at the layer and kept no record of what they were, so nothing
+-- could restore them, and reverting the layer left them calling dropped functions. Now
+-- setup_cron records what it changes, undo_cron and the layer's revert put it back exactly
+-- (a job that was absent stays absent, one that was paused stays paused: only the command is
+-- ever changed), and a missing job is reported. The layer's jobs serve every worker function,
+-- fenced or not (pgfence_pgflow.ensure_workers and requeue_stalled_tasks apply pgflow's own
+-- rules to the others), so that pgflow's own jobs can call them.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- What setup_cron changed: each of pgflow's jobs it pointed at the layer, with the command it
+-- had (the only thing it changes), until undo_cron or the layer's revert puts it back.
+create table pgfence_pgflow.cron_jobs (
+  jobname   text primary key,
+  jobid     bigint not null,
+  command   text not null,
+  set_at    timestamptz not null default clock_timestamp()
+);
+comment on table pgfence_pgflow.cron_jobs is
+  'pgflow''s cron jobs that setup_cron pointed at the layer, and the command each had before. Not a public interface.';
+revoke all on table pgfence_pgflow.cron_jobs from public;
+
+-- pgflow's two jobs, by the names pgflow's migrations schedule them under, with pgflow's own
+-- command and the layer's.
+create function pgfence_pgflow.cron_commands()
+returns table (jobname text, pgflow_command text, layer_command text)
+language sql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  values ('pgflow_ensure_workers', 'select pgflow.ensure_workers()', 'select pgfence_pgflow.ensure_workers()'),
+         ('pgflow_requeue_stalled_tasks', 'select pgflow.requeue_stalled_tasks()',
+          'select pgfence_pgflow.requeue_stalled_tasks()');
+$$;
+revoke all on function pgfence_pgflow.cron_commands() from public;
+
+-- Points pgflow's jobs at the layer (pg_cron's cron.alter_job, command only: schedule, database,
+-- role and active stay as they are) and records each command it replaces. It runs as its
+-- caller, who must be allowed to alter the jobs (pg_cron lets a job's owner or a superuser:
+-- on Supabase the role that installed pgflow and the layer, postgres) and owns the layer (its
+-- record). A missing job is reported (missing) and not made; a job already pointed is left
+-- (already). Idempotent.
+-- (0.2's returned a sentence: its result changes. A fresh install has none.)
+set local client_min_messages = warning;
+-- (0.2's setup_cron returned a sentence; nothing in the schema calls it)
+-- squawk-ignore ban-drop-function
+drop function if exists pgfence_pgflow.setup_cron();
+create function pgfence_pgflow.setup_cron()
+returns table (jobname text, outcome text, command text)
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_job record;
+  v_id bigint;
+  v_command text;
+begin
+  if pg_catalog.to_regclass('cron.job') is null then
+    jobname := null; outcome := 'pg_cron is not installed: nothing to do'; command := null;
+    return next;
+    return;
+  end if;
+  for v_job in select c.* from pgfence_pgflow.cron_commands() c order by c.jobname loop
+    execute 'select j.jobid, j.command from cron.job j where j.jobname = $1 and j.database = current_database()'
+      into v_id, v_command using v_job.jobname;
+    jobname := v_job.jobname;
+    if v_id is null then
+      outcome := 'missing'; command := null;
+    elsif v_command = v_job.layer_command then
+      outcome := 'already'; command := v_command;
+    else
+      insert into pgfence_pgflow.cron_jobs (jobname, jobid, command) values (v_job.jobname, v_id, v_command)
+      on conflict on constraint cron_jobs_pkey do update set jobid = excluded.jobid, command = excluded.command,
+                                                              set_at = excluded.set_at;
+      execute 'select cron.alter_job($1, command => $2)' using v_id, v_job.layer_command;
+      outcome := 'pointed'; command := v_job.layer_command;
+    end if;
+    return next;
+  end loop;
+end
+$$;
+comment on function pgfence_pgflow.setup_cron() is
+  'The jobs'' owner, once after installing the layer on pgflow 0.14: pgflow''s cron jobs pgflow_ensure_workers and '
+  'pgflow_requeue_stalled_tasks call pgfence_pgflow.ensure_workers() and requeue_stalled_tasks() instead; each '
+  'command replaced is recorded for undo_cron. One row per job: pointed, already, or missing (reported, not made).';
+
+-- Puts back what setup_cron recorded: each job whose command is still the layer's gets its own
+-- again (restored); one that is gone stays gone (missing); one whose command someone changed
+-- since is left as it is (changed). The record is then forgotten. Runs as its caller, as
+-- setup_cron.
+create function pgfence_pgflow.undo_cron()
+returns table (jobname text, outcome text, command text)
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_job record;
+  v_now text;
+begin
+  for v_job in select r.jobname, r.jobid, r.command, c.layer_command
+                 from pgfence_pgflow.cron_jobs r join pgfence_pgflow.cron_commands() c on c.jobname = r.jobname
+                order by r.jobname loop
+    v_now := null;
+    if pg_catalog.to_regclass('cron.job') is not null then
+      execute 'select j.command from cron.job j where j.jobid = $1' into v_now using v_job.jobid;
+    end if;
+    jobname := v_job.jobname;
+    if v_now is null then
+      outcome := 'missing'; command := null;
+    elsif v_now <> v_job.layer_command then
+      outcome := 'changed'; command := v_now;
+    else
+      execute 'select cron.alter_job($1, command => $2)' using v_job.jobid, v_job.command;
+      outcome := 'restored'; command := v_job.command;
+    end if;
+    delete from pgfence_pgflow.cron_jobs r where r.jobname = v_job.jobname;
+    return next;
+  end loop;
+end
+$$;
+comment on function pgfence_pgflow.undo_cron() is
+  'Undoes setup_cron exactly: each recorded job whose command is still the layer''s gets its own back (restored); '
+  'one that is gone stays gone (missing); one changed since is left (changed).';
+
+-- Over 0.2, whose setup_cron kept no record: a job it pointed at the layer had pgflow's own
+-- command before (setup_cron pointed only pgflow's two jobs, by name), recorded as such.
+do $$
+begin
+  if pg_catalog.to_regclass('cron.job') is not null then
+    execute 'insert into pgfence_pgflow.cron_jobs (jobname, jobid, command)
+             select j.jobname, j.jobid, c.pgflow_command
+               from cron.job j join pgfence_pgflow.cron_commands() c on c.jobname = j.jobname
+              where j.database = current_database() and j.command = c.layer_command';
+  end if;
+end
+$$;
+
+revoke all on function pgfence_pgflow.setup_cron(), pgfence_pgflow.undo_cron() from public;
+
+
+-- change: pgflow_prune_health
+-- Deploy pgfence_pgflow:pgflow_prune_health
+-- requires: pgflow_in_flight
+--
+-- Reworked in 0.3.0: written once in the core (pgfence.prune_attempts, cron_job_problem); a
+-- start without a result that can no longer be accepted (its worker died, and the task was
+-- taken over) is pruned too, once older than the bound; health checks the layer's pg_cron jobs
+-- for real. The check "locked down" is the core's now ("roles and grants" covers every
+-- layer's schema).
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Retention (pgfence.prune's shape, registered in pgfence.layers): the record of starts that
+-- ended before older_than (accepted, or abandoned: no longer acceptable, open_starts) and the
+-- stale results, by the core's batched pruning; never a start that can still be accepted.
+create or replace function pgfence_pgflow.prune(older_than interval)
+returns table (what text, "rows" bigint)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return query
+  select p.what, p.rows
+    from pgfence.prune_attempts('pgfence_pgflow.attempts', 'pgfence_pgflow.stale_results', 'started_at',
+                                prune.older_than, array(select o.attempt_id from pgfence_pgflow.open_starts() o)) p;
+  -- The ended worker rows (pgflow.workers), also under enforce: pgfence_pgflow.prune_workers,
+  -- of the later change pgflow_workers (called by name, so that reverting that change leaves
+  -- this prune working).
+  if pg_catalog.to_regprocedure('pgfence_pgflow.prune_workers(interval)') is not null then
+    return query execute 'select * from pgfence_pgflow.prune_workers($1)' using prune.older_than;
+  end if;
+end
+$$;
+comment on function pgfence_pgflow.prune(interval) is
+  'pgfence.layers: deletes the starts that ended (accepted, or abandoned) and the stale results older than older_than, '
+  'in batches; never a start that can still be accepted; and the ended worker rows (pgfence_pgflow.prune_workers). '
+  'Raises 22023.';
+
+-- A job of the layer, for real (pgfence.cron_job_problem), and none of pgflow's own still
+-- calling what it replaces: pgflow's ensure_workers pings the resources' functions without the
+-- startup handshake, and its requeue_stalled_tasks takes over live tasks by the flow's timeout.
+-- NULL when the layer's job is as it should be and pgflow's own is not active here.
+create or replace function pgfence_pgflow.job_problem(layer_fn regprocedure, own_fn text)
+returns text
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_jobs regclass := pg_catalog.to_regclass('cron.job');
+  v_own text;
+begin
+  if v_jobs is not null then
+    execute format($q$select string_agg(format('job %%s (%%s) still calls %%s', j.jobid,
+                                               coalesce(to_jsonb(j)->>'jobname', 'no name'), $1), '; ' order by j.jobid)
+                        from %s j
+                       where j.active and j.database = current_database()
+                         and j.command ~* ('^\s*select\s+' || replace($1, '.', '\.') || '\s*\(\s*\)\s*;?\s*$')$q$, v_jobs)
+      into v_own using own_fn;
+  end if;
+  return nullif(concat_ws('; ', pgfence.cron_job_problem(layer_fn),
+                          v_own || ': run pgfence_pgflow.setup_cron() (docs/pgflow.md)'), '');
+end
+$$;
+revoke all on function pgfence_pgflow.job_problem(regprocedure, text) from public;
+
+-- Health (pgfence.health's shape, registered in pgfence.layers): pgflow installed, and where
+-- pgflow schedules jobs (0.9 and later: ensure_workers; 0.13 and later: requeue_stalled_tasks)
+-- the layer's two jobs for real.
+create or replace function pgfence_pgflow.health()
+returns table ("check" text, ok boolean, detail text)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select 'pgflow layer: pgflow installed', pg_catalog.to_regclass('pgflow.step_tasks') is not null,
+         'the layer starts pgflow''s tasks (pgflow 0.8 or later)'
+  union all
+  select 'pgflow layer: ensure_workers job', p is null,
+         coalesce(p, case when pg_catalog.to_regprocedure('pgflow.ensure_workers()') is null
+                          then 'pgflow before 0.9 starts no workers: no job needed'
+                          else 'a pg_cron job runs pgfence_pgflow.ensure_workers(); none runs pgflow''s own' end)
+    from (select case when pg_catalog.to_regprocedure('pgflow.ensure_workers()') is not null
+                      then pgfence_pgflow.job_problem('pgfence_pgflow.ensure_workers()', 'pgflow.ensure_workers') end) x(p)
+  union all
+  select 'pgflow layer: requeue job', p is null,
+         coalesce(p, case when pg_catalog.to_regprocedure('pgflow.requeue_stalled_tasks()') is null
+                          then 'pgflow before 0.13 schedules no recovery: the layer''s takeover recovers its tasks'
+                          else 'a pg_cron job runs pgfence_pgflow.requeue_stalled_tasks(); none runs pgflow''s own' end)
+    from (select case when pg_catalog.to_regprocedure('pgflow.requeue_stalled_tasks()') is not null
+                      then pgfence_pgflow.job_problem('pgfence_pgflow.requeue_stalled_tasks()',
+                                                      'pgflow.requeue_stalled_tasks') end) x(p);
+$$;
+comment on function pgfence_pgflow.health() is 'pgfence.layers: the pgflow layer''s own checks.';
+
+revoke all on function pgfence_pgflow.prune(interval), pgfence_pgflow.health() from public;
+update pgfence.layers
+   set prune = 'pgfence_pgflow.prune(interval)', health = 'pgfence_pgflow.health()'
+ where schema_name = 'pgfence_pgflow';
 
 
 -- change: pgflow_set_vt
@@ -1037,8 +1647,9 @@ declare
 begin
   perform pgfence.check_not_null('lease_id', mark_worker_stopped.lease_id);
   select wl.worker_id into v_worker
-    from pgfence_pgflow.worker_leases wl join pgfence.leases l on l.lease_id = wl.lease_id
-   where wl.lease_id = mark_worker_stopped.lease_id and not pgfence.is_live(l.state, l.expires_at);
+    from pgfence_pgflow.worker_leases wl
+    join pgfence.lease_facts(array[mark_worker_stopped.lease_id]) f on f.lease_id = wl.lease_id
+   where wl.lease_id = mark_worker_stopped.lease_id and not f.live;
   if v_worker is null then
     return false;
   end if;
@@ -1051,6 +1662,9 @@ begin
      where w.worker_id = v_worker and w.deprecated_at is null;
   end if;
   get diagnostics v_rows = row_count; -- EXECUTE leaves FOUND alone
+  -- The worker's row stays locked to the end of the transaction: pgflow's own heartbeats and
+  -- ensure_workers need it, so the transaction may idle only as long as the core's may.
+  perform pgfence.limit_idle();
   return v_rows > 0;
 end
 $$;
@@ -1074,15 +1688,28 @@ grant execute on function pgfence_pgflow.mark_worker_stopped(uuid) to pgfence_wo
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
+-- setup_cron and undo_cron are run by the role that owns pgflow's cron jobs (pg_cron lets only
+-- a job's owner alter it; docs/pgflow.md), granted to no pgfence role: Private by the kinds'
+-- rule, though that owner calls them.
 do $$
 begin
-  perform pgfence.set_kind('Hook', 'pgfence_pgflow.health()', 'pgfence_pgflow.in_flight(text[])',
-                           'pgfence_pgflow.leases()', 'pgfence_pgflow.prune(interval)');
+  perform pgfence.set_kind('Hook', 'pgfence_pgflow.enabled_changed(text[])',
+                           'pgfence_pgflow.health()', 'pgfence_pgflow.in_flight()',
+                           'pgfence_pgflow.leases()', 'pgfence_pgflow.prune(interval)',
+                           'pgfence_pgflow.window_finish(uuid)',
+                           'pgfence_pgflow.window_prepare(uuid, text[])',
+                           'pgfence_pgflow.window_status(uuid, text[])');
   perform pgfence.set_kind('Private',
                            'pgfence_pgflow.as_maintenance(text, interval)',
                            'pgfence_pgflow.check_allowed(regprocedure)',
+                           'pgfence_pgflow.cron_commands()',
                            'pgfence_pgflow.follow_resource()',
-                           'pgfence_pgflow.worker_id(uuid, bytea)');
+                           'pgfence_pgflow.job_problem(regprocedure, text)',
+                           'pgfence_pgflow.open_starts()',
+                           'pgfence_pgflow.setup_cron()',
+                           'pgfence_pgflow.stalled(timestamp with time zone, integer, boolean, boolean)',
+                           'pgfence_pgflow.start_lease_live(uuid, text, integer, integer)',
+                           'pgfence_pgflow.undo_cron()');
 end
 $$;
 

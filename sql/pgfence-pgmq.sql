@@ -217,9 +217,21 @@ revoke all on function pgfence_pgmq.attempt_uuid(bigint, int), pgfence_pgmq.queu
   from public;
 
 
--- change: read
--- Deploy pgfence_pgmq:read
+-- change: lockdown
+-- Deploy pgfence_pgmq:lockdown
+-- requires: schema
 -- requires: attempts
+-- requires: read
+-- requires: finish
+-- requires: archive
+-- requires: delete
+-- requires: set_vt
+-- requires: in_flight
+-- requires: prune_health
+--
+-- The last change: the core's lockdown, applied to this layer's schema. Whatever default
+-- privileges the database carries (Supabase's hand new functions and tables to anon and
+-- authenticated), nobody but the owner and the three pgfence roles keeps a privilege here.
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -227,14 +239,71 @@ revoke all on function pgfence_pgmq.attempt_uuid(bigint, int), pgfence_pgmq.queu
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence_pgmq.read(lease_id uuid, queue text, vt interval, qty int default 1)
+do $$ begin perform pgfence.lockdown('pgfence_pgmq'); end $$;
+
+
+-- change: attempts_order
+-- Deploy pgfence_pgmq:attempts_order
+-- requires: attempts
+--
+-- 0.3.0: the layer's record of reads in the order they were made, so that an attempt is stale
+-- once a later read of its message exists, whatever a producer does to the message since (one
+-- that copies msg_id, read_ct and enqueued_at of a stale read into the queue again cannot
+-- revive it); the monitors' view of reads asks the core about leases (pgfence.lease_facts)
+-- instead of reading pgfence.leases; and the layer's own mark() gives way to the core's
+-- pgfence.mark_lease.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Reads numbered as they are made (the next read of a message comes after the one before has
+-- been recorded: pgmq's read locks the message row, which the recording read holds to its end).
+-- Reads recorded before 0.3.0 have none, and count as older than any read numbered.
+create sequence pgfence_pgmq.read_order as bigint;
+comment on sequence pgfence_pgmq.read_order is 'The order of reads (pgfence_pgmq.attempts.read_order).';
+revoke all on sequence pgfence_pgmq.read_order from public;
+alter table pgfence_pgmq.attempts add column read_order bigint;
+alter table pgfence_pgmq.attempts alter column read_order set default pg_catalog.nextval('pgfence_pgmq.read_order');
+-- Whether a later read of a message exists, for each result: its reads, found by the message.
+-- Built inside the upgrade's transaction (CONCURRENTLY cannot be), so reads wait for the build:
+-- on a large history, seconds. Upgrade at a quiet moment (docs/upgrading.md).
+-- squawk-ignore require-concurrent-index-creation
+create index attempts_message on pgfence_pgmq.attempts (queue, msg_id);
+
+create or replace view pgfence_pgmq.reads as
+select pgfence.capability_ref(a.attempt_id) as attempt_ref, pgfence.capability_ref(a.lease_id) as lease_ref,
+       l.resource, a.queue, a.msg_id, a.read_ct, a.enqueued_at, a.read_at, a.outcome, a.finished_at
+  from pgfence_pgmq.attempts a
+  left join pgfence.lease_facts(array(select distinct x.lease_id from pgfence_pgmq.attempts x)) l
+         on l.lease_id = a.lease_id;
+
+-- (dead since the core's mark_lease; nothing calls it)
+-- squawk-ignore ban-drop-function
+drop function pgfence_pgmq.mark(text, uuid);
+
+
+-- change: read
+-- Deploy pgfence_pgmq:read
+-- requires: attempts
+--
+-- Reworked in 0.3.0: the lease held and the transaction marked by the core's
+-- pgfence.hold_fenced, not by reading pgfence.leases and pgfence.signing_key here.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence_pgmq.read(lease_id uuid, queue text, vt interval, qty int default 1)
 returns table (attempt_id uuid, msg_id bigint, read_ct int, enqueued_at timestamptz, message jsonb)
 language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
-declare
-  v_lease pgfence.leases;
 begin
   perform pgfence.check_not_null('lease_id', read.lease_id);
   perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(read.queue), 'update');
@@ -242,12 +311,12 @@ begin
   if read.qty is null or read.qty not between 1 and 1000 then
     perform pgfence.invalid_argument('qty', 'must be 1 to 1000', read.qty::text);
   end if;
-  -- What fence() does, in the transaction of the read (as claim): the lease row stays locked
-  -- until this transaction ends, so no successor is granted between the check and the read
-  -- (I2), and the transaction is marked fenced for the lease's resource, so the read's update
-  -- passes the guard of a protected queue table (and so does the rest of the transaction).
-  v_lease := pgfence.hold_current(read.lease_id);
-  perform pgfence.mark_fenced(v_lease.resource, k.hmac_key) from pgfence.signing_key k;
+  -- What fence() does, in the transaction of the read (as claim; the core's hold_fenced): the
+  -- lease row stays locked until this transaction ends, so no successor is granted between the
+  -- check and the read (I2), and the transaction is marked fenced for the lease's resource, so
+  -- the read's update passes the guard of a protected queue table (and so does the rest of the
+  -- transaction).
+  perform pgfence.hold_fenced(read.lease_id);
   -- pgmq's own read (visible messages in msg_id order, SKIP LOCKED so that readers never wait
   -- for each other; vt in whole seconds, as pgmq counts it, rounded up), each message
   -- recorded with its attempt id in the same statement.
@@ -278,6 +347,13 @@ grant execute on function pgfence_pgmq.read(uuid, text, interval, int) to pgfenc
 -- change: finish
 -- Deploy pgfence_pgmq:finish
 -- requires: attempts
+-- requires: attempts_order
+--
+-- Reworked in 0.3.0: an attempt is stale once a later read of its message exists, whatever
+-- the message looks like now (a producer cannot revive a stale attempt); the transaction may
+-- then idle at most 5 s (pgfence.limit_idle: it holds the attempts and messages others need)
+-- and waits for a lock at most 5 s (pgfence.limit_lock_wait: 55P03, which the clients retry);
+-- the guard is shown the lease's resource by the core (pgfence.mark_lease).
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -289,10 +365,11 @@ set local lock_timeout = '5s';
 -- archive and delete share one rule (I5), the one of pgfence's own complete and fail: the
 -- result of the attempt that holds the message is accepted, even after its lease expired or
 -- drained, as long as nobody read the message again since (its read_ct is still the one this
--- attempt's read gave it). Otherwise it is stale, and recorded in pgfence_pgmq.stale_results.
+-- attempt's read gave it, and the layer's record holds no later read of it). Otherwise it is
+-- stale, and recorded in pgfence_pgmq.stale_results.
 -- One mechanism for one attempt and for a batch: archive(id) is this function over
 -- array[id]. Outcomes are returned in the order of the ids.
-create function pgfence_pgmq.finish(attempt_ids uuid[], kind text)
+create or replace function pgfence_pgmq.finish(attempt_ids uuid[], kind text)
 returns text[]
 language plpgsql
 security definer
@@ -329,32 +406,44 @@ declare
   v_count int;
   v_accepted int := 0;
   v_outcomes text[];
+  v_lock_wait text;
 begin
   perform pgfence.check_batch(finish.attempt_ids);
   if finish.kind is null or finish.kind not in ('archive', 'delete') then
     perform pgfence.invalid_argument('kind', 'must be archive or delete', finish.kind);
   end if;
+  -- Another session's attempt or message rows are waited for at most 5 s (55P03 then: the
+  -- clients send the result again), and this transaction, once it holds them, idles at most
+  -- 5 s: no worker, current or stale, keeps a message from its successor.
+  v_lock_wait := pgfence.limit_lock_wait();
   -- The attempts are locked, in attempt_id order, before anything is written: two calls of one
   -- attempt are decided one after the other, and two batches over overlapping attempts given
   -- in different orders cannot each hold one the other waits for (a deadlock). A message is
   -- written only through the one attempt whose read count it still has, so two finishers meet
   -- on a message row only through an attempt both hold, and the first of them to lock that
   -- attempt goes first; readers skip locked messages (SKIP LOCKED) and never wait for one.
+  -- An attempt whose message was read again since (a later read in the layer's record) holds
+  -- nothing, whatever the message's row says now: it is not among those to finish (open).
   select count(*),
          array_agg(l.attempt_id) filter (where l.outcome is not null),
-         array_agg(distinct l.queue) filter (where l.outcome is null),
-         array_agg(distinct l.lease_id) filter (where l.outcome is null),
-         array_agg(l.msg_id order by l.msg_id, l.read_ct desc) filter (where l.outcome is null),
-         array_agg(l.read_ct order by l.msg_id, l.read_ct desc) filter (where l.outcome is null),
-         array_agg(l.enqueued_at order by l.msg_id, l.read_ct desc) filter (where l.outcome is null),
-         array_agg(l.attempt_id order by l.msg_id, l.read_ct desc) filter (where l.outcome is null)
+         array_agg(distinct l.queue) filter (where l.open),
+         array_agg(distinct l.lease_id) filter (where l.open),
+         array_agg(l.msg_id order by l.msg_id, l.read_ct desc) filter (where l.open),
+         array_agg(l.read_ct order by l.msg_id, l.read_ct desc) filter (where l.open),
+         array_agg(l.enqueued_at order by l.msg_id, l.read_ct desc) filter (where l.open),
+         array_agg(l.attempt_id order by l.msg_id, l.read_ct desc) filter (where l.open)
     into v_found, v_finished, v_queues, v_leases, v_msg_ids, v_read_cts, v_enqueued, v_attempts
-    from (select a.attempt_id, a.outcome, a.queue, a.lease_id,
-                 a.msg_id, a.read_ct, a.enqueued_at
-            from pgfence_pgmq.attempts a
-           where a.attempt_id = any (finish.attempt_ids)
-           order by a.attempt_id
-             for update) l;
+    from (select l.*, l.outcome is null
+                      and not exists (select from pgfence_pgmq.attempts b
+                                       where b.queue = l.queue and b.msg_id = l.msg_id
+                                         and coalesce(b.read_order, 0) > coalesce(l.read_order, 0)) as open
+            from (select a.attempt_id, a.outcome, a.queue, a.lease_id,
+                         a.msg_id, a.read_ct, a.enqueued_at, a.read_order
+                    from pgfence_pgmq.attempts a
+                   where a.attempt_id = any (finish.attempt_ids)
+                   order by a.attempt_id
+                     for update) l) l;
+  perform pgfence.limit_idle();
   if v_found < v_n then
     perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence_pgmq.read',
       (select u.a::text from unnest(finish.attempt_ids) with ordinality u(a, n)
@@ -370,7 +459,10 @@ begin
              array_agg(a.attempt_id order by a.msg_id, a.read_ct desc)
         into v_leases, v_msg_ids, v_read_cts, v_enqueued, v_attempts
         from pgfence_pgmq.attempts a
-       where a.attempt_id = any (finish.attempt_ids) and a.queue = v_queue and a.outcome is null;
+       where a.attempt_id = any (finish.attempt_ids) and a.queue = v_queue and a.outcome is null
+         and not exists (select from pgfence_pgmq.attempts b
+                          where b.queue = a.queue and b.msg_id = a.msg_id
+                            and coalesce(b.read_order, 0) > coalesce(a.read_order, 0));
     end if;
     v_table := pgfence_pgmq.queue_table(v_queue);
     -- What pgmq's own archive or delete would need of the caller's role.
@@ -379,7 +471,7 @@ begin
     -- guard of a protected queue table is shown their resources for this statement alone.
     v_was := null;
     foreach v_lease in array v_leases loop
-      v_mark := pgfence_pgmq.mark(v_table, v_lease);
+      v_mark := pgfence.mark_lease(v_lease, pg_catalog.to_regclass(format('pgmq.%I', v_table)));
       v_was := coalesce(v_was, v_mark);  -- the first: what was there before any of them
     end loop;
     -- The check and the write are one statement. A reader that holds a message's row (read,
@@ -432,6 +524,7 @@ begin
       v_accepted := v_accepted + v_count;
     end if;
   end loop;
+  perform set_config('lock_timeout', v_lock_wait, true);
   if v_accepted = v_n then
     return array_fill('accepted'::text, array[v_n]);
   end if;
@@ -468,6 +561,9 @@ grant execute on function pgfence_pgmq.finish(uuid[], text) to pgfence_worker;
 -- change: archive
 -- Deploy pgfence_pgmq:archive
 -- requires: finish
+--
+-- Reworked in 0.3.0 unchanged, to follow finish's rework: a fresh install creates it after
+-- finish, whose name its body calls (Sqitch refuses two changes with the same script).
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -477,7 +573,7 @@ set local lock_timeout = '5s';
 
 -- The name of the contract, inlined into the caller's query (LANGUAGE sql, no SET, not
 -- SECURITY DEFINER, every name qualified), so a call costs one function's SET, not two.
-create function pgfence_pgmq.archive(attempt_id uuid)
+create or replace function pgfence_pgmq.archive(attempt_id uuid)
 returns text
 language sql
 as $$
@@ -490,7 +586,7 @@ comment on function pgfence_pgmq.archive(uuid) is
 
 -- The batch: one row per id, in the order given (plpgsql without SET, every name qualified:
 -- its plan is kept, where a LANGUAGE sql function returning a set would be planned per call).
-create function pgfence_pgmq.archive_many(attempt_ids uuid[])
+create or replace function pgfence_pgmq.archive_many(attempt_ids uuid[])
 returns table (attempt_id uuid, outcome text)
 language plpgsql
 as $$
@@ -513,6 +609,9 @@ grant execute on function pgfence_pgmq.archive(uuid), pgfence_pgmq.archive_many(
 -- change: delete
 -- Deploy pgfence_pgmq:delete
 -- requires: finish
+--
+-- Reworked in 0.3.0 unchanged, to follow finish's rework: a fresh install creates it after
+-- finish, whose name its body calls (Sqitch refuses two changes with the same script).
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -522,7 +621,7 @@ set local lock_timeout = '5s';
 
 -- The name of the contract, inlined into the caller's query (LANGUAGE sql, no SET, not
 -- SECURITY DEFINER, every name qualified), so a call costs one function's SET, not two.
-create function pgfence_pgmq.delete(attempt_id uuid)
+create or replace function pgfence_pgmq.delete(attempt_id uuid)
 returns text
 language sql
 as $$
@@ -533,7 +632,7 @@ comment on function pgfence_pgmq.delete(uuid) is
 
 -- The batch: one row per id, in the order given (plpgsql without SET, every name qualified:
 -- its plan is kept, where a LANGUAGE sql function returning a set would be planned per call).
-create function pgfence_pgmq.delete_many(attempt_ids uuid[])
+create or replace function pgfence_pgmq.delete_many(attempt_ids uuid[])
 returns table (attempt_id uuid, outcome text)
 language plpgsql
 as $$
@@ -556,6 +655,12 @@ grant execute on function pgfence_pgmq.delete(uuid), pgfence_pgmq.delete_many(uu
 -- change: set_vt
 -- Deploy pgfence_pgmq:set_vt
 -- requires: attempts
+-- requires: attempts_order
+--
+-- Reworked in 0.3.0: NULL once a later read of the message exists (as finish judges); the
+-- transaction may then idle at most 5 s (it holds the message row: pgfence.limit_idle) and
+-- waits for it at most 5 s (pgfence.limit_lock_wait: 55P03, which the clients retry); the guard
+-- is shown the lease's resource by the core (pgfence.mark_lease).
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -564,7 +669,7 @@ set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
 -- A long handler keeps its message: like pgfence.extend, by the attempt alone.
-create function pgfence_pgmq.set_vt(attempt_id uuid, vt interval)
+create or replace function pgfence_pgmq.set_vt(attempt_id uuid, vt interval)
 returns timestamptz
 language plpgsql
 security definer
@@ -575,6 +680,7 @@ declare
   v_table text;
   v_vt timestamptz;
   v_was text;
+  v_lock_wait text;
 begin
   perform pgfence.check_not_null('attempt_id', set_vt.attempt_id);
   perform pgfence.check_interval('vt', set_vt.vt);
@@ -583,15 +689,23 @@ begin
     perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence_pgmq.read',
                                      set_vt.attempt_id::text);
   end if;
-  if v_attempt.outcome is not null then
+  -- Finished, or read again since (a later read in the layer's record): it holds nothing.
+  if v_attempt.outcome is not null
+     or exists (select from pgfence_pgmq.attempts b
+                 where b.queue = v_attempt.queue and b.msg_id = v_attempt.msg_id
+                   and coalesce(b.read_order, 0) > coalesce(v_attempt.read_order, 0)) then
     return null;
   end if;
   v_table := pgfence_pgmq.queue_table(v_attempt.queue);
   perform pgfence_pgmq.check_allowed(v_table, 'update');
-  v_was := pgfence_pgmq.mark(v_table, v_attempt.lease_id);
+  v_was := pgfence.mark_lease(v_attempt.lease_id, pg_catalog.to_regclass(format('pgmq.%I', v_table)));
+  -- The message row: waited for at most 5 s, then held by an idle transaction at most 5 s.
+  v_lock_wait := pgfence.limit_lock_wait();
   execute format('update pgmq.%I m set vt = clock_timestamp() + $4 '
                  'where m.msg_id = $1 and m.read_ct = $2 and m.enqueued_at = $3 returning m.vt', v_table)
      into v_vt using v_attempt.msg_id, v_attempt.read_ct, v_attempt.enqueued_at, set_vt.vt;
+  perform set_config('lock_timeout', v_lock_wait, true);
+  perform pgfence.limit_idle();
   if v_was is not null then
     perform set_config('pgfence.fenced', v_was, true);
   end if;
@@ -600,7 +714,7 @@ end
 $$;
 comment on function pgfence_pgmq.set_vt(uuid, interval) is
   'A long handler keeps its message: visible again vt from now. NULL when the message was read again since, '
-  'or finished. Raises 42501, 22023 for an unknown attempt.';
+  'or finished. Raises 42501, 22023 for an unknown attempt, 55P03 when another session holds the message over 5 s.';
 
 revoke all on function pgfence_pgmq.set_vt(uuid, interval) from public;
 grant execute on function pgfence_pgmq.set_vt(uuid, interval) to pgfence_worker;
@@ -609,6 +723,11 @@ grant execute on function pgfence_pgmq.set_vt(uuid, interval) to pgfence_worker;
 -- change: in_flight
 -- Deploy pgfence_pgmq:in_flight
 -- requires: attempts
+-- requires: attempts_order
+--
+-- Reworked in 0.3.0: the layer's judgement of its reads written once (open_reads: a read
+-- without a result that can still be accepted), which in_flight, leases and prune ask; in_flight
+-- answers per lease, without arguments (the core judges the leases: pgfence.layer_work).
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -616,12 +735,14 @@ grant execute on function pgfence_pgmq.set_vt(uuid, interval) to pgfence_worker;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
--- Update windows count this layer's work (pgfence.update_status, through pgfence.layers):
--- per resource, the messages read under one of its leases that have no result and are still
--- hidden, as read (the same read count, the same message): a handler may still be working on
--- them. A message visible again, or read again since, is no longer its reader's.
-create function pgfence_pgmq.in_flight(resources text[])
-returns table (resource text, kind text, in_flight bigint)
+-- The reads without a result that can still be accepted (finish's rule): their message is
+-- still the one read, with the read count this read gave it, and the layer's record holds no
+-- later read of it. hidden: the message is still hidden as read, so its handler may still be
+-- working (a message visible again is no longer its reader's to keep, though a late result is
+-- still accepted until someone reads it). Anything else without a result was abandoned: its
+-- worker died, or it was taken over, or the queue is gone.
+create function pgfence_pgmq.open_reads()
+returns table (attempt_id uuid, lease_id uuid, hidden boolean)
 language plpgsql
 stable
 security definer
@@ -630,51 +751,78 @@ as $$
 declare
   v_queue text;
 begin
-  for v_queue in
-    select distinct a.queue
-      from pgfence.leases l join pgfence_pgmq.attempts a on a.lease_id = l.lease_id and a.outcome is null
-     where l.resource = any (in_flight.resources)
-  loop
+  for v_queue in select distinct a.queue from pgfence_pgmq.attempts a where a.outcome is null loop
     if pg_catalog.to_regclass(format('pgmq.%I', pg_catalog.lower('q_' || v_queue))) is null then
-      continue;  -- the queue was dropped: nothing of it is in flight
+      continue;  -- the queue was dropped: nothing of it can be accepted
     end if;
     return query execute format(
-      'select l.resource, ''pgmq''::text, count(*) '
-      '  from pgfence.leases l join pgfence_pgmq.attempts a on a.lease_id = l.lease_id and a.outcome is null '
+      'select a.attempt_id, a.lease_id, m.vt > clock_timestamp() '
+      '  from pgfence_pgmq.attempts a '
       '  join pgmq.%I m on m.msg_id = a.msg_id and m.read_ct = a.read_ct and m.enqueued_at = a.enqueued_at '
-      ' where l.resource = any ($1) and a.queue = $2 and m.vt > clock_timestamp() '
-      ' group by l.resource', pg_catalog.lower('q_' || v_queue))
-      using in_flight.resources, v_queue;
+      ' where a.outcome is null and a.queue = $1 '
+      '   and not exists (select from pgfence_pgmq.attempts b '
+      '                    where b.queue = a.queue and b.msg_id = a.msg_id '
+      '                      and coalesce(b.read_order, 0) > coalesce(a.read_order, 0))',
+      pg_catalog.lower('q_' || v_queue))
+      using v_queue;
   end loop;
 end
 $$;
-comment on function pgfence_pgmq.in_flight(text[]) is
-  'pgfence.layers: per resource, the pgmq messages read under its leases, without a result and still hidden.';
-revoke all on function pgfence_pgmq.in_flight(text[]) from public;
+comment on function pgfence_pgmq.open_reads() is
+  'The reads without a result that can still be accepted, and whether their message is still hidden.';
+revoke all on function pgfence_pgmq.open_reads() from public;
 
--- pgfence.prune keeps the leases of this layer's reads without a result: a late result of one
--- may still be accepted, and its write into a protected queue table is shown its lease's
--- resource (a lease pruned under it would leave the guard nothing to see).
-create function pgfence_pgmq.leases()
+-- Update windows and lease_status count this layer's work (pgfence.layer_work, through
+-- pgfence.layers): per lease, the messages read under it that have no result and are still
+-- hidden as read: a handler may still be working on them.
+-- (Over 0.2's: its result changes, so the old one is dropped; a fresh install has none.)
+set local client_min_messages = warning;
+-- (its result changes; the core calls it by its registration, which this change replaces)
+-- squawk-ignore ban-drop-function
+drop function if exists pgfence_pgmq.in_flight(text[]);
+create function pgfence_pgmq.in_flight()
+returns table (lease_id uuid, kind text, in_flight bigint)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select o.lease_id, 'pgmq'::text, count(*) from pgfence_pgmq.open_reads() o where o.hidden group by o.lease_id;
+$$;
+comment on function pgfence_pgmq.in_flight() is
+  'pgfence.layers: per lease, the pgmq messages read under it, without a result and still hidden.';
+revoke all on function pgfence_pgmq.in_flight() from public;
+
+-- pgfence.prune keeps the leases of this layer's reads that can still be accepted: the write of
+-- a late result into a protected queue table is shown its lease's resource (a lease pruned
+-- under it would leave the guard nothing to see). An abandoned read keeps no lease.
+create or replace function pgfence_pgmq.leases()
 returns setof uuid
 language sql
 stable
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
-  select distinct a.lease_id from pgfence_pgmq.attempts a where a.outcome is null;
+  select distinct o.lease_id from pgfence_pgmq.open_reads() o;
 $$;
 comment on function pgfence_pgmq.leases() is
-  'pgfence.layers: the leases of this layer''s reads without a result (pgfence.prune keeps them).';
+  'pgfence.layers: the leases of this layer''s reads that can still be accepted (pgfence.prune keeps them).';
 revoke all on function pgfence_pgmq.leases() from public;
 
+-- Registered (a fresh install), or its hook replaced (over 0.2).
 insert into pgfence.layers (schema_name, in_flight, leases)
-values ('pgfence_pgmq', 'pgfence_pgmq.in_flight(text[])', 'pgfence_pgmq.leases()');
+values ('pgfence_pgmq', 'pgfence_pgmq.in_flight()', 'pgfence_pgmq.leases()')
+on conflict (schema_name) do update set in_flight = excluded.in_flight, leases = excluded.leases;
 
 
 -- change: prune_health
 -- Deploy pgfence_pgmq:prune_health
 -- requires: in_flight
+--
+-- Reworked in 0.3.0: pruning written once in the core (pgfence.prune_attempts); a read without
+-- a result that can no longer be accepted (its worker died, or it was taken over) is pruned
+-- too, once older than the bound. The check "locked down" is the core's now ("roles and
+-- grants" covers every layer's schema).
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -682,54 +830,25 @@ values ('pgfence_pgmq', 'pgfence_pgmq.in_flight(text[])', 'pgfence_pgmq.leases()
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
--- Retention (pgfence.prune's shape, registered in pgfence.layers): the record of reads whose
--- result was accepted, and the stale results, older than older_than. Never a read still
--- open: its message may still be archived or deleted through it. In batches of 10,000 rows,
--- so that a large backlog never holds one long transaction's locks.
-create function pgfence_pgmq.prune(older_than interval)
+-- Retention (pgfence.prune's shape, registered in pgfence.layers): the record of reads that
+-- ended before older_than (accepted, or abandoned: no longer acceptable, open_reads) and the
+-- stale results, by the core's batched pruning. Never a read that can still be accepted.
+create or replace function pgfence_pgmq.prune(older_than interval)
 returns table (what text, "rows" bigint)
-language plpgsql
+language sql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
-declare
-  v_cutoff timestamptz;
-  v_n bigint;
-  v_stale bigint := 0;
-  v_reads bigint := 0;
-begin
-  if prune.older_than is null or prune.older_than <= interval '0' then
-    perform pgfence.invalid_argument('older_than', 'must be a positive interval', prune.older_than::text);
-  end if;
-  v_cutoff := clock_timestamp() - prune.older_than;
-  loop
-    delete from pgfence_pgmq.stale_results s
-     where s.ctid = any (array(select x.ctid from pgfence_pgmq.stale_results x
-                                where x.received_at < v_cutoff limit 10000));
-    get diagnostics v_n = row_count;
-    v_stale := v_stale + v_n;
-    exit when v_n < 10000;
-  end loop;
-  loop
-    delete from pgfence_pgmq.attempts a
-     where a.attempt_id = any (array(
-             select x.attempt_id from pgfence_pgmq.attempts x
-              where x.outcome is not null and x.finished_at < v_cutoff
-                and not exists (select from pgfence_pgmq.stale_results s where s.attempt_id = x.attempt_id)
-              limit 10000));
-    get diagnostics v_n = row_count;
-    v_reads := v_reads + v_n;
-    exit when v_n < 10000;
-  end loop;
-  return query values ('pgfence_pgmq.stale_results'::text, v_stale), ('pgfence_pgmq.attempts', v_reads);
-end
+  select p.what, p.rows
+    from pgfence.prune_attempts('pgfence_pgmq.attempts', 'pgfence_pgmq.stale_results', 'read_at', prune.older_than,
+                                array(select o.attempt_id from pgfence_pgmq.open_reads() o)) p;
 $$;
 comment on function pgfence_pgmq.prune(interval) is
-  'pgfence.layers: deletes finished reads and stale results older than older_than, in batches; never an open read. '
-  'Raises 22023.';
+  'pgfence.layers: deletes the reads that ended (accepted, or abandoned) and the stale results older than '
+  'older_than, in batches; never a read that can still be accepted. Raises 22023.';
 
 -- Health (pgfence.health's shape, registered in pgfence.layers).
-create function pgfence_pgmq.health()
+create or replace function pgfence_pgmq.health()
 returns table ("check" text, ok boolean, detail text)
 language sql
 stable
@@ -737,20 +856,7 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
   select 'pgmq layer: pgmq installed', pg_catalog.to_regclass('pgmq.meta') is not null,
-         'the layer reads pgmq''s queues (pgmq 1.5 or later)'
-  union all
-  select 'pgmq layer: locked down', count(*) = 0,
-         coalesce('privileges held by ' || string_agg(distinct case g.grantee when 0 then 'public'
-                                                            else g.grantee::regrole::text end, ', '),
-                  'nobody but the owner and the pgfence roles holds a privilege in schema pgfence_pgmq')
-    from (select a.grantee, p.proowner as owner from pg_proc p, aclexplode(p.proacl) a
-           where p.pronamespace = 'pgfence_pgmq'::regnamespace
-          union all
-          select a.grantee, c.relowner from pg_class c, aclexplode(c.relacl) a
-           where c.relnamespace = 'pgfence_pgmq'::regnamespace) g
-   where g.grantee <> g.owner
-     and g.grantee not in (select oid from pg_roles
-                            where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'));
+         'the layer reads pgmq''s queues (pgmq 1.5 or later)';
 $$;
 comment on function pgfence_pgmq.health() is 'pgfence.layers: the pgmq layer''s own checks.';
 
@@ -758,31 +864,6 @@ revoke all on function pgfence_pgmq.prune(interval), pgfence_pgmq.health() from 
 update pgfence.layers
    set prune = 'pgfence_pgmq.prune(interval)', health = 'pgfence_pgmq.health()'
  where schema_name = 'pgfence_pgmq';
-
-
--- change: lockdown
--- Deploy pgfence_pgmq:lockdown
--- requires: schema
--- requires: attempts
--- requires: read
--- requires: finish
--- requires: archive
--- requires: delete
--- requires: set_vt
--- requires: in_flight
--- requires: prune_health
---
--- The last change: the core's lockdown, applied to this layer's schema. Whatever default
--- privileges the database carries (Supabase's hand new functions and tables to anon and
--- authenticated), nobody but the owner and the three pgfence roles keeps a privilege here.
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-do $$ begin perform pgfence.lockdown('pgfence_pgmq'); end $$;
 
 
 -- change: kinds
@@ -798,12 +879,12 @@ set local lock_timeout = '5s';
 
 do $$
 begin
-  perform pgfence.set_kind('Hook', 'pgfence_pgmq.health()', 'pgfence_pgmq.in_flight(text[])',
+  perform pgfence.set_kind('Hook', 'pgfence_pgmq.health()', 'pgfence_pgmq.in_flight()',
                            'pgfence_pgmq.leases()', 'pgfence_pgmq.prune(interval)');
   perform pgfence.set_kind('Private',
                            'pgfence_pgmq.attempt_uuid(bigint, integer)',
                            'pgfence_pgmq.check_allowed(text, text, boolean)',
-                           'pgfence_pgmq.mark(text, uuid)',
+                           'pgfence_pgmq.open_reads()',
                            'pgfence_pgmq.queue_table(text)');
 end
 $$;

@@ -1169,244 +1169,6 @@ revoke all on function pgfence.fence(uuid) from public;
 grant execute on function pgfence.fence(uuid) to pgfence_worker;
 
 
--- change: request_start
--- Deploy pgfence:request_start
--- requires: limit_idle
--- requires: lease_judgement
--- requires: lock_resources
--- requires: leases
--- requires: invocations
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create or replace function pgfence.request_start(resource text, ttl interval default '1 minute')
-returns uuid
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_enabled boolean;
-  v_invocation_id uuid;
-  -- A pending invocation is judged by the latest expiry among its resource's unacknowledged
-  -- ones: one entry of invocations_pending_expiry, read from its end, however many expired
-  -- ones there are (an EXISTS with the clock in it walked them all, and a generic plan of it
-  -- scanned the table).
-  v_now timestamptz := clock_timestamp();
-begin
-  perform pgfence.check_name('resource', request_start.resource);
-  perform pgfence.check_interval('ttl', request_start.ttl);
-  -- The resource row serializes request_start with acquire and with other callers: of
-  -- concurrent callers exactly one finds nothing pending. A caller that finds the row held by
-  -- another session does not queue behind it (which may be a session that idles, or a
-  -- prepared transaction): it gets NULL, as for a start that is pending, and asks again later.
-  if not exists (select from pgfence.resources r where r.resource = request_start.resource) then
-    perform pgfence.resource_not_found(request_start.resource);
-  end if;
-  select r.enabled into v_enabled
-    from pgfence.resources r
-   where r.resource = request_start.resource
-     for no key update skip locked;
-  if not found then
-    return null;
-  end if;
-  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
-  if not v_enabled
-     or exists (select from pgfence.leases l
-                 where l.resource = request_start.resource and pgfence.is_current(l.state, l.expires_at))
-     or (select max(i.expires_at) from pgfence.invocations i
-          where i.resource = request_start.resource and i.acknowledged_at is null) > v_now then
-    return null;
-  end if;
-  insert into pgfence.invocations (invocation_id, resource, requested_at, expires_at)
-  values (gen_random_uuid(), request_start.resource, clock_timestamp(), clock_timestamp() + request_start.ttl)
-  returning invocation_id into v_invocation_id;
-  return v_invocation_id;
-end
-$$;
-comment on function pgfence.request_start(text, interval) is
-  'Startup handshake: a new invocation id when the resource is enabled, has no current lease and no '
-  'unexpired pending invocation; otherwise NULL. The acquire that presents it acknowledges it. Raises PF002, 22023.';
-
-revoke all on function pgfence.request_start(text, interval) from public;
-grant execute on function pgfence.request_start(text, interval) to pgfence_worker, pgfence_operator;
-
-
--- change: update_status
--- Deploy pgfence:update_status
--- requires: lease_judgement
--- requires: updates
--- requires: leases
--- requires: invocations
--- requires: tasks
--- requires: checks
--- requires: errors
--- requires: layers
--- requires: unfenced_writes
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- Its result gained columns (in_flight, unfenced_writes): a function's result type is replaced
--- by dropping it. Nothing in the schema calls it.
-do $$
-begin
-  if pg_catalog.to_regprocedure('pgfence.update_status(uuid)') is not null then
-    drop function pgfence.update_status(uuid);
-  end if;
-end
-$$;
-create function pgfence.update_status(token uuid)
-returns table (resource text, saved_enabled boolean, enabled boolean, active_owner text,
-               draining_leases bigint, in_flight_tasks bigint, pending_invocations bigint,
-               verdict text, last_heartbeat timestamptz, in_flight jsonb, unfenced_writes jsonb)
-language plpgsql
-stable
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_resources text[];
-  v_opened timestamptz;
-  v_layer regproc;
-  v_rows jsonb;
-  v_layers jsonb := '[]'::jsonb;
-begin
-  perform pgfence.check_not_null('token', update_status.token);
-  select u.resources, u.prepared_at into v_resources, v_opened
-    from pgfence.updates u where u.token = update_status.token;
-  if not found then
-    perform pgfence.update_not_found(update_status.token);
-  end if;
-  -- Each installed layer's work in flight under the resources' leases (pgfence.layers): the
-  -- core names no layer, each layer counts its own.
-  for v_layer in select l.in_flight::oid::regproc from pgfence.layers l order by l.schema_name loop
-    execute format('select coalesce(jsonb_agg(jsonb_build_object(''resource'', f.resource, ''kind'', f.kind, '
-                   '''n'', f.in_flight)), ''[]'') from %s($1) f where f.in_flight > 0', v_layer)
-       into v_rows using v_resources;
-    v_layers := v_layers || v_rows;
-  end loop;
-  -- Reads only, so it runs in a read-only transaction. drained means observed quiet: no
-  -- current lease, no draining lease still renewing, no task held, no start pending. It is
-  -- not proof that a runtime terminated. Held work counts every layer's (in_flight, by kind). unknown: a draining lease went silent (expired)
-  -- while its attempts still hold tasks; nobody can tell whether their handlers stopped.
-  return query
-  select i.resource,
-         i.saved_enabled,
-         r.enabled,
-         cur.owner,
-         d.all_draining,
-         t.held,
-         p.pending,
-         case when i.outcome is not null then 'finished'
-              when d.silent_holding > 0 then 'unknown'
-              when cur.owner is not null or d.live > 0 or t.held > 0 or lw.n > 0 or p.pending > 0 then 'draining'
-              else 'drained' end,
-         d.heartbeat,
-         jsonb_build_object('tasks', t.held) || lw.kinds,
-         uw.writes
-    from pgfence.update_items i
-    join pgfence.resources r on r.resource = i.resource
-    left join pgfence.leases cur
-           on cur.resource = i.resource and pgfence.is_current(cur.state, cur.expires_at)
-    cross join lateral (
-      select count(*) as all_draining,
-             count(*) filter (where pgfence.is_live(l.state, l.expires_at)) as live,
-             count(*) filter (where not pgfence.is_live(l.state, l.expires_at)
-                                and exists (select from pgfence.tasks x
-                                             where x.lease_id = l.lease_id and x.state = 'claimed')) as silent_holding,
-             max(coalesce(l.renewed_at, l.acquired_at)) as heartbeat
-        from pgfence.leases l
-       where l.resource = i.resource and l.state = 'draining') d
-    cross join lateral (
-      select count(*) as held
-        from pgfence.leases l join pgfence.tasks x on x.lease_id = l.lease_id and x.state = 'claimed'
-       where l.resource = i.resource) t
-    cross join lateral (
-      select count(*) as pending
-        from pgfence.invocations v
-       where v.resource = i.resource and v.acknowledged_at is null and v.expires_at > clock_timestamp()) p
-    cross join lateral (
-      select coalesce(sum(k.n), 0)::bigint as n, coalesce(jsonb_object_agg(k.kind, k.n), '{}') as kinds
-        from (select e->>'kind' as kind, sum((e->>'n')::bigint) as n
-                from jsonb_array_elements(v_layers) e
-               where e->>'resource' = i.resource
-               group by e->>'kind') k) lw
-    -- Writers still unconverted (old binaries): unfenced writes of the resource's tables
-    -- recorded (observe mode) since the window opened.
-    cross join lateral (
-      select coalesce(jsonb_agg(jsonb_build_object('table', w.table_name, 'operation', w.operation,
-                                                   'role', w.role_name, 'application', w.application_name,
-                                                   'writes', w.writes, 'last_at', w.last_at)
-                                order by w.last_at desc), '[]') as writes
-        from (select x.table_name, x.operation, x.role_name, x.application_name,
-                     count(*) as writes, max(x.at) as last_at
-                from pgfence.unfenced_writes x
-               where x.at >= v_opened and i.resource = any (string_to_array(x.resource, ','))
-               group by x.table_name, x.operation, x.role_name, x.application_name) w) uw
-   where i.token = update_status.token
-   order by i.resource;
-end
-$$;
-comment on function pgfence.update_status(uuid) is
-  'Read-only view of an update window, one row per resource, with the verdict drained (observed quiet: no task, '
-  'message or step of any layer in flight under its leases; not proof of termination), draining, unknown (a draining '
-  'lease went silent holding tasks) or finished; in_flight by kind (tasks and each layer''s), and the unfenced writes '
-  'seen since the window opened. Raises PF005.';
-
-revoke all on function pgfence.update_status(uuid) from public;
-grant execute on function pgfence.update_status(uuid) to pgfence_operator, pgfence_monitor;
-
-
--- change: lease_status
--- Deploy pgfence:lease_status
--- requires: lease_judgement
--- requires: leases
--- requires: tasks
--- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create or replace view pgfence.lease_status as
-select l.resource,
-       l.generation,
-       l.owner,
-       case when pgfence.is_current(l.state, l.expires_at) then 'current'
-            when l.state = 'active' then 'stale'
-            else l.state end as status,
-       l.acquired_at,
-       l.renewed_at,
-       l.expires_at,
-       l.drained_at,
-       l.ended_at,
-       greatest(l.expires_at - clock_timestamp(), interval '0') as time_left,
-       coalesce(h.tasks_held, 0) as tasks_held
-  from pgfence.leases l
-  -- Claimed tasks are few (they are in flight) and found by tasks_visibility: counted once,
-  -- not looked up per lease, since tasks have no index on lease_id (claims would maintain it).
-  left join (select t.lease_id, count(*) as tasks_held
-               from pgfence.tasks t
-              where t.state = 'claimed'
-              group by t.lease_id) h on h.lease_id = l.lease_id;
-comment on view pgfence.lease_status is
-  'One row per lease: current, stale (active but expired: authorizes nothing), draining, released or superseded; '
-  'tasks_held counts tasks its attempts still hold.';
-
-revoke all on pgfence.lease_status from public;
-grant select on pgfence.lease_status to pgfence_monitor, pgfence_operator;
-
-
 -- change: cancel_invocations
 -- Deploy pgfence:cancel_invocations
 -- requires: invocations
@@ -1750,50 +1512,6 @@ revoke all on pgfence.protected_tables from public;
 grant select on pgfence.protected_tables to pgfence_monitor, pgfence_operator;
 
 
--- change: set_enabled
--- Deploy pgfence:set_enabled
--- requires: lock_resources
--- requires: resources
--- requires: checks
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create or replace function pgfence.set_enabled(resource text, enabled boolean)
-returns boolean
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_previous boolean;
-begin
-  perform pgfence.check_name('resource', set_enabled.resource);
-  perform pgfence.check_not_null('enabled', set_enabled.enabled);
-  perform pgfence.lock_resources(array[set_enabled.resource]);
-  select r.enabled into v_previous from pgfence.resources r where r.resource = set_enabled.resource;
-  if not found then
-    raise exception 'pgfence: resource % is not registered', set_enabled.resource
-      using errcode = 'PF002', hint = 'register it first with pgfence.register(resource)';
-  end if;
-  update pgfence.resources r
-     set enabled = set_enabled.enabled,
-         enabled_version = r.enabled_version + 1
-   where r.resource = set_enabled.resource;
-  return v_previous;
-end
-$$;
-comment on function pgfence.set_enabled(text, boolean) is
-  'Operator: sets enabled and returns the previous value. Raises PF002 for an unknown resource.';
-
-revoke all on function pgfence.set_enabled(text, boolean) from public;
-grant execute on function pgfence.set_enabled(text, boolean) to pgfence_operator;
-
-
 -- change: deprecate
 -- Deploy pgfence:deprecate
 -- requires: lock_resources
@@ -1838,201 +1556,6 @@ comment on function pgfence.deprecate(text) is
 
 revoke all on function pgfence.deprecate(text) from public;
 grant execute on function pgfence.deprecate(text) to pgfence_operator;
-
-
--- change: prepare_update
--- Deploy pgfence:prepare_update
--- requires: ref
--- requires: lock_resources
--- requires: updates
--- requires: leases
--- requires: invocations
--- requires: checks
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create or replace function pgfence.prepare_update(resources text[], request_id uuid)
-returns uuid
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_set text[];
-  v_found text[];
-  v_missing text[];
-  v_existing pgfence.updates;
-  v_open text;
-  v_token uuid;
-  v_resource record;
-  v_version bigint;
-  v_drained bigint;
-begin
-  perform pgfence.check_not_null('request_id', prepare_update.request_id);
-  if prepare_update.resources is null or cardinality(prepare_update.resources) not between 1 and 1000
-     or array_position(prepare_update.resources, null) is not null then
-    perform pgfence.invalid_argument('resources', 'must name 1 to 1000 resources, none NULL',
-                                     prepare_update.resources::text);
-  end if;
-  perform pgfence.check_name('resources', r) from unnest(prepare_update.resources) r;
-  select array_agg(distinct r order by r) into v_set from unnest(prepare_update.resources) r;
-  if cardinality(v_set) <> cardinality(prepare_update.resources) then
-    perform pgfence.invalid_argument('resources',
-      'names ' || (select string_agg(r, ', ') from (select r from unnest(prepare_update.resources) r
-                                                     group by r having count(*) > 1 order by r) d)
-               || ' more than once',
-      prepare_update.resources::text);
-  end if;
-
-  -- Claim the request_id first (the update row comes first in the lock order). A concurrent
-  -- prepare with the same request_id waits here until this one commits or rolls back.
-  insert into pgfence.updates as u (token, request_id, resources)
-  values (gen_random_uuid(), prepare_update.request_id, v_set)
-  on conflict on constraint updates_request_id_key do nothing
-  returning u.token into v_token;
-  if v_token is null then
-    -- A retry after a lost response gets the original window back, untouched: saving the
-    -- temporary false now would lose the state to restore.
-    select * into v_existing from pgfence.updates u where u.request_id = prepare_update.request_id;
-    if v_existing.resources <> v_set then
-      -- The request id and the token are named by their digests: either gets the window.
-      raise exception 'pgfence: request_id ref % was used for another set of resources', pgfence.ref(prepare_update.request_id)
-        using errcode = 'PF004', detail = format('update ref %s covers %s', pgfence.ref(v_existing.token),
-                                                 array_to_string(v_existing.resources, ', ')),
-              hint = 'use a new request_id for a new update';
-    end if;
-    return v_existing.token;
-  end if;
-
-  -- Then the resources, in name order, before looking at anything else.
-  perform pgfence.lock_resources(v_set);
-  select array_agg(x.resource order by x.resource) into v_found
-    from pgfence.resources x where x.resource = any (v_set);
-  select array_agg(r order by r) into v_missing from unnest(v_set) r where r <> all (coalesce(v_found, '{}'));
-  if v_missing is not null then
-    raise exception 'pgfence: unknown resources: %', array_to_string(v_missing, ', ')
-      using errcode = 'PF002', hint = 'nothing was changed; register them or fix the names';
-  end if;
-
-  select string_agg(format('%s (update ref %s)', i.resource, pgfence.ref(i.token)), ', ' order by i.resource) into v_open
-    from pgfence.update_items i
-   where i.resource = any (v_set) and i.outcome is null;
-  if v_open is not null then
-    raise exception 'pgfence: resources already in an open update: %', v_open
-      using errcode = 'PF004', hint = 'finish that update first: pgfence.finish_update(token)';
-  end if;
-
-  for v_resource in
-    select r.resource, r.enabled from pgfence.resources r where r.resource = any (v_set) order by r.resource
-  loop
-    update pgfence.resources r
-       set enabled = false, enabled_version = r.enabled_version + 1
-     where r.resource = v_resource.resource
-    returning r.enabled_version into v_version;
-    -- The active lease stops claiming; FOR UPDATE waits for its open fenced transactions.
-    select l.generation into v_drained
-      from pgfence.leases l
-     where l.resource = v_resource.resource and l.state = 'active'
-       for update;
-    if found then
-      update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
-       where l.resource = v_resource.resource and l.generation = v_drained;
-    end if;
-    insert into pgfence.update_items (token, resource, saved_enabled, enabled_version, drained_generation,
-                                      pending_invocations)
-    values (v_token, v_resource.resource, v_resource.enabled, v_version, v_drained,
-            (select count(*) from pgfence.invocations i
-              where i.resource = v_resource.resource and i.acknowledged_at is null
-                and i.expires_at > clock_timestamp()));
-  end loop;
-  return v_token;
-end
-$$;
-comment on function pgfence.prepare_update(text[], uuid) is
-  'Operator: opens an update window over resources: saves each one''s exact enabled, disables them, drains their active leases; '
-  'returns the token. A retry with the same request_id and set returns the same token and changes nothing. '
-  'Raises 22023 (bad set), PF002 (unknown names, listed), PF004 (overlap with an open window, or request_id reused for another set).';
-
-revoke all on function pgfence.prepare_update(text[], uuid) from public;
-grant execute on function pgfence.prepare_update(text[], uuid) to pgfence_operator;
-
-
--- change: finish_update
--- Deploy pgfence:finish_update
--- requires: lock_resources
--- requires: updates
--- requires: checks
--- requires: errors
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
-create or replace function pgfence.finish_update(token uuid)
-returns table (resource text, enabled boolean, outcome text)
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_item record;
-  v_outcome text;
-begin
-  perform pgfence.check_not_null('token', finish_update.token);
-  -- The update row first, then the resource rows in name order (the shared lock order).
-  perform from pgfence.updates u where u.token = finish_update.token for update;
-  if not found then
-    perform pgfence.update_not_found(finish_update.token);
-  end if;
-  perform pgfence.lock_resources(array(select i.resource from pgfence.update_items i
-                                        where i.token = finish_update.token));
-
-  for v_item in
-    select i.resource, i.saved_enabled, i.enabled_version, i.outcome, r.enabled_version as current_version
-      from pgfence.update_items i join pgfence.resources r on r.resource = i.resource
-     where i.token = finish_update.token
-     order by i.resource
-  loop
-    if v_item.outcome is not null then
-      v_outcome := 'already_finished';
-    elsif v_item.current_version <> v_item.enabled_version then
-      -- Someone set enabled inside the window: theirs is the newer decision. Leave it.
-      v_outcome := 'conflict';
-    elsif v_item.saved_enabled then
-      update pgfence.resources r
-         set enabled = true, enabled_version = r.enabled_version + 1
-       where r.resource = v_item.resource;
-      v_outcome := 'restored';
-    else
-      -- It was disabled before the window: it stays disabled (I6).
-      v_outcome := 'kept_disabled';
-    end if;
-    if v_outcome <> 'already_finished' then
-      update pgfence.update_items i set outcome = v_outcome
-       where i.token = finish_update.token and i.resource = v_item.resource;
-    end if;
-    resource := v_item.resource;
-    enabled := (select r.enabled from pgfence.resources r where r.resource = v_item.resource);
-    outcome := v_outcome;
-    return next;
-  end loop;
-  update pgfence.updates u set finished_at = clock_timestamp()
-   where u.token = finish_update.token and u.finished_at is null;
-end
-$$;
-comment on function pgfence.finish_update(uuid) is
-  'Operator: closes an update window, restoring exactly the saved enabled values: restored, kept_disabled, conflict '
-  '(enabled was changed inside the window: left as it is) or already_finished (idempotent). Raises PF005.';
-
-revoke all on function pgfence.finish_update(uuid) from public;
-grant execute on function pgfence.finish_update(uuid) to pgfence_operator;
 
 
 -- change: attempt_leases
@@ -2370,195 +1893,6 @@ revoke all on function pgfence.update_not_found(uuid) from public;
 -- pgfence.protect runs as the operator and raises these for a bad argument or an unknown name.
 grant execute on function pgfence.invalid_argument(text, text, text), pgfence.resource_not_found(text)
    to pgfence_operator;
-
-
--- change: prune
--- Deploy pgfence:prune
--- requires: leases
--- requires: invocations
--- requires: tasks
--- requires: attempt_leases
--- requires: stale_reports
--- requires: updates
--- requires: unfenced_writes
--- requires: errors
--- requires: layers
-
--- While installing, names resolve in pg_catalog only, so no object in a schema on the
--- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
--- transactions fails the deploy instead of queueing every later locker behind it (squawk).
-set local search_path = pg_catalog, pg_temp;
-set local lock_timeout = '5s';
-
--- Where prune finds old rows without reading the live ones: each index holds only rows that
--- have ended, so no hot path reads it; a completion or a lease's end (already an update that
--- changes an indexed state) adds one entry. (Invocations are few once pruned: prune reads
--- them all.)
--- Built inside the upgrade's transaction (CONCURRENTLY cannot be), so writes to the table wait
--- for the build: on a large history, seconds. Upgrade at a quiet moment (docs/upgrading.md).
--- squawk-ignore require-concurrent-index-creation
-create index tasks_finished on pgfence.tasks (finished_at) where state in ('completed', 'failed');
--- squawk-ignore require-concurrent-index-creation
-create index leases_ended on pgfence.leases (ended_at) where state in ('released', 'superseded');
--- request_start asks for a pending, unexpired invocation of its resource: by resource alone it
--- walked every expired one nobody acknowledged (a supervisor whose starts never arrive), and
--- slowed as they piled up; by resource and expiry it reads only the latest one.
--- squawk-ignore require-concurrent-index-creation
-create index invocations_pending_expiry on pgfence.invocations (resource, expires_at)
-  where acknowledged_at is null;
--- squawk-ignore require-concurrent-index-deletion
-drop index pgfence.invocations_pending;
-
--- Deletes history older than older_than, in batches of 5000 rows, each batch chosen FOR
--- UPDATE SKIP LOCKED, so it never waits for a worker and a worker never waits for it longer
--- than one batch's delete. At most 100 batches a kind per call (one transaction): a kind that
--- reports 500000 rows has more; call again. Never a row live state needs:
---   tasks          completed or failed (finished_at) before the bound; queued and claimed never;
---   stale_results  of pgfence's own queue (a layer's are in its schema), received before the
---                  bound, of a task no longer queued or claimed (report bounds each attempt's
---                  stale results by counting them);
---   leases         released or superseded before the bound, none that a queued or claimed task
---                  names (its current or an older attempt's lease: stale results are verified
---                  against it), nor one that a registered layer's unfinished work names
---                  (pgfence.layers.leases); active and draining ones never (an expired draining lease has
---                  no end time: it goes when its resource's next lease is granted);
---   invocations    expired before the bound (a pending, unexpired one never);
---   updates        windows finished before the bound, with their items; open ones never;
---   unfenced_writes recorded before the bound.
--- A result reported more than older_than after its task finished then raises 22023 (no such
--- attempt) instead of answering duplicate or stale, and release of a pruned lease PF001: so
--- older_than is at least 1 hour, far beyond any retry of a lost answer.
-create function pgfence.prune(older_than interval default '7 days')
-returns table (what text, rows bigint)
-language plpgsql
-security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  c_batch constant int := 5000;
-  c_batches constant int := 100;
-  v_before timestamptz;
-  v_needed uuid[];
-  v_n bigint;
-  v_layer regproc;
-  v_more uuid[];
-begin
-  if prune.older_than is null or prune.older_than < interval '1 hour'
-     or prune.older_than > interval '10 years' then
-    perform pgfence.invalid_argument('older_than', 'must be at least 1 hour and at most 10 years',
-                                     prune.older_than::text);
-  end if;
-  v_before := clock_timestamp() - prune.older_than;
-
-  what := 'tasks'; rows := 0;
-  for i in 1 .. c_batches loop
-    delete from pgfence.tasks t
-     where t.task_id = any (array(
-             select x.task_id from pgfence.tasks x
-              where x.state in ('completed', 'failed') and x.finished_at < v_before
-              order by x.finished_at limit c_batch
-                for update skip locked));
-    get diagnostics v_n = row_count;
-    rows := rows + v_n;
-    exit when v_n < c_batch;
-  end loop;
-  return next;
-
-  what := 'stale_results'; rows := 0;
-  for i in 1 .. c_batches loop
-    delete from pgfence.stale_results s
-     where s.ctid = any (array(
-             select x.ctid from pgfence.stale_results x
-              where x.received_at < v_before
-                and not exists (select from pgfence.tasks t
-                                 where t.task_id = x.task_id and t.state in ('queued', 'claimed'))
-              limit c_batch
-                for update skip locked));
-    get diagnostics v_n = row_count;
-    rows := rows + v_n;
-    exit when v_n < c_batch;
-  end loop;
-  return next;
-
-  -- The leases unfinished tasks name, once: a new claim names only a current lease, never one
-  -- that ended before the bound. (Through tasks_ready and tasks_visibility.)
-  v_needed := array(select distinct l.id
-                      from pgfence.tasks t
-                     cross join lateral unnest(t.attempt_leases || t.lease_id) l(id)
-                     where t.state in ('queued', 'claimed') and l.id is not null);
-  -- And those each registered layer's unfinished work names (pgfence.layers.leases).
-  for v_layer in select l.leases::regproc from pgfence.layers l order by l.schema_name loop
-    execute pg_catalog.format('select array(select * from %s())', v_layer) into v_more;
-    v_needed := v_needed || v_more;
-  end loop;
-  what := 'leases'; rows := 0;
-  for i in 1 .. c_batches loop
-    delete from pgfence.leases l
-     where l.lease_id = any (array(
-             select x.lease_id from pgfence.leases x
-              where x.state in ('released', 'superseded') and x.ended_at < v_before
-                and x.lease_id <> all (v_needed)
-              order by x.ended_at limit c_batch
-                for update skip locked));
-    get diagnostics v_n = row_count;
-    rows := rows + v_n;
-    exit when v_n < c_batch;
-  end loop;
-  return next;
-
-  what := 'invocations'; rows := 0;
-  for i in 1 .. c_batches loop
-    delete from pgfence.invocations v
-     where v.invocation_id = any (array(
-             select x.invocation_id from pgfence.invocations x
-              where x.expires_at < v_before
-              order by x.expires_at limit c_batch
-                for update skip locked));
-    get diagnostics v_n = row_count;
-    rows := rows + v_n;
-    exit when v_n < c_batch;
-  end loop;
-  return next;
-
-  what := 'updates'; rows := 0;
-  with gone as (
-    select u.token from pgfence.updates u
-     where u.finished_at < v_before
-       for update skip locked),
-  items as (
-    delete from pgfence.update_items i using gone where i.token = gone.token)
-  delete from pgfence.updates u using gone where u.token = gone.token;
-  get diagnostics rows = row_count;
-  return next;
-
-  what := 'unfenced_writes'; rows := 0;
-  for i in 1 .. c_batches loop
-    delete from pgfence.unfenced_writes w
-     where w.id = any (array(
-             select x.id from pgfence.unfenced_writes x
-              where x.at < v_before
-              order by x.id limit c_batch
-                for update skip locked));
-    get diagnostics v_n = row_count;
-    rows := rows + v_n;
-    exit when v_n < c_batch;
-  end loop;
-  return next;
-
-  -- Each registered layer prunes its own history the same way (pgfence.layers).
-  for v_layer in select l.prune::regproc from pgfence.layers l where l.prune is not null
-                  order by l.schema_name loop
-    return query execute pg_catalog.format('select * from %s($1)', v_layer) using prune.older_than;
-  end loop;
-end
-$$;
-comment on function pgfence.prune(interval) is
-  'Deletes history older than older_than (at least 1 hour; default 7 days): finished tasks, their stale results, '
-  'ended leases no unfinished task names, expired invocations, finished update windows, unfenced-write records. '
-  'Batches of 5000, SKIP LOCKED, at most 500000 rows a kind per call. Rows removed per kind.';
-
-revoke all on function pgfence.prune(interval) from public;
-grant execute on function pgfence.prune(interval) to pgfence_operator;
 
 
 -- change: releases
@@ -3095,7 +2429,10 @@ revoke all on function pgfence.lockdown(name), pgfence.foreign_grants(name) from
 --
 -- health() checks the core and every layer against the one record of what their releases
 -- installed (pgfence.schema_records, written by pgfence.seal), and every privilege that
--- lockdown revokes (pgfence.foreign_grants), in the core's schema and every layer's.
+-- lockdown revokes (pgfence.foreign_grants), in the core's schema and every layer's; the
+-- requeue job for real (it exists, is active, runs in this database as a role that may run
+-- it, and calls it: pgfence.cron_job_problem, which the layers' checks share); a start pending
+-- too long.
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -3113,6 +2450,58 @@ begin
 end
 $$;
 
+-- Whether a pg_cron job runs fn for real, and if not, why: NULL when an active job, in this
+-- database, as a role that may execute fn (and use its schema), has exactly `select fn()` (an
+-- integer argument at most) as its command; otherwise what is wrong with each job whose
+-- command names fn, or that none does. A command that merely mentions the name (a comment, a
+-- string, another function around it) is no call of it.
+create or replace function pgfence.cron_job_problem(fn regprocedure)
+returns text
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_jobs regclass := to_regclass('cron.job');
+  v_name text;
+  v_schema oid;
+  v_good boolean;
+  v_bad text;
+begin
+  select format('%I.%I', n.nspname, p.proname), n.oid into v_name, v_schema
+    from pg_proc p join pg_namespace n on n.oid = p.pronamespace where p.oid = cron_job_problem.fn;
+  if v_jobs is null then
+    return format('pg_cron is not installed: schedule %s()', v_name);
+  end if;
+  execute format($q$
+    select coalesce(bool_or(x.problem is null), false),
+           string_agg(format('job %%s (%%s): %%s', x.jobid, coalesce(x.jobname, 'no name'), x.problem), '; '
+                      order by x.jobid) filter (where x.problem is not null)
+      from (select j.jobid, to_jsonb(j)->>'jobname' as jobname,
+                   case when j.command !~* ('^\s*select\s+' || regexp_replace($1, '([.$])', '\\\1', 'g')
+                                            || '\s*\(\s*([0-9]+)?\s*\)\s*;?\s*$')
+                          then format('its command %%L is not a call of %%s', j.command, $1)
+                        when not j.active then 'paused (active is false)'
+                        when j.database is distinct from current_database()
+                          then format('it runs in database %%s, not %%s', j.database, current_database())
+                        when not exists (select from pg_roles r where r.rolname = j.username)
+                          then format('it runs as %%s, which does not exist', j.username)
+                        when not (has_schema_privilege(j.username, $2, 'usage')
+                                  and has_function_privilege(j.username, $3, 'execute'))
+                          then format('it runs as %%s, which may not execute %%s', j.username, $1)
+                   end as problem
+              from %s j
+             where strpos(lower(j.command), lower($1)) > 0) x$q$, v_jobs)
+    into v_good, v_bad using v_name, v_schema, cron_job_problem.fn;
+  if v_good then
+    return null;
+  end if;
+  return coalesce(v_bad, format('no pg_cron job calls %s', v_name));
+end
+$$;
+comment on function pgfence.cron_job_problem(regprocedure) is
+  'NULL when an active pg_cron job in this database runs select fn() as a role that may; otherwise why not.';
+
 -- The checks of health(), below (a reserved word, "check", is its column's name by contract,
 -- but is kept out of PL/pgSQL).
 create or replace function pgfence.health_checks()
@@ -3125,7 +2514,6 @@ declare
   v_bad text;
   v_acl text[];
   v_acls text[] := '{}'::text[];
-  v_jobs regclass := to_regclass('cron.job');
   v_layer regproc;
   v_schema name;
   v_old timestamptz;
@@ -3201,18 +2589,11 @@ begin
   return next;
 
   -- requeue_expired on a schedule (pg_cron): without it a queue whose workers all died keeps
-  -- its claimed tasks for ever.
+  -- its claimed tasks for ever. A job that runs it for real (pgfence.cron_job_problem).
   name := 'requeue job scheduled';
-  if v_jobs is null then
-    ok := false;
-    detail := 'pg_cron is not installed: schedule pgfence.requeue_expired() (docs/supabase.md)';
-  else
-    execute format('select count(*) > 0 from %s where active and command ~ %L', v_jobs,
-                   'pgfence\.requeue_expired')
-      into ok;
-    detail := case when ok then 'a pg_cron job runs pgfence.requeue_expired()'
-                   else 'no active pg_cron job runs pgfence.requeue_expired() (docs/supabase.md)' end;
-  end if;
+  v_bad := pgfence.cron_job_problem('pgfence.requeue_expired(int)');
+  ok := v_bad is null;
+  detail := coalesce(v_bad || ' (docs/supabase.md)', 'a pg_cron job runs pgfence.requeue_expired()');
   return next;
 
   -- Overdue: a resource left without a live owner, or a task its worker no longer holds
@@ -3233,6 +2614,19 @@ begin
      group by t.queue) y;
   ok := v_bad is null;
   detail := coalesce(v_bad, 'none');
+  return next;
+
+  -- A start pending (requested, not acknowledged, not expired) past the time a start takes (a
+  -- minute, request_start's default): nothing else starts the resource meanwhile.
+  name := 'no start pending too long';
+  select string_agg(format('resource %s: a start requested at %s is pending until %s', i.resource,
+                           i.requested_at, i.expires_at), '; ' order by i.resource, i.requested_at) into v_bad
+    from pgfence.invocations i
+   where i.acknowledged_at is null and i.expires_at > clock_timestamp()
+     and i.requested_at < clock_timestamp() - interval '1 minute';
+  ok := v_bad is null;
+  detail := coalesce(v_bad || ': cancel it if nothing will start (pgfence.cancel_invocations)',
+                     'none pending for over a minute');
   return next;
 
   name := 'no update window left open';
@@ -3272,7 +2666,7 @@ begin
   return next;
 
   -- Each registered layer's own checks (pgfence.layers: the core names no layer).
-  for v_layer in select l.health::regproc from pgfence.layers l where l.health is not null
+  for v_layer in select l.health::regprocedure::oid::regproc from pgfence.layers l where l.health is not null
                   order by l.schema_name loop
     return query execute pg_catalog.format('select * from %s()', v_layer);
   end loop;
@@ -3294,8 +2688,10 @@ as $$
 $$;
 comment on function pgfence.health() is
   'One row per check of this installation: the schema of pgfence and of each layer as released, roles and grants, roles confined to this database, '
-  'protections, the requeue job, nothing overdue, no window left open, history within retention. Read-only.';
+  'protections, the requeue job, nothing overdue, no start pending too long, no window left open, history within '
+  'retention, and each layer''s checks. Read-only.';
 
+revoke all on function pgfence.cron_job_problem(regprocedure) from public;
 revoke all on function pgfence.health_checks() from public;
 revoke all on function pgfence.health() from public;
 grant execute on function pgfence.health() to pgfence_monitor, pgfence_operator;
@@ -4306,18 +3702,367 @@ comment on function pgfence.check_revert(text) is
 revoke all on function pgfence.check_revert(text) from public;
 
 
+-- change: layer_api
+-- Deploy pgfence:layer_api
+-- requires: lease_judgement
+-- requires: fence
+-- requires: protections
+-- requires: limit_idle
+--
+-- What a layer (layers/*) calls instead of reading the core's tables: no layer reads
+-- pgfence.leases or pgfence.signing_key itself, so a column added to a lease, or a new key,
+-- changes none of them. None is granted to a worker: a layer's SECURITY DEFINER functions run
+-- as the installer, who owns these; lease_facts alone is the monitors' too (the layers' views
+-- call it as their reader).
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- What fence does, for a layer's read under a lease (pgfence_pgmq.read, and so pgflow's
+-- start): the lease held current to the end of the transaction (hold_current: FOR KEY SHARE,
+-- its idle time bounded by what the lease has left) and the transaction marked fenced for its
+-- resource, so the read's own writes pass the guards of a protected queue. On the read's hot
+-- path: no SET, every name qualified.
+create function pgfence.hold_fenced(lease_id uuid)
+returns pgfence.lease
+language plpgsql
+as $$
+declare
+  v_lease pgfence.leases := pgfence.hold_current(hold_fenced.lease_id);
+begin
+  perform pgfence.mark_fenced(v_lease.resource, k.hmac_key) from pgfence.signing_key k;
+  return row(v_lease.lease_id, v_lease.resource, v_lease.generation, v_lease.expires_at)::pgfence.lease;
+end
+$$;
+comment on function pgfence.hold_fenced(uuid) is
+  'For a layer''s read under a lease: holds it current to the end of the transaction (PF001 otherwise) and '
+  'marks the transaction fenced for its resource, as fence does; returns it.';
+
+-- A write that an attempt authorizes rather than a current lease (a late result, accepted
+-- after its lease expired or drained): the guard of tbl (of any protected table when tbl is
+-- NULL) is shown the attempt's lease's resource. Returns the markers as they were, for the
+-- caller to put back after that one write (set_config('pgfence.fenced', ..., true)); NULL when
+-- nothing was marked (tbl is not protected, or the lease is gone), and the keyed hash is then
+-- not spent. On the results' hot path: no SET, every name qualified.
+create function pgfence.mark_lease(lease_id uuid, tbl regclass default null)
+returns text
+language sql
+as $$
+  select pgfence.mark_fenced(l.resource, k.hmac_key)
+    from pgfence.leases l, pgfence.signing_key k
+   where l.lease_id operator(pg_catalog.=) mark_lease.lease_id
+     and (mark_lease.tbl is null
+          or exists (select from pgfence.protections p where p.tbl operator(pg_catalog.=) mark_lease.tbl));
+$$;
+comment on function pgfence.mark_lease(uuid, regclass) is
+  'For a write an attempt authorizes: marks the transaction fenced for its lease''s resource where tbl is protected '
+  '(any table when NULL); returns the markers to put back, NULL when nothing was marked.';
+
+-- A third party's maintenance that writes protected tables for every resource at once (pgflow's
+-- stalled-task recovery, its worker pruning): the transaction is marked fenced for every
+-- resource whose protection covers one of tables. Returns the markers to put back.
+create function pgfence.mark_guards(tables regclass[])
+returns text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_was text := coalesce(current_setting('pgfence.fenced', true), '');
+begin
+  perform pgfence.mark_fenced(r.resource, k.hmac_key)
+     from (select distinct unnest(p.resources) as resource from pgfence.protections p
+            where p.tbl = any (mark_guards.tables)) r,
+          pgfence.signing_key k;
+  return v_was;
+end
+$$;
+comment on function pgfence.mark_guards(regclass[]) is
+  'For a third party''s maintenance: marks the transaction fenced for every resource protecting one of tables; '
+  'returns the markers to put back.';
+
+-- What a layer and its monitors may know of the leases its attempts name: no capability but
+-- the ids it was given. status as pgfence.lease_status names it; live: active or draining and
+-- not expired (pgfence.is_live), the lease may still renew and finish what it holds.
+create function pgfence.lease_facts(lease_ids uuid[])
+returns table (lease_id uuid, resource text, owner text, generation bigint, status text, live boolean)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select l.lease_id, l.resource, l.owner, l.generation,
+         case when pgfence.is_current(l.state, l.expires_at) then 'current'
+              when l.state = 'active' then 'stale'
+              else l.state end,
+         pgfence.is_live(l.state, l.expires_at)
+    from pgfence.leases l
+   where l.lease_id = any (lease_facts.lease_ids);
+$$;
+comment on function pgfence.lease_facts(uuid[]) is
+  'The resource, owner, generation and status (as lease_status) of each lease given, and whether it is live.';
+
+-- A reference to the owner of a lease, the same for every lease that owner name holds on the
+-- resource and never the lease id (which is the owner's capability): a keyed hash of purpose,
+-- resource and owner, encoded so that no two pairs meet (resource 'a/b' with owner 'c' and
+-- resource 'a' with owner 'b/c' are two owners). A third party's worker row is keyed by it
+-- (pgflow.workers: a worker that acquires again keeps its row). On the start's hot path.
+create function pgfence.owner_ref(lease_id uuid, purpose text, out resource text, out ref uuid)
+language plpgsql
+stable
+as $$
+begin
+  select l.resource,
+         pg_catalog.left(pgfence.hmac(pg_catalog.jsonb_build_array(owner_ref.purpose, l.resource, l.owner)::pg_catalog.text,
+                                      k.hmac_key), 32)::pg_catalog.uuid
+    into resource, ref
+    from pgfence.leases l, pgfence.signing_key k
+   where l.lease_id operator(pg_catalog.=) owner_ref.lease_id;
+end
+$$;
+comment on function pgfence.owner_ref(uuid, text) is
+  'The lease''s resource, and a keyed reference to its owner for purpose, the same across the owner''s leases: '
+  'never the lease id.';
+
+-- The bounded lock wait of a layer's result (a worker's, on a hot path): locks that another
+-- session holds are waited for at most 5 s (a caller's shorter lock_timeout is kept), then
+-- 55P03, which the clients retry. Every function that locks rows others need bounds its idle
+-- time (limit_idle), so a holder lets go within that bound and a retry gets through. Returns
+-- the setting to put back once the locks are taken.
+create function pgfence.limit_lock_wait()
+returns text
+language plpgsql
+as $$
+declare
+  v_set text := pg_catalog.current_setting('lock_timeout');
+begin
+  if v_set operator(pg_catalog.=) '0'
+     or v_set::pg_catalog.interval operator(pg_catalog.>) '5 s'::pg_catalog.interval then
+    perform pg_catalog.set_config('lock_timeout', '5s', true);
+  end if;
+  return v_set;
+end
+$$;
+comment on function pgfence.limit_lock_wait() is
+  'Limits how long the calling transaction waits for a lock to 5 s (a shorter limit is kept): 55P03 then. Returns '
+  'the setting to put back.';
+
+-- A layer's retention, written once (pgfence.prune's shape; each layer's prune calls it): its
+-- stale results received before the bound, then its attempts that ended before it, each in
+-- batches of 5000 chosen FOR UPDATE SKIP LOCKED (never waiting for a worker), at most 100
+-- batches a table per call. An attempt has ended when its result was accepted (outcome) before
+-- the bound, or when it has none and can no longer be accepted (not in live: the layer's
+-- judgement) and was started (the column named started) before the bound: an abandoned one
+-- (its worker died, or was taken over) goes too, so its lease is no longer kept either. An
+-- attempt with stale results left is kept until they go.
+create function pgfence.prune_attempts(attempts regclass, stale_results regclass, started name,
+                                       older_than interval, live uuid[])
+returns table (what text, rows bigint)
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  c_batch constant int := 5000;
+  c_batches constant int := 100;
+  v_before timestamptz;
+  v_n bigint;
+begin
+  if prune_attempts.older_than is null or prune_attempts.older_than <= interval '0' then
+    perform pgfence.invalid_argument('older_than', 'must be a positive interval', prune_attempts.older_than::text);
+  end if;
+  v_before := clock_timestamp() - prune_attempts.older_than;
+  what := prune_attempts.stale_results::text; rows := 0;
+  for i in 1 .. c_batches loop
+    execute format('delete from %1$s s where s.ctid = any (array(select x.ctid from %1$s x where x.received_at < $1 '
+                   'limit $2 for update skip locked))', prune_attempts.stale_results)
+      using v_before, c_batch;
+    get diagnostics v_n = row_count;
+    rows := rows + v_n;
+    exit when v_n < c_batch;
+  end loop;
+  return next;
+  what := prune_attempts.attempts::text; rows := 0;
+  for i in 1 .. c_batches loop
+    execute format('delete from %1$s a where a.attempt_id = any (array('
+                   '  select x.attempt_id from %1$s x'
+                   '   where (x.finished_at < $1'
+                   '          or (x.outcome is null and x.%3$I < $1 and x.attempt_id <> all ($3)))'
+                   '     and not exists (select from %2$s s where s.attempt_id = x.attempt_id)'
+                   '   limit $2 for update skip locked))',
+                   prune_attempts.attempts, prune_attempts.stale_results, prune_attempts.started)
+      using v_before, c_batch, coalesce(prune_attempts.live, '{}');
+    get diagnostics v_n = row_count;
+    rows := rows + v_n;
+    exit when v_n < c_batch;
+  end loop;
+  return next;
+end
+$$;
+comment on function pgfence.prune_attempts(regclass, regclass, name, interval, uuid[]) is
+  'A layer''s retention: its stale results and its ended attempts (accepted, or abandoned: not live) older than '
+  'older_than, in batches. Rows removed per table. Raises 22023.';
+
+revoke all on function pgfence.hold_fenced(uuid), pgfence.mark_lease(uuid, regclass),
+                       pgfence.mark_guards(regclass[]), pgfence.lease_facts(uuid[]),
+                       pgfence.owner_ref(uuid, text), pgfence.limit_lock_wait(),
+                       pgfence.prune_attempts(regclass, regclass, name, interval, uuid[])
+  from public;
+-- The layers' monitoring views call it as their reader. It tells nothing of a lease to whoever
+-- does not already hold its id.
+grant execute on function pgfence.lease_facts(uuid[]) to pgfence_monitor, pgfence_operator;
+
+
+-- change: layer_hooks
+-- Deploy pgfence:layer_hooks
+-- requires: layers
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- The hooks through which the core calls a layer where the core itself acts, naming none
+-- (each may be NULL: a layer that needs none leaves it so):
+--   enabled_changed (resources text[]) returns void: after the core changed the enabled of
+--     these resources (register of a new one, set_enabled, prepare_update, finish_update),
+--     in the same transaction: a layer whose third party keeps its own switch follows it
+--     there (pgflow's worker_functions.enabled);
+--   window_prepare (token uuid, names text[]) returns setof text: prepare_update offers a
+--     layer the names of its set that are not pgfence resources; the layer takes those it
+--     manages (an unconverted pgflow worker function), saves their exact state, pauses them,
+--     and returns them; a name nobody takes is unknown (PF002);
+--   window_status (token uuid, names text[]) returns table(resource text, saved_enabled
+--     boolean, enabled boolean, verdict text, heartbeat timestamptz, in_flight jsonb,
+--     pending bigint, workers jsonb): update_status's rows for the names the layer took; and
+--     for other names of the window (names: all of them) what the layer sees of their workers
+--     (verdict NULL: the core's row gets its workers);
+--   window_finish (token uuid) returns table(resource text, enabled boolean, outcome text):
+--     finish_update's, restoring them exactly (idempotent).
+-- And from this release the in_flight hook takes no argument: in_flight () returns
+-- table(lease_id uuid, kind text, in_flight bigint): the layer's work still in flight, per
+-- lease it was started under; the core judges the leases (pgfence.layer_work). A layer of 0.2
+-- still answers per resource (in_flight (resources text[])) until it is upgraded.
+-- Every function is named as text (a regprocedure's text, schema-qualified), the table's older
+-- columns too, which were regprocedure up to 0.2.1: pg_upgrade refuses a database with a reg*
+-- column whose OIDs it does not keep ("reg* data types in user tables"), and a name survives
+-- it where an OID would not. Readers resolve the name (::regprocedure) when they call it.
+-- (Each a rewrite under ACCESS EXCLUSIVE: of a table of one row per layer, which only the
+-- core's functions and the layers' installs read.)
+-- squawk-ignore changing-column-type
+alter table pgfence.layers alter column in_flight type text using in_flight::text;
+-- squawk-ignore changing-column-type
+alter table pgfence.layers alter column leases type text using leases::text;
+-- squawk-ignore changing-column-type
+alter table pgfence.layers alter column prune type text using prune::text;
+-- squawk-ignore changing-column-type
+alter table pgfence.layers alter column health type text using health::text;
+alter table pgfence.layers
+  add column enabled_changed text,
+  add column window_prepare text,
+  add column window_status text,
+  add column window_finish text;
+comment on table pgfence.layers is
+  'The optional layers installed, each with its in_flight, leases, prune and health functions and its hooks for '
+  'enabled changes and update windows, named as text (schema-qualified signatures). Written by layer installs.';
+
+-- Each layer's enabled_changed hook, in the layers' order: what register, set_enabled,
+-- prepare_update and finish_update call after changing enabled, in their transaction (the
+-- resource rows still locked), so a layer's own switch never disagrees with the resource's.
+create function pgfence.enabled_changed(resources text[])
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_hook regproc;
+begin
+  for v_hook in select l.enabled_changed::regprocedure::oid::regproc from pgfence.layers l
+                 where l.enabled_changed is not null order by l.schema_name loop
+    execute format('select %s($1)', v_hook) using enabled_changed.resources;
+  end loop;
+end
+$$;
+comment on function pgfence.enabled_changed(text[]) is
+  'Calls each layer''s enabled_changed hook (pgfence.layers) with resources whose enabled just changed.';
+revoke all on function pgfence.enabled_changed(text[]) from public;
+
+-- Every layer's work in flight, per lease (each layer's in_flight hook, without arguments from
+-- this release on), by the lease's generation: update_status and lease_status add it to the
+-- tasks a lease holds, and judge the lease themselves (a silent holder). A generation, not a
+-- lease id: lease_status's readers call it.
+create function pgfence.layer_work()
+returns table (generation bigint, kind text, in_flight bigint)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_hook regproc;
+begin
+  for v_hook in select l.in_flight::regprocedure::oid::regproc from pgfence.layers l
+                 where (select p.pronargs from pg_proc p where p.oid = l.in_flight::regprocedure) = 0
+                 order by l.schema_name loop
+    for generation, kind, in_flight in
+      execute format('select l.generation, f.kind, f.in_flight from %s() f '
+                     'join pgfence.leases l on l.lease_id = f.lease_id where f.in_flight > 0', v_hook)
+    loop
+      return next;
+    end loop;
+  end loop;
+end
+$$;
+comment on function pgfence.layer_work() is
+  'Each layer''s work in flight (pgfence.layers.in_flight), per lease generation and kind.';
+revoke all on function pgfence.layer_work() from public;
+grant execute on function pgfence.layer_work() to pgfence_monitor, pgfence_operator;
+
+-- Each layer's rows of an update window (window_status): for the names it took, and the workers
+-- it sees of the others (verdict NULL).
+create function pgfence.layer_window(token uuid, names text[])
+returns table (resource text, saved_enabled boolean, enabled boolean, verdict text, heartbeat timestamptz,
+               in_flight jsonb, pending bigint, workers jsonb)
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_hook regproc;
+begin
+  for v_hook in select l.window_status::regprocedure::oid::regproc from pgfence.layers l
+                 where l.window_status is not null order by l.schema_name loop
+    for resource, saved_enabled, enabled, verdict, heartbeat, in_flight, pending, workers in
+      execute format('select s.resource, s.saved_enabled, s.enabled, s.verdict, s.heartbeat, '
+                     's.in_flight, s.pending, s.workers from %s($1, $2) s', v_hook)
+        using layer_window.token, layer_window.names
+    loop
+      return next;
+    end loop;
+  end loop;
+end
+$$;
+comment on function pgfence.layer_window(uuid, text[]) is
+  'Each layer''s update_status rows of window token over names (pgfence.layers.window_status).';
+revoke all on function pgfence.layer_window(uuid, text[]) from public;
+
+
 -- change: register
 -- Deploy pgfence:register
 -- requires: limit_idle
 -- requires: resources
 -- requires: checks
-
+-- requires: layer_hooks
 --
 -- Reworked in 0.3.0: registering a name is the operator's, no longer a worker's (issue 43 item
 -- 4). A resource is configuration (enabled, windows and protections name it), and nothing
 -- removes one but an operator (pgfence.unregister): a worker that could register would grow
 -- the table without bound, and a retention that forgot unused resources by age would make a
--- rarely run worker's next acquire fail PF002 (docs/contract.md, "Resources").
+-- rarely run worker's next acquire fail PF002 (docs/contract.md, "Resources"). And a new
+-- resource's enabled is passed on to the layers (their enabled_changed hook), as every change of
+-- enabled is.
 
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
 -- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
@@ -4331,6 +4076,8 @@ language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+  v_new int;
 begin
   perform pgfence.check_name('resource', register.resource);
   perform pgfence.check_not_null('enabled', register.enabled);
@@ -4338,8 +4085,12 @@ begin
   insert into pgfence.resources (resource, enabled)
   values (register.resource, register.enabled)
   on conflict on constraint resources_pkey do nothing;
+  get diagnostics v_new = row_count;
   -- A new row, uncommitted, makes every other register of the name wait for it.
   perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+  if v_new > 0 then
+    perform pgfence.enabled_changed(array[register.resource]);
+  end if;
 end
 $$;
 comment on function pgfence.register(text, boolean) is
@@ -4347,6 +4098,580 @@ comment on function pgfence.register(text, boolean) is
 
 revoke all on function pgfence.register(text, boolean) from public, pgfence_worker;
 grant execute on function pgfence.register(text, boolean) to pgfence_operator;
+
+
+-- change: set_enabled
+-- Deploy pgfence:set_enabled
+-- requires: lock_resources
+-- requires: resources
+-- requires: checks
+-- requires: errors
+-- requires: layer_hooks
+--
+-- Reworked in 0.3.0: the layers are told (their enabled_changed hook).
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.set_enabled(resource text, enabled boolean)
+returns boolean
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_previous boolean;
+begin
+  perform pgfence.check_name('resource', set_enabled.resource);
+  perform pgfence.check_not_null('enabled', set_enabled.enabled);
+  perform pgfence.lock_resources(array[set_enabled.resource]);
+  select r.enabled into v_previous from pgfence.resources r where r.resource = set_enabled.resource;
+  if not found then
+    raise exception 'pgfence: resource % is not registered', set_enabled.resource
+      using errcode = 'PF002', hint = 'register it first with pgfence.register(resource)';
+  end if;
+  update pgfence.resources r
+     set enabled = set_enabled.enabled,
+         enabled_version = r.enabled_version + 1
+   where r.resource = set_enabled.resource;
+  perform pgfence.enabled_changed(array[set_enabled.resource]);
+  return v_previous;
+end
+$$;
+comment on function pgfence.set_enabled(text, boolean) is
+  'Operator: sets enabled and returns the previous value. Raises PF002 for an unknown resource.';
+
+revoke all on function pgfence.set_enabled(text, boolean) from public;
+grant execute on function pgfence.set_enabled(text, boolean) to pgfence_operator;
+
+
+-- change: prepare_update
+-- Deploy pgfence:prepare_update
+-- requires: ref
+-- requires: lock_resources
+-- requires: updates
+-- requires: leases
+-- requires: invocations
+-- requires: checks
+-- requires: errors
+-- requires: layer_hooks
+--
+-- Reworked in 0.3.0: names that are no pgfence resource are offered to the layers (their
+-- window_prepare hook: an unconverted pgflow worker function), and the layers are told of
+-- the resources it disabled (enabled_changed).
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.prepare_update(resources text[], request_id uuid)
+returns uuid
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_set text[];
+  v_found text[];
+  v_missing text[];
+  v_existing pgfence.updates;
+  v_open text;
+  v_token uuid;
+  v_resource record;
+  v_version bigint;
+  v_drained bigint;
+  v_layer regproc;
+  v_taken text[];
+begin
+  perform pgfence.check_not_null('request_id', prepare_update.request_id);
+  if prepare_update.resources is null or cardinality(prepare_update.resources) not between 1 and 1000
+     or array_position(prepare_update.resources, null) is not null then
+    perform pgfence.invalid_argument('resources', 'must name 1 to 1000 resources, none NULL',
+                                     prepare_update.resources::text);
+  end if;
+  perform pgfence.check_name('resources', r) from unnest(prepare_update.resources) r;
+  select array_agg(distinct r order by r) into v_set from unnest(prepare_update.resources) r;
+  if cardinality(v_set) <> cardinality(prepare_update.resources) then
+    perform pgfence.invalid_argument('resources',
+      'names ' || (select string_agg(r, ', ') from (select r from unnest(prepare_update.resources) r
+                                                     group by r having count(*) > 1 order by r) d)
+               || ' more than once',
+      prepare_update.resources::text);
+  end if;
+
+  -- Claim the request_id first (the update row comes first in the lock order). A concurrent
+  -- prepare with the same request_id waits here until this one commits or rolls back.
+  insert into pgfence.updates as u (token, request_id, resources)
+  values (gen_random_uuid(), prepare_update.request_id, v_set)
+  on conflict on constraint updates_request_id_key do nothing
+  returning u.token into v_token;
+  if v_token is null then
+    -- A retry after a lost response gets the original window back, untouched: saving the
+    -- temporary false now would lose the state to restore.
+    select * into v_existing from pgfence.updates u where u.request_id = prepare_update.request_id;
+    if v_existing.resources <> v_set then
+      -- The request id and the token are named by their digests: either gets the window.
+      raise exception 'pgfence: request_id ref % was used for another set of resources', pgfence.ref(prepare_update.request_id)
+        using errcode = 'PF004', detail = format('update ref %s covers %s', pgfence.ref(v_existing.token),
+                                                 array_to_string(v_existing.resources, ', ')),
+              hint = 'use a new request_id for a new update';
+    end if;
+    return v_existing.token;
+  end if;
+
+  -- Then the resources, in name order, before looking at anything else.
+  perform pgfence.lock_resources(v_set);
+  select array_agg(x.resource order by x.resource) into v_found
+    from pgfence.resources x where x.resource = any (v_set);
+  select array_agg(r order by r) into v_missing from unnest(v_set) r where r <> all (coalesce(v_found, '{}'));
+  -- A name that is no resource may be a layer's (an unconverted pgflow worker function): each
+  -- layer's window_prepare takes those it manages, saving and pausing them by the same rules,
+  -- in this transaction. What nobody takes is unknown, and everything is rolled back.
+  for v_layer in select l.window_prepare::regprocedure::oid::regproc from pgfence.layers l
+                  where l.window_prepare is not null order by l.schema_name loop
+    exit when v_missing is null;
+    execute format('select array(select n from %s($1, $2) n)', v_layer) into v_taken using v_token, v_missing;
+    select array_agg(r order by r) into v_missing from unnest(v_missing) r where r <> all (v_taken);
+  end loop;
+  if v_missing is not null then
+    raise exception 'pgfence: unknown resources: %', array_to_string(v_missing, ', ')
+      using errcode = 'PF002', hint = 'nothing was changed; register them or fix the names';
+  end if;
+
+  select string_agg(format('%s (update ref %s)', i.resource, pgfence.ref(i.token)), ', ' order by i.resource) into v_open
+    from pgfence.update_items i
+   where i.resource = any (v_set) and i.outcome is null;
+  if v_open is not null then
+    raise exception 'pgfence: resources already in an open update: %', v_open
+      using errcode = 'PF004', hint = 'finish that update first: pgfence.finish_update(token)';
+  end if;
+
+  for v_resource in
+    select r.resource, r.enabled from pgfence.resources r where r.resource = any (v_set) order by r.resource
+  loop
+    update pgfence.resources r
+       set enabled = false, enabled_version = r.enabled_version + 1
+     where r.resource = v_resource.resource
+    returning r.enabled_version into v_version;
+    -- The active lease stops claiming; FOR UPDATE waits for its open fenced transactions.
+    select l.generation into v_drained
+      from pgfence.leases l
+     where l.resource = v_resource.resource and l.state = 'active'
+       for update;
+    if found then
+      update pgfence.leases l set state = 'draining', drained_at = clock_timestamp()
+       where l.resource = v_resource.resource and l.generation = v_drained;
+    end if;
+    insert into pgfence.update_items (token, resource, saved_enabled, enabled_version, drained_generation,
+                                      pending_invocations)
+    values (v_token, v_resource.resource, v_resource.enabled, v_version, v_drained,
+            (select count(*) from pgfence.invocations i
+              where i.resource = v_resource.resource and i.acknowledged_at is null
+                and i.expires_at > clock_timestamp()));
+  end loop;
+  if v_found is not null then
+    perform pgfence.enabled_changed(v_found);
+  end if;
+  return v_token;
+end
+$$;
+comment on function pgfence.prepare_update(text[], uuid) is
+  'Operator: opens an update window over resources (and names a layer manages: window_prepare): saves each one''s exact '
+  'enabled, disables them, drains their active leases; '
+  'returns the token. A retry with the same request_id and set returns the same token and changes nothing. '
+  'Raises 22023 (bad set), PF002 (unknown names, listed), PF004 (overlap with an open window, or request_id reused for another set).';
+
+revoke all on function pgfence.prepare_update(text[], uuid) from public;
+grant execute on function pgfence.prepare_update(text[], uuid) to pgfence_operator;
+
+
+-- change: finish_update
+-- Deploy pgfence:finish_update
+-- requires: lock_resources
+-- requires: updates
+-- requires: checks
+-- requires: errors
+-- requires: layer_hooks
+--
+-- Reworked in 0.3.0: the layers are told of the resources it enabled (enabled_changed),
+-- and restore the names they took into the window (window_finish).
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.finish_update(token uuid)
+returns table (resource text, enabled boolean, outcome text)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_item record;
+  v_outcome text;
+  v_restored text[] := '{}'::text[];
+  v_layer regproc;
+begin
+  perform pgfence.check_not_null('token', finish_update.token);
+  -- The update row first, then the resource rows in name order (the shared lock order).
+  perform from pgfence.updates u where u.token = finish_update.token for update;
+  if not found then
+    perform pgfence.update_not_found(finish_update.token);
+  end if;
+  perform pgfence.lock_resources(array(select i.resource from pgfence.update_items i
+                                        where i.token = finish_update.token));
+
+  for v_item in
+    select i.resource, i.saved_enabled, i.enabled_version, i.outcome, r.enabled_version as current_version
+      from pgfence.update_items i join pgfence.resources r on r.resource = i.resource
+     where i.token = finish_update.token
+     order by i.resource
+  loop
+    if v_item.outcome is not null then
+      v_outcome := 'already_finished';
+    elsif v_item.current_version <> v_item.enabled_version then
+      -- Someone set enabled inside the window: theirs is the newer decision. Leave it.
+      v_outcome := 'conflict';
+    elsif v_item.saved_enabled then
+      update pgfence.resources r
+         set enabled = true, enabled_version = r.enabled_version + 1
+       where r.resource = v_item.resource;
+      v_restored := v_restored || v_item.resource;
+      v_outcome := 'restored';
+    else
+      -- It was disabled before the window: it stays disabled (I6).
+      v_outcome := 'kept_disabled';
+    end if;
+    if v_outcome <> 'already_finished' then
+      update pgfence.update_items i set outcome = v_outcome
+       where i.token = finish_update.token and i.resource = v_item.resource;
+    end if;
+    resource := v_item.resource;
+    enabled := (select r.enabled from pgfence.resources r where r.resource = v_item.resource);
+    outcome := v_outcome;
+    return next;
+  end loop;
+  if cardinality(v_restored) > 0 then
+    perform pgfence.enabled_changed(v_restored);
+  end if;
+  -- The names a layer took into the window (window_prepare), restored by the layer by the
+  -- same rules.
+  for v_layer in select l.window_finish::regprocedure::oid::regproc from pgfence.layers l
+                  where l.window_finish is not null order by l.schema_name loop
+    return query execute format('select f.resource, f.enabled, f.outcome from %s($1) f', v_layer)
+      using finish_update.token;
+  end loop;
+  update pgfence.updates u set finished_at = clock_timestamp()
+   where u.token = finish_update.token and u.finished_at is null;
+end
+$$;
+comment on function pgfence.finish_update(uuid) is
+  'Operator: closes an update window, restoring exactly the saved enabled values (a layer''s names by the layer: '
+  'window_finish): restored, kept_disabled, conflict '
+  '(enabled was changed inside the window: left as it is) or already_finished (idempotent). Raises PF005.';
+
+revoke all on function pgfence.finish_update(uuid) from public;
+grant execute on function pgfence.finish_update(uuid) to pgfence_operator;
+
+
+-- change: update_status
+-- Deploy pgfence:update_status
+-- requires: lease_judgement
+-- requires: updates
+-- requires: leases
+-- requires: invocations
+-- requires: tasks
+-- requires: checks
+-- requires: errors
+-- requires: layers
+-- requires: unfenced_writes
+-- requires: layer_hooks
+--
+-- Reworked in 0.3.0: a layer's work counts per lease, judged by the core (a draining lease
+-- gone silent while a layer's task or message is still in flight under it is unknown, as with
+-- the core's tasks); the names a layer took into the window get its rows (window_status), and a
+-- new column, workers, shows what a layer sees of each one's workers (pgflow.workers).
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Its result gains a column (workers): a function's result type is replaced by dropping it.
+-- Nothing in the schema calls it. (A fresh install has none yet.)
+set local client_min_messages = warning;
+-- (its result gains a column; a function's result type changes only so)
+-- squawk-ignore ban-drop-function
+drop function if exists pgfence.update_status(uuid);
+create function pgfence.update_status(token uuid)
+returns table (resource text, saved_enabled boolean, enabled boolean, active_owner text,
+               draining_leases bigint, in_flight_tasks bigint, pending_invocations bigint,
+               verdict text, last_heartbeat timestamptz, in_flight jsonb, unfenced_writes jsonb,
+               workers jsonb)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_resources text[];
+  v_opened timestamptz;
+  v_layer regproc;
+  v_rows jsonb;
+  v_legacy jsonb := '[]'::jsonb;
+begin
+  perform pgfence.check_not_null('token', update_status.token);
+  select u.resources, u.prepared_at into v_resources, v_opened
+    from pgfence.updates u where u.token = update_status.token;
+  if not found then
+    perform pgfence.update_not_found(update_status.token);
+  end if;
+  -- A layer not yet upgraded from 0.2 counts its work per resource (in_flight (text[])): it
+  -- keeps the window draining, and is judged by no lease.
+  for v_layer in select l.in_flight::regprocedure::oid::regproc from pgfence.layers l
+                  where (select p.pronargs from pg_proc p where p.oid = l.in_flight::regprocedure) = 1
+                  order by l.schema_name loop
+    execute format('select coalesce(jsonb_agg(jsonb_build_object(''resource'', f.resource, ''kind'', f.kind, '
+                   '''n'', f.in_flight)), ''[]'') from %s($1) f where f.in_flight > 0', v_layer)
+       into v_rows using v_resources;
+    v_legacy := v_legacy || v_rows;
+  end loop;
+  -- Reads only, so it runs in a read-only transaction. drained means observed quiet: no
+  -- current lease, no draining lease still renewing, no task, message or step of any layer in
+  -- flight under the resource's leases, no start pending. It is not proof that a runtime
+  -- terminated. unknown: a draining lease went silent (expired) while work started under it is
+  -- still in flight; nobody can tell whether its handlers stopped.
+  return query
+  with work as (
+    -- Everything held under a lease of these resources: the core's claimed tasks and each
+    -- layer's work in flight (pgfence.layer_work), by lease.
+    select l.resource, l.state, l.expires_at, w.kind, w.n
+      from pgfence.leases l
+      join (select t.lease_id, 'tasks'::text as kind, count(*) as n
+              from pgfence.tasks t where t.state = 'claimed' group by t.lease_id) w on w.lease_id = l.lease_id
+     where l.resource = any (v_resources)
+    union all
+    select l.resource, l.state, l.expires_at, w.kind, w.in_flight
+      from pgfence.layer_work() w join pgfence.leases l on l.generation = w.generation
+     where l.resource = any (v_resources)
+    union all
+    select e->>'resource', null, null, e->>'kind', (e->>'n')::bigint
+      from jsonb_array_elements(v_legacy) e),
+  -- What each layer has to say of the window (window_status): the rows of the names it took,
+  -- and the workers it sees of the others.
+  lw as materialized (select * from pgfence.layer_window(update_status.token, v_resources))
+  select i.resource,
+         i.saved_enabled,
+         r.enabled,
+         cur.owner,
+         d.all_draining,
+         h.tasks,
+         p.pending,
+         case when i.outcome is not null then 'finished'
+              when h.silent > 0 then 'unknown'
+              when cur.owner is not null or d.live > 0 or h.total > 0 or p.pending > 0 then 'draining'
+              else 'drained' end,
+         d.heartbeat,
+         jsonb_build_object('tasks', h.tasks) || h.kinds,
+         uw.writes,
+         (select s.workers from lw s where s.resource = i.resource and s.verdict is null limit 1)
+    from pgfence.update_items i
+    join pgfence.resources r on r.resource = i.resource
+    left join pgfence.leases cur
+           on cur.resource = i.resource and pgfence.is_current(cur.state, cur.expires_at)
+    cross join lateral (
+      select count(*) as all_draining,
+             count(*) filter (where pgfence.is_live(l.state, l.expires_at)) as live,
+             max(coalesce(l.renewed_at, l.acquired_at)) as heartbeat
+        from pgfence.leases l
+       where l.resource = i.resource and l.state = 'draining') d
+    cross join lateral (
+      select coalesce(sum(k.n), 0)::bigint as total,
+             coalesce(sum(k.n) filter (where k.kind = 'tasks'), 0)::bigint as tasks,
+             coalesce(sum(k.silent), 0)::bigint as silent,
+             coalesce(jsonb_object_agg(k.kind, k.n) filter (where k.kind <> 'tasks'), '{}') as kinds
+        from (select x.kind, sum(x.n) as n,
+                     sum(x.n) filter (where x.state = 'draining' and not pgfence.is_live(x.state, x.expires_at)) as silent
+                from work x
+               where x.resource = i.resource
+               group by x.kind) k) h
+    cross join lateral (
+      select count(*) as pending
+        from pgfence.invocations v
+       where v.resource = i.resource and v.acknowledged_at is null and v.expires_at > clock_timestamp()) p
+    -- Writers still unconverted (old binaries): unfenced writes of the resource's tables
+    -- recorded (observe mode) since the window opened.
+    cross join lateral (
+      select coalesce(jsonb_agg(jsonb_build_object('table', w.table_name, 'operation', w.operation,
+                                                   'role', w.role_name, 'application', w.application_name,
+                                                   'writes', w.writes, 'last_at', w.last_at)
+                                order by w.last_at desc), '[]') as writes
+        from (select x.table_name, x.operation, x.role_name, x.application_name,
+                     count(*) as writes, max(x.at) as last_at
+                from pgfence.unfenced_writes x
+               where x.at >= v_opened and i.resource = any (string_to_array(x.resource, ','))
+               group by x.table_name, x.operation, x.role_name, x.application_name) w) uw
+   where i.token = update_status.token
+  union all
+  -- The names a layer took into the window (window_prepare): the layer's rows.
+  select s.resource, s.saved_enabled, s.enabled, null::text, 0::bigint, 0::bigint, s.pending, s.verdict,
+         s.heartbeat, s.in_flight, '[]'::jsonb, s.workers
+    from lw s
+   where s.verdict is not null
+   order by 1;
+end
+$$;
+comment on function pgfence.update_status(uuid) is
+  'Read-only view of an update window, one row per resource, with the verdict drained (observed quiet: no task, '
+  'message or step of any layer in flight under its leases; not proof of termination), draining, unknown (a draining '
+  'lease went silent holding work) or finished; in_flight by kind (tasks and each layer''s), the unfenced writes '
+  'seen since the window opened, and for a name a layer took into the window its workers. Raises PF005.';
+
+revoke all on function pgfence.update_status(uuid) from public;
+grant execute on function pgfence.update_status(uuid) to pgfence_operator, pgfence_monitor;
+
+
+-- change: request_start
+-- Deploy pgfence:request_start
+-- requires: limit_idle
+-- requires: lease_judgement
+-- requires: lock_resources
+-- requires: leases
+-- requires: invocations
+-- requires: capability_ref
+--
+-- Reworked in 0.3.0: a worker's request lasts at most 5 minutes; only an operator keeps a
+-- resource from being started for longer.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.request_start(resource text, ttl interval default '1 minute')
+returns uuid
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_enabled boolean;
+  v_invocation_id uuid;
+  -- A pending invocation is judged by the latest expiry among its resource's unacknowledged
+  -- ones: one entry of invocations_pending_expiry, read from its end, however many expired
+  -- ones there are (an EXISTS with the clock in it walked them all, and a generic plan of it
+  -- scanned the table).
+  v_now timestamptz := clock_timestamp();
+begin
+  perform pgfence.check_name('resource', request_start.resource);
+  perform pgfence.check_interval('ttl', request_start.ttl);
+  -- A pending invocation keeps every other start of the resource off (ensure_workers pings a
+  -- function only for a new one): only an operator may hold a resource off for longer than a
+  -- start takes. A worker's request lasts at most 5 minutes.
+  if request_start.ttl > interval '5 minutes'
+     and not pg_has_role(pgfence.invoker(), 'pgfence_operator', 'member') then
+    perform pgfence.invalid_argument('ttl', 'must be at most 5 minutes (longer: an operator''s request only)',
+                                     request_start.ttl::text);
+  end if;
+  -- The resource row serializes request_start with acquire and with other callers: of
+  -- concurrent callers exactly one finds nothing pending. A caller that finds the row held by
+  -- another session does not queue behind it (which may be a session that idles, or a
+  -- prepared transaction): it gets NULL, as for a start that is pending, and asks again later.
+  if not exists (select from pgfence.resources r where r.resource = request_start.resource) then
+    perform pgfence.resource_not_found(request_start.resource);
+  end if;
+  select r.enabled into v_enabled
+    from pgfence.resources r
+   where r.resource = request_start.resource
+     for no key update skip locked;
+  if not found then
+    return null;
+  end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+  if not v_enabled
+     or exists (select from pgfence.leases l
+                 where l.resource = request_start.resource and pgfence.is_current(l.state, l.expires_at))
+     or (select max(i.expires_at) from pgfence.invocations i
+          where i.resource = request_start.resource and i.acknowledged_at is null) > v_now then
+    return null;
+  end if;
+  insert into pgfence.invocations (invocation_id, resource, requested_at, expires_at)
+  values (gen_random_uuid(), request_start.resource, clock_timestamp(), clock_timestamp() + request_start.ttl)
+  returning invocation_id into v_invocation_id;
+  return v_invocation_id;
+end
+$$;
+comment on function pgfence.request_start(text, interval) is
+  'Startup handshake: a new invocation id when the resource is enabled, has no current lease and no '
+  'unexpired pending invocation; otherwise NULL. The acquire that presents it acknowledges it. A ttl over 5 minutes '
+  'is an operator''s only. Raises PF002, 22023.';
+
+revoke all on function pgfence.request_start(text, interval) from public;
+grant execute on function pgfence.request_start(text, interval) to pgfence_worker, pgfence_operator;
+
+
+-- change: lease_status
+-- Deploy pgfence:lease_status
+-- requires: lease_judgement
+-- requires: leases
+-- requires: tasks
+-- requires: layer_hooks
+--
+-- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
+--
+-- Reworked in 0.3.0: a new column, in_flight, counts what the lease holds by kind, every layer's
+-- work included (a worker holding a pgflow step held "0 tasks"), as update_status does.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace view pgfence.lease_status as
+select l.resource,
+       l.generation,
+       l.owner,
+       case when pgfence.is_current(l.state, l.expires_at) then 'current'
+            when l.state = 'active' then 'stale'
+            else l.state end as status,
+       l.acquired_at,
+       l.renewed_at,
+       l.expires_at,
+       l.drained_at,
+       l.ended_at,
+       greatest(l.expires_at - clock_timestamp(), interval '0') as time_left,
+       coalesce(h.tasks_held, 0) as tasks_held,
+       jsonb_build_object('tasks', coalesce(h.tasks_held, 0)) || coalesce(lw.kinds, '{}') as in_flight
+  from pgfence.leases l
+  -- Claimed tasks are few (they are in flight) and found by tasks_visibility: counted once,
+  -- not looked up per lease, since tasks have no index on lease_id (claims would maintain it).
+  left join (select t.lease_id, count(*) as tasks_held
+               from pgfence.tasks t
+              where t.state = 'claimed'
+              group by t.lease_id) h on h.lease_id = l.lease_id
+  -- And each layer's work in flight under the lease, by kind (a pgmq message read, a pgflow step
+  -- started, which holds its message too), as update_status counts it.
+  left join (select w.generation, jsonb_object_agg(w.kind, w.n) as kinds
+               from (select x.generation, x.kind, sum(x.in_flight) as n
+                       from pgfence.layer_work() x group by x.generation, x.kind) w
+              group by w.generation) lw on lw.generation = l.generation;
+comment on view pgfence.lease_status is
+  'One row per lease: current, stale (active but expired: authorizes nothing), draining, released or superseded; '
+  'tasks_held counts the tasks its attempts still hold; in_flight, by kind, those and every layer''s work in flight '
+  'under it.';
+
+revoke all on pgfence.lease_status from public;
+grant select on pgfence.lease_status to pgfence_monitor, pgfence_operator;
 
 
 -- change: unregister
@@ -4408,7 +4733,7 @@ begin
                       from pgfence.tasks t
                      cross join lateral unnest(t.attempt_leases || t.lease_id) x(id)
                      where t.state in ('queued', 'claimed') and x.id = any (v_leases));
-  for v_layer in select l.leases::regproc from pgfence.layers l order by l.schema_name loop
+  for v_layer in select l.leases::regprocedure::oid::regproc from pgfence.layers l order by l.schema_name loop
     execute pg_catalog.format('select array(select * from %s())', v_layer) into v_more;
     v_needed := v_needed || array(select x from unnest(v_more) x where x = any (v_leases));
   end loop;
@@ -4506,6 +4831,202 @@ revoke all on pgfence.resource_status from public;
 grant select on pgfence.resource_status to pgfence_monitor, pgfence_operator;
 
 
+-- change: prune
+-- Deploy pgfence:prune
+-- requires: leases
+-- requires: invocations
+-- requires: tasks
+-- requires: attempt_leases
+-- requires: stale_reports
+-- requires: updates
+-- requires: unfenced_writes
+-- requires: errors
+-- requires: layers
+-- requires: layer_hooks
+--
+-- Reworked in 0.3.0: pgfence.layers names the layers' functions as text (pg_upgrade keeps no
+-- OIDs of reg* columns): prune resolves each name when it calls it. A whole definition (a fresh
+-- install runs only this one): the indexes as 0.2.1 made them, kept where they exist.
+
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+-- Where prune finds old rows without reading the live ones: each index holds only rows that
+-- have ended, so no hot path reads it; a completion or a lease's end (already an update that
+-- changes an indexed state) adds one entry. (Invocations are few once pruned: prune reads
+-- them all.)
+-- (Over 0.2.1 they are there already: nothing to say about it.)
+set local client_min_messages = warning;
+-- Built inside the upgrade's transaction (CONCURRENTLY cannot be), so writes to the table wait
+-- for the build: on a large history, seconds. Upgrade at a quiet moment (docs/upgrading.md).
+-- squawk-ignore require-concurrent-index-creation
+create index if not exists tasks_finished on pgfence.tasks (finished_at) where state in ('completed', 'failed');
+-- squawk-ignore require-concurrent-index-creation
+create index if not exists leases_ended on pgfence.leases (ended_at) where state in ('released', 'superseded');
+-- request_start asks for a pending, unexpired invocation of its resource: by resource alone it
+-- walked every expired one nobody acknowledged (a supervisor whose starts never arrive), and
+-- slowed as they piled up; by resource and expiry it reads only the latest one.
+-- squawk-ignore require-concurrent-index-creation
+create index if not exists invocations_pending_expiry on pgfence.invocations (resource, expires_at)
+  where acknowledged_at is null;
+-- squawk-ignore require-concurrent-index-deletion
+drop index if exists pgfence.invocations_pending;
+
+-- Deletes history older than older_than, in batches of 5000 rows, each batch chosen FOR
+-- UPDATE SKIP LOCKED, so it never waits for a worker and a worker never waits for it longer
+-- than one batch's delete. At most 100 batches a kind per call (one transaction): a kind that
+-- reports 500000 rows has more; call again. Never a row live state needs:
+--   tasks          completed or failed (finished_at) before the bound; queued and claimed never;
+--   stale_results  of pgfence's own queue (a layer's are in its schema), received before the
+--                  bound, of a task no longer queued or claimed (report bounds each attempt's
+--                  stale results by counting them);
+--   leases         released or superseded before the bound, none that a queued or claimed task
+--                  names (its current or an older attempt's lease: stale results are verified
+--                  against it), nor one that a registered layer's unfinished work names
+--                  (pgfence.layers.leases); active and draining ones never (an expired draining lease has
+--                  no end time: it goes when its resource's next lease is granted);
+--   invocations    expired before the bound (a pending, unexpired one never);
+--   updates        windows finished before the bound, with their items; open ones never;
+--   unfenced_writes recorded before the bound.
+-- A result reported more than older_than after its task finished then raises 22023 (no such
+-- attempt) instead of answering duplicate or stale, and release of a pruned lease PF001: so
+-- older_than is at least 1 hour, far beyond any retry of a lost answer.
+create or replace function pgfence.prune(older_than interval default '7 days')
+returns table (what text, rows bigint)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  c_batch constant int := 5000;
+  c_batches constant int := 100;
+  v_before timestamptz;
+  v_needed uuid[];
+  v_n bigint;
+  v_layer regproc;
+  v_more uuid[];
+begin
+  if prune.older_than is null or prune.older_than < interval '1 hour'
+     or prune.older_than > interval '10 years' then
+    perform pgfence.invalid_argument('older_than', 'must be at least 1 hour and at most 10 years',
+                                     prune.older_than::text);
+  end if;
+  v_before := clock_timestamp() - prune.older_than;
+
+  what := 'tasks'; rows := 0;
+  for i in 1 .. c_batches loop
+    delete from pgfence.tasks t
+     where t.task_id = any (array(
+             select x.task_id from pgfence.tasks x
+              where x.state in ('completed', 'failed') and x.finished_at < v_before
+              order by x.finished_at limit c_batch
+                for update skip locked));
+    get diagnostics v_n = row_count;
+    rows := rows + v_n;
+    exit when v_n < c_batch;
+  end loop;
+  return next;
+
+  what := 'stale_results'; rows := 0;
+  for i in 1 .. c_batches loop
+    delete from pgfence.stale_results s
+     where s.ctid = any (array(
+             select x.ctid from pgfence.stale_results x
+              where x.received_at < v_before
+                and not exists (select from pgfence.tasks t
+                                 where t.task_id = x.task_id and t.state in ('queued', 'claimed'))
+              limit c_batch
+                for update skip locked));
+    get diagnostics v_n = row_count;
+    rows := rows + v_n;
+    exit when v_n < c_batch;
+  end loop;
+  return next;
+
+  -- The leases unfinished tasks name, once: a new claim names only a current lease, never one
+  -- that ended before the bound. (Through tasks_ready and tasks_visibility.)
+  v_needed := array(select distinct l.id
+                      from pgfence.tasks t
+                     cross join lateral unnest(t.attempt_leases || t.lease_id) l(id)
+                     where t.state in ('queued', 'claimed') and l.id is not null);
+  -- And those each registered layer's unfinished work names (pgfence.layers.leases).
+  for v_layer in select l.leases::regprocedure::oid::regproc from pgfence.layers l order by l.schema_name loop
+    execute pg_catalog.format('select array(select * from %s())', v_layer) into v_more;
+    v_needed := v_needed || v_more;
+  end loop;
+  what := 'leases'; rows := 0;
+  for i in 1 .. c_batches loop
+    delete from pgfence.leases l
+     where l.lease_id = any (array(
+             select x.lease_id from pgfence.leases x
+              where x.state in ('released', 'superseded') and x.ended_at < v_before
+                and x.lease_id <> all (v_needed)
+              order by x.ended_at limit c_batch
+                for update skip locked));
+    get diagnostics v_n = row_count;
+    rows := rows + v_n;
+    exit when v_n < c_batch;
+  end loop;
+  return next;
+
+  what := 'invocations'; rows := 0;
+  for i in 1 .. c_batches loop
+    delete from pgfence.invocations v
+     where v.invocation_id = any (array(
+             select x.invocation_id from pgfence.invocations x
+              where x.expires_at < v_before
+              order by x.expires_at limit c_batch
+                for update skip locked));
+    get diagnostics v_n = row_count;
+    rows := rows + v_n;
+    exit when v_n < c_batch;
+  end loop;
+  return next;
+
+  what := 'updates'; rows := 0;
+  with gone as (
+    select u.token from pgfence.updates u
+     where u.finished_at < v_before
+       for update skip locked),
+  items as (
+    delete from pgfence.update_items i using gone where i.token = gone.token)
+  delete from pgfence.updates u using gone where u.token = gone.token;
+  get diagnostics rows = row_count;
+  return next;
+
+  what := 'unfenced_writes'; rows := 0;
+  for i in 1 .. c_batches loop
+    delete from pgfence.unfenced_writes w
+     where w.id = any (array(
+             select x.id from pgfence.unfenced_writes x
+              where x.at < v_before
+              order by x.id limit c_batch
+                for update skip locked));
+    get diagnostics v_n = row_count;
+    rows := rows + v_n;
+    exit when v_n < c_batch;
+  end loop;
+  return next;
+
+  -- Each registered layer prunes its own history the same way (pgfence.layers).
+  for v_layer in select l.prune::regprocedure::oid::regproc from pgfence.layers l where l.prune is not null
+                  order by l.schema_name loop
+    return query execute pg_catalog.format('select * from %s($1)', v_layer) using prune.older_than;
+  end loop;
+end
+$$;
+comment on function pgfence.prune(interval) is
+  'Deletes history older than older_than (at least 1 hour; default 7 days): finished tasks, their stale results, '
+  'ended leases no unfinished task names, expired invocations, finished update windows, unfenced-write records. '
+  'Batches of 5000, SKIP LOCKED, at most 500000 rows a kind per call. Rows removed per kind.';
+
+revoke all on function pgfence.prune(interval) from public;
+grant execute on function pgfence.prune(interval) to pgfence_operator;
+
+
 -- change: kinds
 -- Deploy pgfence:kinds
 -- requires: releases
@@ -4553,18 +5074,22 @@ begin
   perform pgfence.set_kind('Layers',
       'pgfence.attempt_of(uuid)', 'pgfence.attempt_uuid(bigint, integer, uuid)',
       'pgfence.attempt_uuid(bigint, integer, uuid, bytea)', 'pgfence.check_batch(uuid[])',
-      'pgfence.check_interval(text, interval)', 'pgfence.hmac(text, bytea)',
-      'pgfence.hold_current(uuid)', 'pgfence.invoker()',
-      'pgfence.is_live(text, timestamp with time zone)', 'pgfence.mark_fenced(text, bytea)');
+      'pgfence.check_interval(text, interval)', 'pgfence.cron_job_problem(regprocedure)',
+      'pgfence.hold_fenced(uuid)', 'pgfence.invoker()', 'pgfence.limit_idle()',
+      'pgfence.limit_lock_wait()', 'pgfence.mark_guards(regclass[])',
+      'pgfence.mark_lease(uuid, regclass)', 'pgfence.owner_ref(uuid, text)',
+      'pgfence.prune_attempts(regclass, regclass, name, interval, uuid[])');
   perform pgfence.set_kind('Private',
       'pgfence.acl_text(aclitem[], "char", oid, oid)',
       'pgfence.attempt_holds(bigint, integer, uuid, boolean, bytea, uuid)',
       'pgfence.attempt_signed(uuid, bigint, integer, uuid)', 'pgfence.attempt_task(uuid)',
       'pgfence.attempt_uuid_0_1(bigint, integer, uuid, bytea)', 'pgfence.check_label(text, text)',
-      'pgfence.deparsed(text)', 'pgfence.fence_token(text, bytea)', 'pgfence.fold_tallies()',
-      'pgfence.foreign_grants(name)', 'pgfence.health_checks()', 'pgfence.interval_ok(interval)',
-      'pgfence.lease_not_current(uuid, timestamp with time zone)', 'pgfence.limit_idle()',
-      'pgfence.lock_resources(text[])', 'pgfence.report(uuid, text, jsonb)',
+      'pgfence.deparsed(text)', 'pgfence.enabled_changed(text[])', 'pgfence.fence_token(text, bytea)',
+      'pgfence.fold_tallies()', 'pgfence.foreign_grants(name)', 'pgfence.health_checks()',
+      'pgfence.hmac(text, bytea)', 'pgfence.hold_current(uuid)', 'pgfence.interval_ok(interval)',
+      'pgfence.is_live(text, timestamp with time zone)', 'pgfence.layer_window(uuid, text[])',
+      'pgfence.lease_not_current(uuid, timestamp with time zone)', 'pgfence.lock_resources(text[])',
+      'pgfence.mark_fenced(text, bytea)', 'pgfence.report(uuid, text, jsonb)',
       'pgfence.schema_objects(name)', 'pgfence.sign(text, bytea)', 'pgfence.unknown_attempt(uuid)',
       'pgfence.update_not_found(uuid)');
 end

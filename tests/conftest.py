@@ -54,6 +54,8 @@ VERSIONS: dict[str, tuple[str, str]] = {
     "test_permutations.py": (PER_VERSION, "every interleaving: lock waits and MVCC are the "
                                           "server's (exhaustive on every version)"),
     "test_pgflow.py": (PER_VERSION, "the pgflow layer's SQL on the server"),
+    "test_pgflow_requeue.py": (PER_VERSION, "the pgflow layer's stalled-task rule on the server "
+                                            "(property-based)"),
     "test_pgmq.py": (PER_VERSION, "the pgmq layer's SQL on the server"),
     "test_stale_results.py": (PER_VERSION, "I5 checks in SQL"),
     "test_supabase_install.py": (PER_VERSION, "roles and default privileges (CREATEROLE "

@@ -147,6 +147,37 @@ def test_full_cycle(target: Target, tmp_path: Path) -> None:
     assert enabled(target.db) == before
 
 
+@pytest.mark.parametrize("pgflow_version", ["0.14.1"])
+@pytest.mark.parametrize("how", ["direct", "supabase"])
+def test_a_window_over_an_unconverted_pgflow_function_shows_its_workers(
+        flow: Database, flow_cluster: Cluster, how: str, tmp_path: Path) -> None:
+    """update_status's rows of a pgflow worker function whose workers are pgflow's own (issue
+    41), with its workers, through both transports the same way."""
+    flow.sql("select pgflow.track_worker_function('plain')")
+    flow.sql("update pgflow.worker_functions set debounce = interval '10 minutes'")
+    worker = flow.one("insert into pgflow.workers (worker_id, queue_name, function_name) "
+                      "values (gen_random_uuid(), 'q', 'plain') returning worker_id")
+    dbname = flow.one("select current_database()")
+    url, name = f"postgresql://postgres@127.0.0.1:{flow_cluster.port}/{dbname}", \
+        f"127.0.0.1:{flow_cluster.port}/{dbname}"
+    args = (["--db-url", url] if how == "direct"
+            else ["--supabase", "--supabase-bin", str(SUPABASE), f"--remote={url}"])
+    prep = run([*args, "--json", "workers", "prepare-update", "plain", "--confirm", name],
+               tmp_path)
+    assert prep.code == 0, prep.out + prep.err
+    [row] = prep.doc()["status"]
+    assert (row["resource"], row["saved_enabled"], row["enabled"], row["verdict"]) == \
+        ("plain", True, False, "draining"), row
+    [seen] = row["workers"]
+    assert (seen["worker_id"], seen["live"], seen["started_tasks"]) == (str(worker), True, 0)
+    human = run([*args, "workers", "update-status", prep.doc()["token"]], tmp_path)
+    assert human.code == 0 and str(worker) in human.out and "draining" in human.out, human.out
+    done = run([*args, "--json", "workers", "finish-update", prep.doc()["token"],
+                "--confirm", name], tmp_path)
+    assert done.doc()["results"] == [{"resource": "plain", "enabled": True,
+                                      "outcome": "restored"}], done.out
+
+
 def test_refused_finish_and_conflict(target: Target, tmp_path: Path) -> None:
     seed(target.db)
     unknown = run([*target.args, "workers", "finish-update", str(uuid.uuid4()),

@@ -76,6 +76,7 @@ def error(sqlstate: str | None, cls: type[psycopg.Error] = psycopg.OperationalEr
     (error("08006"), Failure.CONNECTION),
     (psycopg.errors.DeadlockDetected("40P01"), Failure.ROLLED_BACK),
     (psycopg.errors.SerializationFailure("40001"), Failure.ROLLED_BACK),
+    (psycopg.errors.LockNotAvailable("55P03"), Failure.ROLLED_BACK),   # a bounded lock wait
     (error("PF001", psycopg.errors.RaiseException), Failure.REFUSED),
     (psycopg.errors.UniqueViolation("23505"), Failure.OTHER),
     (psycopg.errors.QueryCanceled("57014"), Failure.OTHER),   # a statement_timeout: not guessed
@@ -129,3 +130,16 @@ def test_a_rolled_back_claim_is_sent_again() -> None:
     first = next(steps)
     assert isinstance(steps.throw(psycopg.errors.DeadlockDetected("40P01")), Sleep)
     assert next(steps) == first and owner.confirmed          # no connection was lost
+
+
+def test_a_report_refused_after_its_bounded_lock_wait_is_sent_again() -> None:
+    """A layer's result waits for its run or its message at most 5 s, then 55P03: the same
+    report is sent again after a pause (the holder's idle time is bounded too)."""
+    owner, core, held = worker()
+    steps = core._report(held, "complete", {"ok": True})
+    first = next(steps)
+    assert isinstance(steps.throw(psycopg.errors.LockNotAvailable("55P03")), Sleep)
+    assert next(steps) == first and owner.confirmed          # no connection was lost
+    with pytest.raises(StopIteration) as done:
+        steps.send([("accepted",)])
+    assert done.value.value == "accepted"

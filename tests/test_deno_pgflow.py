@@ -5,7 +5,7 @@ successor takes its task over, a late result nobody overtook, a hard kill, the s
 handshake of the Edge-Function-shaped example, and the update window. The negative control
 runs the same pause against pgflow's own, unfenced protocol and sees the stale completion land.
 
-Time passing is simulated (pgfence_test.expire, expire_message); a process's progress is read
+Time passing is simulated (pgfence_test.expire, stall_task); a process's progress is read
 from what it prints, never waited out with a sleep. So nothing runs out by itself while a
 test holds a worker paused and starts its successor (a Deno process, slow on a loaded
 machine): the flow's steps' timeout, which hides a started task's message, is LONG, and so is
@@ -128,7 +128,7 @@ def lease_of(db: Database, owner: str) -> uuid.UUID:
 def past_lease_and_visibility(db: Database, owner: str) -> None:
     """Time passes for a paused worker: its lease, and its task's message visibility."""
     db.expire(lease_of(db, owner))
-    db.sql("select pgfence_test.expire_message('two', message_id) from pgflow.step_tasks "
+    db.sql("select pgfence_test.stall_task('two', message_id) from pgflow.step_tasks "
            "where status = 'started'")
 
 
@@ -507,3 +507,67 @@ def test_a_pgflow_014_project_converted_by_the_docs_runs_fenced_under_ensure_wor
     finally:
         db.close()
         cluster14.drop_database(CRON_DATABASE)
+
+
+
+# -- a supervised process worker across an update window (issue 41) ----------------------------
+
+class SupervisedProcess(FlowProcess):
+    """clients/deno/testdata/pgflow_supervised_process.ts: a FlowWorker kept across leases by
+    supervise() on resource fn, its code version `code` (what each of its lines says)."""
+
+    def __init__(self, target: Target, env: dict[str, str], name: str, code: str) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(
+            [str(DENO), "run", *PERMISSIONS, "testdata/pgflow_supervised_process.ts"], cwd=CLIENT,
+            env={**env, "DATABASE_URL": target.url, "RESOURCE": "fn", "NAME": name, "CODE": code},
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def old_worker_in_a_window(target: Target, env: dict[str, str],
+                           processes: list[FlowProcess]) -> tuple[SupervisedProcess, uuid.UUID]:
+    """Process `old` (code 1), supervised, holds flow two's first task when a window opens over
+    its function; update_status shows it alive; it finishes the task and waits, refused."""
+    db = target.db
+    two_steps(db, timeout=LONG)
+    old = SupervisedProcess(target, env, "old", "1")
+    processes.append(old)
+    assert old.said()["code"] == "1"                            # acquired
+    assert old.said() == {"started": "first", "code": "1"}
+    token = uuid.UUID(str(db.one("select pgfence.prepare_update(array['fn'], %s)",
+                                 (uuid.uuid4(),))))
+    [(verdict, draining, heartbeat, in_flight)] = db.sql(
+        "select verdict, draining_leases, last_heartbeat, in_flight from "
+        "pgfence.update_status(%s)", (token,))
+    assert (verdict, draining, in_flight["pgflow"]) == ("draining", 1, 1), \
+        "the old worker is still alive, its task in hand"
+    assert heartbeat is not None
+    old.unblock()
+    db.wait_until("select verdict = 'drained' from pgfence.update_status(%s)", (token,))
+    assert old.proc.poll() is None, "drained, and still running: refused, it waits"
+    return old, token
+
+
+def test_a_process_worker_replaced_inside_the_window_runs_only_the_new_code(
+        target: Target, deno_env: dict[str, str], processes: list[FlowProcess]) -> None:
+    db = target.db
+    old, token = old_worker_in_a_window(target, deno_env, processes)
+    old.proc.send_signal(signal.SIGTERM)                         # the binary replaced ...
+    assert old.finish() == {"stopped": True, "code": "1"}
+    new = SupervisedProcess(target, deno_env, "new", "2")       # ... inside the window
+    processes.append(new)
+    assert db.one("select count(*) from pgfence.leases where state = 'active'") == 0
+    db.sql("select pgfence.finish_update(%s)", (token,))
+    assert new.said()["code"] == "2"
+    assert new.said() == {"started": "second", "code": "2"}, "only the new code runs"
+    new.unblock()
+
+
+def test_negative_control_a_process_worker_left_running_resumes_the_old_code(
+        target: Target, deno_env: dict[str, str], processes: list[FlowProcess]) -> None:
+    db = target.db
+    old, token = old_worker_in_a_window(target, deno_env, processes)
+    db.sql("select pgfence.finish_update(%s)", (token,))
+    assert old.said()["code"] == "1", "the old binary acquired again"
+    assert old.said() == {"started": "second", "code": "1"}, "and runs the old code"
+    old.unblock()

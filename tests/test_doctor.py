@@ -40,7 +40,7 @@ def test_doctor_on_a_healthy_and_a_broken_database(db: Database, how: str) -> No
     print(broken.stdout)
     assert broken.returncode == 1
     assert "function pgfence.version() changed" in broken.stdout
-    assert "2 of 9 checks failed" in broken.stdout   # 8 of health(), the release row
+    assert "2 of 10 checks failed" in broken.stdout   # 9 of health(), the release row
     doc = json.loads(doctor(db, how, "--json").stdout)
     assert doc["ok"] is False
     assert [c["check"] for c in doc["checks"] if c["status"] == "failed"] == [
@@ -82,7 +82,7 @@ def test_without_pg_cron_the_requeue_job_is_a_warning(db: Database, how: str) ->
     assert requeue["status"] == "warning" and requeue["ok"] is False
     assert "docs/operations.md#recovering-tasks" in requeue["detail"]
     assert "--requeue-elsewhere" in requeue["detail"]
-    assert [c["status"] for c in doc["checks"] if c is not requeue] == ["ok"] * 8
+    assert [c["status"] for c in doc["checks"] if c is not requeue] == ["ok"] * 9
 
 
 @pytest.mark.parametrize("how", ["direct", "supabase"])

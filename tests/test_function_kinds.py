@@ -137,8 +137,8 @@ def test_negative_control_a_function_of_the_wrong_kind_is_named(everything: Data
         db.sql("grant execute on function pgfence.deparsed(text) to pgfence_worker")
         expected = "pgfence.deparsed(text): Private, the API (no kind) expected"
     elif breakage == "private":     # what a layer calls marked free to change
-        db.sql("comment on function pgfence.hold_current(uuid) is 'Private: x'")
-        expected = "pgfence.hold_current(uuid): Private, Layers: expected"
+        db.sql("comment on function pgfence.hold_fenced(uuid) is 'Private: x'")
+        expected = "pgfence.hold_fenced(uuid): Private, Layers: expected"
     elif breakage == "unmarked":    # a new function without a kind
         db.sql("create function pgfence.helper() returns int language sql as 'select 1'")
         db.sql("revoke all on function pgfence.helper() from public")

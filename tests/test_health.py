@@ -12,14 +12,16 @@ import psycopg
 import pytest
 
 from pgfence.connection import connect
-from testkit.harness import Database
+from testkit.harness import Database, sqlstate
 
 # pg_cron's table as much as health reads of it (the real one: tests/test_prune.py's cluster).
 CRON = """
 create schema cron;
-create table cron.job (jobid bigserial primary key, command text not null,
-                       active boolean default true);
-insert into cron.job (command) values ('select pgfence.requeue_expired()');
+create table cron.job (jobid bigserial primary key, jobname text, command text not null,
+                       database text not null default current_database(),
+                       username text not null default current_user, active boolean default true);
+insert into cron.job (jobname, command)
+values ('pgfence-requeue', 'select pgfence.requeue_expired()');
 """
 
 
@@ -62,10 +64,16 @@ BREAKS: dict[str, tuple[Callable[[Database], object], str]] = {
         "guarded: the guard trigger is missing"),
     "requeue job scheduled": (
         lambda db: db.sql("update cron.job set active = false"),
-        "no active pg_cron job runs pgfence.requeue_expired()"),
+        "paused (active is false)"),
     "no lease or task overdue": (
         lambda db: db.sql("update pgfence.leases set expires_at = now() - interval '2 minutes'"),
         "resource r: its lease (generation"),
+    "no start pending too long": (
+        lambda db: (db.sql("select pgfence.register('r2')"),
+                    db.sql("select pgfence.request_start('r2', '1 hour')"),
+                    db.sql("update pgfence.invocations "
+                           "set requested_at = now() - interval '2 minutes'")),
+        "resource r2: a start requested at"),
     "no update window left open": (
         lambda db: (db.sql("select pgfence.prepare_update(array['r'], gen_random_uuid())"),
                     db.sql("update pgfence.updates set prepared_at = now() - interval '2 hours'")),
@@ -101,6 +109,62 @@ def test_the_monitor_may_run_it_and_reads_no_capability(db: Database) -> None:
     rows = db.sql("select * from pgfence.health()")
     db.sql("reset role")
     assert rows and all(lease_id not in str(r) for r in rows)
+
+
+# The requeue job, for real (issue 41): each way a job can look scheduled and never requeue,
+# alone; the healthy job is the negative control of each.
+JOB_BREAKS = {
+    "paused": ("update cron.job set active = false", "paused (active is false)"),
+    "another database": ("update cron.job set database = 'elsewhere'",
+                         "it runs in database elsewhere, not"),
+    "a role without EXECUTE": ("update cron.job set username = 'pgfence_monitor'",
+                               "it runs as pgfence_monitor, which may not execute"),
+    "a role that is gone": ("update cron.job set username = 'nobody_at_all'",
+                            "it runs as nobody_at_all, which does not exist"),
+    "a command that mentions it": (
+        "update cron.job set command = 'select 1 -- pgfence.requeue_expired()'",
+        "is not a call of pgfence.requeue_expired"),
+    "another function around it": (
+        "update cron.job set command = 'select pg_sleep(0) from pgfence.requeue_expired()'",
+        "is not a call of pgfence.requeue_expired"),
+    "none": ("delete from cron.job", "no pg_cron job calls pgfence.requeue_expired"),
+}
+
+
+@pytest.mark.parametrize("how", list(JOB_BREAKS))
+def test_a_requeue_job_that_cannot_requeue_is_named(db: Database, how: str) -> None:
+    healthy(db)
+    breaks, named = JOB_BREAKS[how]
+    db.sql(breaks)
+    bad = failing(db)
+    assert list(bad) == ["requeue job scheduled"], bad
+    assert named in bad["requeue job scheduled"], bad
+
+
+def test_a_requeue_job_with_its_argument_and_a_semicolon_is_real(db: Database) -> None:
+    healthy(db)
+    db.sql("update cron.job set command = ' SELECT pgfence.requeue_expired( 500 ) ; '")
+    assert failing(db) == {}
+
+
+def test_only_an_operator_keeps_a_resource_from_being_started_for_long(db: Database) -> None:
+    """A worker's request_start lasts at most 5 minutes (issue 40: one that asked for a day kept
+    ensure_workers from starting the function for a day); an operator may ask for longer, and
+    health names a start pending past the time a start takes."""
+    healthy(db)
+    db.sql("select pgfence.register('r2')")
+    w = db.session("w")
+    w.run("set role pgfence_worker")
+    assert sqlstate(lambda: w.one("select pgfence.request_start('r2', '1 day')")) == "22023"
+    assert w.one("select pgfence.request_start('r2', '5 minutes')") is not None
+    db.sql("select pgfence.cancel_invocations('r2')")
+    op = db.session("op")
+    op.run("set role pgfence_operator")
+    assert op.one("select pgfence.request_start('r2', '1 day')") is not None
+    assert failing(db) == {}, "pending for less than a minute yet"
+    db.sql("update pgfence.invocations set requested_at = now() - interval '2 minutes' "
+           "where acknowledged_at is null and expires_at > clock_timestamp()")
+    assert list(failing(db)) == ["no start pending too long"]
 
 
 # Drift that a hand can make, and the check that must name it (issue 39 item 7, issue 43

@@ -1,11 +1,13 @@
 """No worker wedges a resource, a lease or a task by idling inside its own transaction.
 
 Every function a worker may call that locks rows other sessions need (the resource row, a
-lease row, a task row) limits how long its transaction may then stay idle: 5 s (limit_idle),
-or what the lease had left for fence and claim (hold_current). For each: a worker calls it in
-a transaction and goes idle; the successor that needs the row is let through once PostgreSQL
-ends the idle session. The negative controls: limit_idle made a no-op (here), and each call
-site removed (the `*-idle-unbounded` mutants in tests/mutation/mutants.toml).
+lease row, a task row; a layer's attempt, pgmq message or pgflow run) limits how long its
+transaction may then stay idle: 5 s (limit_idle), or what the lease had left for fence and
+claim (hold_current). For each: a worker calls it in a transaction and goes idle; the successor
+that needs the row is let through once PostgreSQL ends the idle session. The layers' results
+are here accepted and stale alike (a stale pgflow result locks its run too), on pgmq and pgflow
+(0.8.1). The negative controls: limit_idle made a no-op (here), and each call site removed
+(the `*-idle-unbounded` mutants in tests/mutation/mutants.toml).
 
 No verdict rests on how fast the machine is. The bound is read where it is in force, in the
 worker's transaction right after the call (idle_in_transaction_session_timeout), and compared
@@ -56,6 +58,8 @@ class Case:
     successor: str  # what another session then runs: it needs the row the call locked
     wait_expiry: bool = False  # the successor needs the lease expired first (a takeover)
     lease_bound: bool = False  # bounded by what the lease had left (hold_current), not 5 s
+    template: str = "template"  # the fixture of its database's template: a layer's case needs
+                                # pgmq (mq_template) or pgflow (flow_template, pgflow 0.8.1)
 
 
 def resource(db: Database, ttl: float = 0) -> dict[str, str]:
@@ -93,6 +97,52 @@ def expired_attempt(db: Database, ttl: float = 0) -> dict[str, str]:
     return names
 
 
+def read_message(db: Database, ttl: float = 0) -> dict[str, str]:
+    """A message of pgmq queue `jobs` read under a lease of `r`: its attempt."""
+    db.sql("select pgmq.create('jobs')")
+    db.sql("select pgmq.send('jobs', '{}')")
+    resource(db)
+    lease_id = db.one("select lease_id from pgfence.acquire('r', 'first', '1 hour')")
+    attempt, msg = db.sql("select attempt_id, msg_id from pgfence_pgmq.read(%s, 'jobs', "
+                          "'1 hour')", (lease_id,))[0]
+    return {"attempt": str(attempt), "msg": str(msg)}
+
+
+def stale_read(db: Database, ttl: float = 0) -> dict[str, str]:
+    """The same, read again since by another attempt: the first attempt's result is stale."""
+    names = read_message(db)
+    db.sql("select pgfence_test.expire_message('jobs', %s)", (int(names["msg"]),))
+    db.sql("select pgfence_pgmq.read(lease_id, 'jobs', '1 hour') from pgfence.leases")
+    return names
+
+
+def started_task(db: Database, ttl: float = 0) -> dict[str, str]:
+    """A pgflow task (flow `two`) started under a lease of `fn`: its attempt and its run."""
+    db.sql("select pgflow.create_flow('two', max_attempts => 3)")
+    db.sql("select pgflow.add_step('two', 'first')")
+    db.sql("select pgflow.add_step('two', 'second', array['first'])")
+    db.sql("select pgfence.register('fn')")
+    run_id = db.one("select run_id from pgflow.start_flow('two', '{}')")
+    lease_id = db.one("select lease_id from pgfence.acquire('fn', 'first', '1 hour')")
+    attempt = db.one("select attempt_id from pgfence_pgflow.start_tasks(%s, 'two', 'two', "
+                     "'1 hour', 1)", (lease_id,))
+    return {"attempt": str(attempt), "run": str(run_id)}
+
+
+def superseded_start(db: Database, ttl: float = 0) -> dict[str, str]:
+    """The same, started again since (a newer attempts_count): the attempt's result is stale."""
+    names = started_task(db)
+    db.sql("update pgflow.step_tasks set attempts_count = attempts_count + 1")
+    return names
+
+
+# A layer's result or extension, inside a transaction that then idles, holds what another result
+# of the run, or the message's successor, needs: the run's row, the message's row (a lock the
+# successor takes itself, as a successor's result would, without the result's own bounded wait).
+RUN = "select true from pgflow.runs where run_id = '{run}' for update"
+MESSAGE = "select true from pgmq.q_jobs where msg_id = {msg} for update"
+ATTEMPT = "select true from pgfence_pgmq.attempts where attempt_id = '{attempt}' for update"
+
 TAKEOVER = "select (pgfence.acquire('r', 'successor', '30 s')).generation is not null"
 # set_enabled waits for the resource row; its own lock_timeout longer than the bound.
 OPERATOR = "set lock_timeout = '60s'; select pgfence.set_enabled('r', true) is not null"
@@ -119,6 +169,18 @@ CASES = {
                    "select pgfence.complete('{attempt}') = 'accepted'"),
     "requeue_expired": Case(expired_attempt, "select pgfence.requeue_expired()",
                             "select pgfence.extend('{attempt}', '1 minute') is not null"),
+    "pgmq archive": Case(read_message, "select pgfence_pgmq.archive('{attempt}')", MESSAGE,
+                         template="mq_template"),
+    "pgmq delete, stale": Case(stale_read, "select pgfence_pgmq.delete('{attempt}')", ATTEMPT,
+                               template="mq_template"),
+    "pgmq set_vt": Case(read_message, "select pgfence_pgmq.set_vt('{attempt}', '1 hour')", MESSAGE,
+                        template="mq_template"),
+    "pgflow complete": Case(started_task,
+                            "select pgfence_pgflow.complete_task('{attempt}', '{{}}')", RUN,
+                            template="flow_template"),
+    "pgflow complete, stale": Case(superseded_start,
+                                   "select pgfence_pgflow.complete_task('{attempt}', '{{}}')", RUN,
+                                   template="flow_template"),
 }
 
 
@@ -186,14 +248,15 @@ def selected(request: pytest.FixtureRequest, test: str) -> list[str]:
             and item.originalname == test]
 
 
-def batch(request: pytest.FixtureRequest, cluster: Cluster, template: str, test: str,
+def batch(request: pytest.FixtureRequest, cluster: Cluster, test: str,
           prepare: Callable[[Database], None]) -> Iterator[dict[str, Idle | BaseException]]:
-    """Every selected case of `test`, each in its own database, all idle at once."""
+    """Every selected case of `test`, each in its own database (of its case's template), all
+    idle at once."""
     with ExitStack() as stack:
         dbs: dict[str, Database] = {}
         for name in selected(request, test):
             dbname = f"t_{uuid.uuid4().hex[:12]}"
-            cluster.create_database(dbname, template)
+            cluster.create_database(dbname, request.getfixturevalue(CASES[name].template))
             stack.callback(cluster.drop_database, dbname)
             dbs[name] = Database(cluster.dsn(dbname))
             stack.callback(dbs[name].close)
@@ -227,9 +290,9 @@ NEGATIVE = "test_negative_control_without_the_limit_the_successor_waits"
 
 
 @pytest.fixture(scope="module")
-def bounded(request: pytest.FixtureRequest, cluster: Cluster,
-            template: str) -> Iterator[dict[str, Idle | BaseException]]:
-    yield from batch(request, cluster, template, POSITIVE, lambda db: None)
+def bounded(request: pytest.FixtureRequest,
+            cluster: Cluster) -> Iterator[dict[str, Idle | BaseException]]:
+    yield from batch(request, cluster, POSITIVE, lambda db: None)
 
 
 def without_the_limit(db: Database) -> None:
@@ -237,9 +300,9 @@ def without_the_limit(db: Database) -> None:
 
 
 @pytest.fixture(scope="module")
-def unbounded(request: pytest.FixtureRequest, cluster: Cluster,
-              template: str) -> Iterator[dict[str, Idle | BaseException]]:
-    yield from batch(request, cluster, template, NEGATIVE, without_the_limit)
+def unbounded(request: pytest.FixtureRequest,
+              cluster: Cluster) -> Iterator[dict[str, Idle | BaseException]]:
+    yield from batch(request, cluster, NEGATIVE, without_the_limit)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -258,7 +321,7 @@ def test_an_idle_worker_lets_the_successor_through_within_the_bound(
     assert sqlstate(lambda: c.w.session.run("select 1")) == "25P03"
 
 
-@pytest.mark.parametrize("name", ["request_start", "renew", "complete"])
+@pytest.mark.parametrize("name", ["request_start", "renew", "complete", "pgflow complete"])
 def test_negative_control_without_the_limit_the_successor_waits(
         unbounded: dict[str, Idle | BaseException], name: str) -> None:
     c = case_of(unbounded, name)

@@ -14,8 +14,12 @@ it by existing:
   layer (acting for the role set, not the session's user);
 - every function a worker calls that locks rows others need bounds its transaction's idle time
   as the core's do, and the driver names every function a worker may call;
-- its prune and health run with the core's; the core's prune keeps the leases its open work
-  names; update windows count its work in flight;
+- its prune and health run with the core's (the core's "roles and grants" covers its
+  schema); the core's prune keeps the leases its open work names; update windows count its
+  work in flight, and call a silent holder's work unknown; lease_status counts it per lease;
+- it reads none of the core's tables that hold capabilities (pgfence.leases,
+  pgfence.signing_key) and hangs no trigger on the core's tables: it calls the core's
+  functions and hooks into it through pgfence.layers;
 - upgrade from each earlier release of it with live state (by the one-file upgrades and by
   Sqitch, and Sqitch's revert and deploy again), and its upgrade files refuse a layer changed
   by hand and the other wrong starts.
@@ -185,7 +189,7 @@ def test_the_layer_registers_itself(layered: Callable[..., Database], layer: Lay
         "where schema_name = %s", (layer.schema,))
     s = layer.schema
     assert (in_flight, leases, prune, health) == (
-        f"{s}.in_flight(text[])", f"{s}.leases()", f"{s}.prune(interval)", f"{s}.health()")
+        f"{s}.in_flight()", f"{s}.leases()", f"{s}.prune(interval)", f"{s}.health()")
 
 
 REFUSALS = by_layer([(layer, missing) for layer in LAYERS
@@ -508,9 +512,14 @@ def test_the_cores_prune_and_health_run_the_layers(ldb: Database, layer: Layer) 
     pruned, checks = pruned_and_checked(ldb, layer)
     assert pruned and checks
     assert ldb.one(f"select bool_and(ok) from {layer.schema}.health()") is True
-    # Its health sees a privilege handed out in its schema.
+    # The core's "roles and grants" sees a privilege handed out in its schema (the layers no
+    # longer check it themselves).
+    grants = "select ok, detail from pgfence.health() where \"check\" = 'roles and grants'"
+    assert ldb.sql(grants)[0][0] is True
     ldb.sql(f"grant execute on all functions in schema {layer.schema} to public")
-    assert ldb.one(f"select bool_and(ok) from {layer.schema}.health()") is False
+    [(ok, detail)] = ldb.sql(grants)
+    handed_out = f"PUBLIC may EXECUTE function {layer.schema}.prune(interval)"
+    assert ok is False and handed_out in detail, detail
 
 
 def test_negative_control_a_layer_missing_from_the_registry_is_neither_pruned_nor_checked(
@@ -578,6 +587,102 @@ def test_negative_control_a_layer_not_registered_is_not_counted(ldb: Database,
     ldb.sql("delete from pgfence.layers where schema_name = any (%s)",
             ([x.schema for x in layers.with_needs([layer.name])],))
     assert window_over_work_in_flight(ldb, layer)[0] == "drained"
+
+
+def window_over_silent_work(db: Database, layer: Layer) -> list[str]:
+    """Work in flight under a worker's lease, a window over the resource: update_status's
+    verdict while the worker still renews (the window drained its lease), once it went silent
+    (its lease expired, the work still in flight), and once the work finished."""
+    d = DRIVERS[layer.name]
+    s, lease, attempt = started(db, layer)
+    token = db.session("op").one("select pgfence.prepare_update(array[%s], %s)",
+                                 (RESOURCE, uuid.uuid4()))
+    status = "select verdict from pgfence.update_status(%s)"
+    verdicts = [str(db.one(status, (token,)))]
+    db.expire(lease)                                   # the worker goes silent
+    verdicts.append(str(db.one(status, (token,))))
+    assert d.finish(s, attempt) == "accepted"
+    return [*verdicts, str(db.one(status, (token,)))]
+
+
+@pytest.mark.parametrize("how", ["direct", "pgbouncer"])
+def test_a_silent_holder_of_work_makes_the_window_unknown(layered: Callable[..., Database],
+                                                          layer: Layer, how: str) -> None:
+    db = layered(layer.name, how)
+    DRIVERS[layer.name].prepare(db, RESOURCE)
+    # No proof its handler stopped: unknown, as the core's queue answers for a silent holder.
+    assert window_over_silent_work(db, layer) == ["draining", "unknown", "drained"]
+
+
+def test_negative_control_silence_judged_by_the_cores_tasks_alone_stays_draining(
+        ldb: Database, layer: Layer) -> None:
+    ldb.install_mutant("update-status-layer-silence-blind")
+    assert window_over_silent_work(ldb, layer)[1] == "draining"
+
+
+def held(db: Database) -> dict[str, int]:
+    """lease_status's in_flight of the resource's current lease, read as the monitor."""
+    monitor = db.session(f"monitor-{uuid.uuid4().hex[:8]}")
+    monitor.run("set role pgfence_monitor")
+    found = monitor.one("select in_flight from pgfence.lease_status "
+                        "where resource = %s and status = 'current'", (RESOURCE,))
+    monitor.run("reset role")
+    return dict(found)
+
+
+def test_lease_status_counts_the_layers_work_a_lease_holds(ldb: Database, layer: Layer) -> None:
+    d = DRIVERS[layer.name]
+    s, _, attempt = started(ldb, layer)
+    work = held(ldb)
+    assert (work.pop("tasks"), work.pop(layer.name)) == (0, 1), work
+    # (A layer's work may be the work of the layers it stands on too: counted by their kinds.)
+    assert set(work) <= set(layers.names()) and set(work.values()) <= {1}, work
+    assert d.finish(s, attempt) == "accepted"
+    assert held(ldb) == {"tasks": 0}
+
+
+def test_negative_control_a_lease_status_blind_to_the_layers_shows_nothing_held(
+        ldb: Database, layer: Layer) -> None:
+    ldb.install_mutant("layer-work-blind")
+    started(ldb, layer)
+    assert held(ldb) == {"tasks": 0}
+
+
+# -- the core's tables are the core's: a layer calls its functions (pgfence.hold_fenced,
+# mark_lease, lease_facts, owner_ref, ...), and hooks into it through pgfence.layers ------------
+
+def reads_of_the_cores_tables(db: Database, schema: str) -> list[str]:
+    """Every function and view of the layer's schema that reads pgfence.leases or
+    pgfence.signing_key itself, and every trigger of its functions on a table of the core."""
+    return [str(r) for (r,) in db.sql(r"""
+      select p.oid::regprocedure::text from pg_proc p
+       where p.pronamespace = %(s)s::regnamespace and p.prosrc ~ 'pgfence\.(leases|signing_key)\M'
+      union all
+      select c.oid::regclass::text from pg_class c
+       where c.relnamespace = %(s)s::regnamespace
+         and c.relkind in ('v', 'm') and pg_get_viewdef(c.oid) ~ 'pgfence\.(leases|signing_key)\M'
+      union all
+      select format('trigger %%s on %%s', t.tgname, t.tgrelid::regclass) from pg_trigger t
+       where t.tgrelid in (select oid from pg_class where relnamespace = 'pgfence'::regnamespace)
+         and t.tgfoid in (select oid from pg_proc where pronamespace = %(s)s::regnamespace)
+       order by 1""", {"s": schema})]
+
+
+def test_the_layer_reads_no_core_table_and_hangs_no_trigger_on_one(ldb: Database,
+                                                                   layer: Layer) -> None:
+    assert reads_of_the_cores_tables(ldb, layer.schema) == []
+
+
+def test_negative_control_a_layer_function_that_reads_the_leases_is_named(
+        ldb: Database, layer: Layer) -> None:
+    ldb.sql(f"create function {layer.schema}.peek() returns bigint language sql "
+            "as 'select count(*) from pgfence.leases'")
+    ldb.sql(f"create function {layer.schema}.follow() returns trigger language plpgsql "
+            "as 'begin return new; end'")
+    ldb.sql(f"create trigger follow after update on pgfence.resources "
+            f"for each row execute function {layer.schema}.follow()")
+    assert reads_of_the_cores_tables(ldb, layer.schema) == [
+        f"{layer.schema}.peek()", "trigger follow on pgfence.resources"]
 
 
 # -- upgrades from each earlier release of the layer, with live state -----------------------------

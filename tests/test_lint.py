@@ -58,6 +58,16 @@ WITHOUT_SEARCH_PATH = (
     "pgfence_pgflow.check_allowed(fn regprocedure)",
     "pgfence_pgflow.complete_task(attempt_id uuid,output jsonb)",
     "pgfence_pgflow.fail_task(attempt_id uuid,error_message text)",
+    # 0.3.0: what the layers call on their hot paths (pgfence's layer_api), and the pgflow
+    # layer's stall rule, inlined into its start's statements.
+    "pgfence.hold_fenced(lease_id uuid)",
+    "pgfence.mark_lease(lease_id uuid,tbl regclass)",
+    "pgfence.owner_ref(lease_id uuid,purpose text,OUT resource text,OUT ref uuid)",
+    "pgfence.limit_lock_wait()",
+    "pgfence_pgflow.stalled(started_at timestamptz,timeout integer,visible boolean,"
+    "lease_live boolean)",
+    "pgfence_pgflow.start_lease_live(run_id uuid,step_slug text,task_index integer,"
+    "attempts_count integer)",
 )
 
 

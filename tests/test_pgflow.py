@@ -6,7 +6,7 @@ the mechanism it rests on (or uses pgflow's own, unfenced protocol) and sees the
 
 The flow is pgflow's own: `two`, steps `first` then `second` (second depends on first), made
 with pgflow.create_flow / add_step and run with pgflow.start_flow. Time passing is simulated
-(pgfence_test.expire for a lease, expire_message for a message's visibility); blocking is
+(pgfence_test.expire for a lease, stall_task for a started task's time); blocking is
 observed with pg_blocking_pids(), never waited out.
 """
 
@@ -74,9 +74,10 @@ def msg_of(db: Database, step: str) -> int:
 
 
 def paused_past_everything(db: Database, a: Lease, step: str) -> None:
-    """A is paused past its lease and past its task's visibility (pgflow's timeout + 2 s)."""
+    """A is paused past its lease and past its task's step's timeout + 2 s (its start moved
+    back, its message visible again)."""
     db.expire(a)
-    db.sql("select pgfence_test.expire_message('two', %s)", (msg_of(db, step),))
+    db.sql("select pgfence_test.stall_task('two', %s)", (msg_of(db, step),))
 
 
 def run_status(db: Database, run_id: uuid.UUID) -> tuple[str, Any]:
@@ -180,7 +181,7 @@ def test_negative_control_pgflows_unfenced_protocol_lets_the_stale_completion_la
     [(step,)] = a.run("select step_slug from pgflow.start_tasks('two', array[%s::bigint], %s)",
                       (msg, worker))
     assert step == "first"
-    flow.sql("select pgfence_test.expire_message('two', %s)", (msg,))
+    flow.sql("select pgfence_test.stall_task('two', %s)", (msg,))
     [(fresh, _, _)] = start(b, acquired(b.acquire("fn")))
     a.run("select pgflow.complete_task(run_id, step_slug, task_index, '{\"by\": \"a\"}') "
           "from pgflow.step_tasks where step_slug = 'first'")
@@ -499,6 +500,43 @@ def test_bad_flows_and_queues_are_refused(flow: Database, flow_slug: str | None,
                                   (uuid.uuid4(),))) == "22023"
 
 
+# -- a start taken over is pruned with its lease (issue 40) -----------------------------------
+
+def taken_over_start(db: Database) -> tuple[Session, uuid.UUID, uuid.UUID]:
+    """A start under `old`, whose worker died; the task stalled and taken over under a new
+    lease; the first start, its read and the old lease (superseded), two days old. Returns the
+    session, the live start, and the old lease's id."""
+    two_steps(db)
+    w = db.session("w")
+    old = acquired(w.acquire("fn", owner="old"))
+    start(w, old, qty=1)
+    db.expire(old)
+    db.sql("select pgfence_test.stall_task('two', %s)", (msg_of(db, "first"),))
+    [(fresh, step, _)] = start(w, acquired(w.acquire("fn", owner="new")), qty=1)
+    assert step == "first", "the stalled task taken over"
+    for table, column in (("pgfence_pgflow.attempts", "started_at"),
+                          ("pgfence_pgmq.attempts", "read_at"), ("pgfence.leases", "ended_at")):
+        db.sql(f"update {table} set {column} = {column} - interval '2 days' "
+               "where lease_id = %s", (old.lease_id,))
+    return w, fresh, old.lease_id
+
+
+def test_a_taken_over_start_is_pruned_with_its_lease(flow: Database) -> None:
+    w, fresh, old = taken_over_start(flow)
+    pruned = dict(flow.sql("select * from pgfence.prune('1 day')"))
+    assert (pruned["pgfence_pgflow.attempts"], pruned["pgfence_pgmq.attempts"],
+            pruned["leases"]) == (1, 1, 1)
+    assert flow.one("select count(*) from pgfence.leases where lease_id = %s", (old,)) == 0
+    assert complete(w, fresh, "{}") == "accepted"
+
+
+def test_negative_control_a_taken_over_start_pins_its_lease_for_ever(flow: Database) -> None:
+    flow.install_mutant("pgflow-leases-any-open")
+    _, _, old = taken_over_start(flow)
+    assert dict(flow.sql("select * from pgfence.prune('1 day')"))["leases"] == 0
+    assert flow.one("select count(*) from pgfence.leases where lease_id = %s", (old,)) == 1
+
+
 SEARCH_PATH = ["search_path=pg_catalog, pg_temp"]
 
 
@@ -514,25 +552,35 @@ def test_only_pgfence_worker_may_call_the_layer(flow: Database) -> None:
         ("pgfence_pgflow.as_maintenance(text,interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.check_allowed(regprocedure)", False, False, False, []),
         ("pgfence_pgflow.complete_task(uuid,jsonb)", False, True, False, []),
+        ("pgfence_pgflow.cron_commands()", False, False, False, SEARCH_PATH),
+        ("pgfence_pgflow.enabled_changed(text[])", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.ensure_workers()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.fail_task(uuid,text)", False, True, False, []),
         ("pgfence_pgflow.finish(uuid,text,jsonb,text)", False, True, True,
          ["search_path=pg_catalog, pg_temp"]),
         ("pgfence_pgflow.follow_resource()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.health()", False, False, True, SEARCH_PATH),
-        ("pgfence_pgflow.in_flight(text[])", False, False, True,
-         ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.in_flight()", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.job_problem(regprocedure,text)", False, False, False, SEARCH_PATH),
         ("pgfence_pgflow.leases()", False, False, True, SEARCH_PATH),
+        # Issue 42's worker: pgflow's mark for a fenced worker's row, a pgflow attempt's set_vt.
         ("pgfence_pgflow.mark_worker_stopped(uuid)", False, True, True, SEARCH_PATH),
+        ("pgfence_pgflow.open_starts()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.prune(interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.prune_workers(interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.requeue_stalled_tasks()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.set_vt(uuid,interval)", False, True, True, SEARCH_PATH),
         ("pgfence_pgflow.setup_cron()", False, False, False, SEARCH_PATH),
+        ("pgfence_pgflow.stalled(timestamp with time zone,integer,boolean,boolean)", False, False,
+         False, []),
+        ("pgfence_pgflow.start_lease_live(uuid,text,integer,integer)", False, False, False, []),
         ("pgfence_pgflow.start_tasks(uuid,text,text,interval,integer)", False, True, True,
          ["search_path=pg_catalog, pg_temp"]),
         ("pgfence_pgflow.sync_workers()", False, False, True, SEARCH_PATH),
-        ("pgfence_pgflow.worker_id(uuid,bytea)", False, False, False, []),
+        ("pgfence_pgflow.undo_cron()", False, False, False, SEARCH_PATH),
+        ("pgfence_pgflow.window_finish(uuid)", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.window_prepare(uuid,text[])", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.window_status(uuid,text[])", False, False, True, SEARCH_PATH),
     ]
 
 

@@ -5,8 +5,9 @@ takeover counts against max_attempts; two results of one run never deadlock; the
 over only a task whose message came back. Each with its negative control, the same scenario
 against a broken variant of the rule (as tests/mutation/mutants.toml breaks it).
 
-Time passing is simulated: a message's visibility is moved back (`shift_message`, or
-pgfence_test.expire_message past it), a lease expired with pgfence_test.expire; blocking is
+Time passing is simulated: a message's visibility and its started task's start are moved back
+(`shift_message`, or pgfence_test.stall_task past them), a lease expired with
+pgfence_test.expire; blocking is
 driven and observed with pg_blocking_pids(), never waited out.
 """
 
@@ -28,8 +29,12 @@ def start(s: Session, lease: Lease, vt: str = "2 seconds", qty: int = 5,
 
 
 def shift_message(db: Database, flow: str, seconds: int) -> None:
-    """``seconds`` pass for every message of the flow's queue."""
+    """``seconds`` pass for every message of the flow's queue and every task of the flow that
+    is started (its start moved back as much)."""
     db.sql(f"update pgmq.q_{flow} set vt = vt - make_interval(secs => %s)", (seconds,))
+    db.sql("update pgflow.step_tasks set started_at = started_at - make_interval(secs => %s), "
+           "queued_at = queued_at - make_interval(secs => %s) "
+           "where flow_slug = %s and status = 'started'", (seconds, seconds, flow))
 
 
 def tasks(db: Database, run_id: uuid.UUID) -> list[tuple[str, str, int]]:
@@ -77,13 +82,41 @@ def test_a_live_task_is_not_taken_over_a_stalled_one_is(any_flow: Database) -> N
 
 def test_negative_control_with_the_reads_vt_only_a_live_task_is_taken_over(
         flow: Database) -> None:
-    flow.install_mutant("pgflow-start-read-vt-only")
+    # Both rules that keep a live task its attempt's: the visibility the start gives its
+    # message, and the takeover's test that it has stalled (each alone keeps it here).
+    flow.install_mutant("pgflow-start-read-vt-only", "pgflow-takeover-not-stalled")
     run_id, la, lb, a, b = two_functions(flow)
     [(attempt, _)] = start(a, la)
     shift_message(flow, "two", 3)
     assert [s for _, s in start(b, lb)] == ["first"], "fn2 took the live task over"
     assert complete(a, attempt, '{"by": "a"}') == "stale", "and the live handler's result is lost"
     assert tasks(flow, run_id)[0] == ("first", "started", 2)
+
+
+def early(db: Database) -> tuple[uuid.UUID, Session, Session, Lease, Lease]:
+    """fn1's start of `first`; its message made visible at once, as by hand, an old binary's
+    read or pgflow's own recovery job: (the attempt, a, b, la, lb)."""
+    _, la, lb, a, b = two_functions(db)
+    [(attempt, _)] = start(a, la)
+    db.sql("update pgmq.q_two set vt = clock_timestamp()")
+    return attempt, a, b, la, lb
+
+
+def test_a_live_task_whose_message_came_back_early_is_not_taken_over(any_flow: Database) -> None:
+    db = any_flow
+    attempt, a, b, _, lb = early(db)
+    assert start(b, lb) == [], "fn2 read the message, but the task has not stalled"
+    assert db.one("select m.vt >= st.started_at + interval '12 seconds' from pgmq.q_two m "
+                  "join pgflow.step_tasks st on st.message_id = m.msg_id") is True, \
+        "hidden again until its start's deadline (the step's 10 s + 2 s)"
+    assert complete(a, attempt, '{"by": "a"}') == "accepted"
+
+
+def test_negative_control_a_takeover_of_any_task_whose_message_came_back(flow: Database) -> None:
+    flow.install_mutant("pgflow-takeover-not-stalled")
+    attempt, a, b, _, lb = early(flow)
+    assert [s for _, s in start(b, lb)] == ["first"], "fn2 took the live task over"
+    assert complete(a, attempt, '{"by": "a"}') == "stale"
 
 
 # -- 2. takeovers count against max_attempts --------------------------------------------------
@@ -206,6 +239,38 @@ def test_a_workers_second_start_leaves_its_first_task_alone(any_flow: Database) 
 
 def test_negative_control_a_takeover_of_every_started_task_loses_a_valid_result(
         flow: Database) -> None:
-    flow.install_mutant("pgflow-takeover-any-started")
+    # The takeover of only the tasks whose message this read got back, and of only those that
+    # have stalled.
+    flow.install_mutant("pgflow-takeover-any-started", "pgflow-takeover-not-stalled")
     _, verdict, status = second_start_for_another_run(flow)
     assert (status, verdict) == ("queued", "stale")
+
+
+def stalled_task_not_read(db: Database) -> tuple[str, str]:
+    """fn1 starts run 1's `first` and keeps its message for an hour (a long handler's set_vt),
+    then goes silent past the step's timeout: the task has stalled (its lease ended, its
+    timeout passed), its message still hidden. fn2 starts run 2's `first`. Run 1's `first`
+    status as fn2's start left it, and fn1's late result."""
+    run1, la, lb, a, b = two_functions(db)
+    [(attempt, _)] = start(a, la, qty=1)
+    assert a.one("select pgfence_pgflow.set_vt(%s, '1 hour') is not null", (attempt,)) is True
+    db.expire(la)
+    db.sql("update pgflow.step_tasks set started_at = started_at - interval '1 hour', "
+           "queued_at = queued_at - interval '1 hour' where run_id = %s", (run1,))
+    db.sql("select pgflow.start_flow('two', '{}')")
+    assert [s for _, s in start(b, lb, qty=1)] == ["first"], "run 2's"
+    status = str(db.one("select status from pgflow.step_tasks where run_id = %s "
+                        "and step_slug = 'first'", (run1,)))
+    return status, complete(a, attempt, '{"by": "a"}')
+
+
+def test_a_start_takes_over_no_stalled_task_whose_message_it_did_not_read(
+        any_flow: Database) -> None:
+    # (Recovery, pgfence_pgflow.requeue_stalled_tasks, takes such a task back; a read does not.)
+    assert stalled_task_not_read(any_flow) == ("started", "accepted")
+
+
+def test_negative_control_a_takeover_of_any_stalled_task_loses_a_valid_result(
+        flow: Database) -> None:
+    flow.install_mutant("pgflow-takeover-any-started")
+    assert stalled_task_not_read(flow) == ("queued", "stale")

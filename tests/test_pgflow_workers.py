@@ -7,6 +7,8 @@ pgfence.prune deleting the ended rows, never a live worker's. Each with its nega
 
 from __future__ import annotations
 
+import pytest
+
 from testkit.harness import Database, sqlstate
 from tests.support import acquired
 from tests.test_pgflow import START, complete, protect, two_steps
@@ -92,7 +94,7 @@ def test_the_layers_pruning_keeps_a_worker_with_a_task_in_hand(flow: Database) -
 def test_start_is_unchanged_by_the_worker_row(flow: Database) -> None:
     """The start's definition names the worker once (a sanity check of the mutants' texts)."""
     src = str(flow.one("select pg_get_functiondef(%s::regprocedure)", (START,)))
-    assert src.count("pgfence_pgflow.worker_id(") == 1
+    assert src.count("pgfence.owner_ref(") == 1
 
 
 def idle_and_ended(db: Database) -> None:
@@ -146,32 +148,26 @@ def test_negative_control_pruning_a_live_idle_workers_row(flow: Database) -> Non
 
 def test_requeue_stalled_tasks_under_enforce_never_starts_a_task_twice(
         flow: Database, pgflow_version: str) -> None:
-    """pgflow 0.14.1 has its own requeue_stalled_tasks (a cron job), refused under enforce and
-    run by the layer's; pgflow 0.8.1 has none: the layer's does nothing there, and the
-    stalled task comes back by the layer's takeover once its message does. Either way the
-    task starts once more, and the stalled attempt's result is stale and stays so."""
+    """A start whose worker went silent (its lease expired) past its step's timeout, its
+    message still hidden (its visibility extended): the layer's recovery gives the message back
+    at once, under enforce, on 0.8.1 (which has no recovery of its own) and 0.14.1 alike
+    (whose own requeue_stalled_tasks the guards refuse); the next read takes the task over,
+    once, and the stalled attempt's result is stale and stays so."""
     two_steps(flow)
     a = flow.session("a")
     la = acquired(a.acquire("fn"))
     [(stale, _)] = start(a, la)
-    # A stalled past the step's timeout + 30 s (pgflow 0.14's requeue rule), its lease expired.
-    flow.sql("update pgflow.step_tasks set started_at = started_at - interval '2 minutes', "
-             "queued_at = queued_at - interval '2 minutes'")
+    # Past the step's timeout (60 s) since its start, its message hidden for an hour more.
+    flow.sql("update pgflow.step_tasks set started_at = started_at - interval '61 seconds', "
+             "queued_at = queued_at - interval '61 seconds' where step_slug = 'first'")
+    flow.sql("update pgmq.q_two set vt = clock_timestamp() + interval '1 hour'")
     flow.expire(la)
     protect(flow, "enforce")
     if pgflow_version == "0.14.1":
         assert sqlstate(lambda: flow.sql("select pgflow.requeue_stalled_tasks()")) == "PF007", \
             "pgflow's own job is refused under enforce"
-        assert flow.one("select pgfence_pgflow.requeue_stalled_tasks()") == 1
-        assert flow.one("select status from pgflow.step_tasks where step_slug = 'first'") == \
-            "queued"
-    else:
-        assert flow.one("select to_regprocedure('pgflow.requeue_stalled_tasks()')") is None
-        assert flow.one("select pgfence_pgflow.requeue_stalled_tasks()") == 0
-        assert flow.one("select status from pgflow.step_tasks where step_slug = 'first'") == \
-            "started"
-        flow.sql("select pgfence_test.expire_message('two', message_id) from pgflow.step_tasks "
-                 "where step_slug = 'first'")
+    assert flow.one("select pgfence_pgflow.requeue_stalled_tasks()") == 1
+    assert flow.one("select vt <= clock_timestamp() from pgmq.q_two") is True, "visible again"
     b = flow.session("b")
     lb = acquired(b.acquire("fn"))
     [(fresh, _)] = start(b, lb)
@@ -180,3 +176,60 @@ def test_requeue_stalled_tasks_under_enforce_never_starts_a_task_twice(
     assert complete(a, stale, '{"by": "a"}') == "stale"
     assert complete(b, fresh, '{"by": "b"}') == "accepted"
     assert complete(a, stale, '{"by": "a"}') == "stale", "and stays stale"
+
+
+# -- names that collide or steer (issue 40) ---------------------------------------------------
+
+def slashed_names(db: Database) -> int:
+    """Resource `a/b` with owner `c`, and resource `a` with owner `b/c`, each start a task of its
+    own flow: how many pgflow.workers rows they have."""
+    for flow in ("f1", "f2"):
+        db.sql("select pgflow.create_flow(%s)", (flow,))
+        db.sql("select pgflow.add_step(%s, 'only')", (flow,))
+        db.sql("select pgflow.start_flow(%s, '{}')", (flow,))
+    for resource, owner, flow in (("a/b", "c", "f1"), ("a", "b/c", "f2")):
+        db.sql("select pgfence.register(%s)", (resource,))
+        s = db.session(owner)
+        lease = acquired(s.acquire(resource, owner=owner))
+        s.run("select * from pgfence_pgflow.start_tasks(%s, %s, %s, '1 hour', 1)",
+              (lease.lease_id, flow, flow))
+    return int(db.one("select count(*) from pgflow.workers"))
+
+
+def test_resource_and_owner_names_never_meet_in_one_worker_row(flow: Database) -> None:
+    assert slashed_names(flow) == 2
+
+
+def test_negative_control_a_worker_id_of_joined_names_is_shared(flow: Database) -> None:
+    flow.install_mutant("owner-ref-joined-names")
+    assert slashed_names(flow) == 1, "two workers share one row"
+
+
+def restarted(db: Database) -> bool:
+    """Worker `w` starts a task, releases its lease (its row stopped), acquires again and
+    starts the next: whether its row is still marked stopped."""
+    two_steps(db)
+    db.sql("select pgflow.start_flow('two', '{\"n\": 2}')")
+    w = db.session("w")
+    lease = acquired(w.acquire("fn", owner="w"))
+    start(w, lease, qty=1)
+    w.release(lease)
+    db.sql("select pgfence_pgflow.sync_workers()")
+    assert db.one("select stopped_at is not null from pgflow.workers") is True
+    start(w, acquired(w.acquire("fn", owner="w")), qty=1)
+    return bool(db.one("select stopped_at is not null from pgflow.workers"))
+
+
+def test_a_worker_that_starts_again_is_no_longer_stopped(flow: Database,
+                                                         pgflow_version: str) -> None:
+    if pgflow_version == "0.8.1":
+        pytest.skip("pgflow 0.8.1's workers have no stopped_at")
+    assert restarted(flow) is False
+
+
+def test_negative_control_a_restart_that_keeps_stopped_at(flow: Database,
+                                                          pgflow_version: str) -> None:
+    if pgflow_version == "0.8.1":
+        pytest.skip("pgflow 0.8.1's workers have no stopped_at")
+    flow.install_mutant("pgflow-restart-keeps-stopped")
+    assert restarted(flow) is True

@@ -9,6 +9,7 @@ pg_blocking_pids(), never waited out.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -18,6 +19,7 @@ from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database, Lease, Session, Step, sqlstate
 from tests.support import PGMQ_SQL, acquired
+from tests.test_upgrade import HEAD, RELEASES, Databases, version_key
 
 
 def queue(db: Database, messages: int = 3, resources: tuple[str, ...] = ("r1",)) -> None:
@@ -96,7 +98,9 @@ def test_the_stale_result_of_a_message_read_again_is_recorded(any_mq: Database, 
 
 
 def test_negative_control_without_the_read_count_the_stale_archive_lands(mq: Database) -> None:
-    mq.install_mutant("pgmq-finish-ignores-read-ct")
+    # Both of the rule's witnesses of a later read: the message's read count, and the layer's
+    # own record of reads (a later read of the same message).
+    mq.install_mutant("pgmq-finish-ignores-read-ct", "pgmq-finish-ignores-later-read")
     queue(mq, 1)
     a, b = mq.session("a"), mq.session("b")
     la = acquired(a.acquire("r1"))
@@ -506,6 +510,95 @@ def test_negative_control_a_prune_blind_to_outcomes_loses_an_open_read(mq: Datab
     assert sqlstate(lambda: finish(w, "archive", open_read)) == "22023"
 
 
+# -- abandoned reads are pruned, with the leases they named (issue 40) ---------------------------
+
+def abandoned_read(db: Database) -> tuple[Session, uuid.UUID, uuid.UUID]:
+    """A poison message: read under `old`, whose worker died, read again under a new lease;
+    the first read, and the old lease (superseded), two days old. Returns the session, the
+    live read, and the old lease's id."""
+    queue(db, 1)
+    w = db.session("w")
+    old = acquired(w.acquire("r1", owner="old"))
+    [(_, msg, _)] = read(w, old)
+    db.expire(old)
+    db.sql("select pgfence_test.expire_message('jobs', %s)", (msg,))
+    [(live, _, _)] = read(w, acquired(w.acquire("r1", owner="new")))
+    db.sql("update pgfence_pgmq.attempts set read_at = read_at - interval '2 days' "
+           "where lease_id = %s", (old.lease_id,))
+    db.sql("update pgfence.leases set ended_at = ended_at - interval '2 days' "
+           "where lease_id = %s", (old.lease_id,))
+    return w, live, old.lease_id
+
+
+def test_an_abandoned_read_and_its_lease_are_pruned(mq: Database) -> None:
+    w, live, old = abandoned_read(mq)
+    pruned = dict(mq.sql("select * from pgfence.prune('1 day')"))
+    assert pruned["pgfence_pgmq.attempts"] == 1, "the read that can never be accepted"
+    assert pruned["leases"] == 1, "and the lease it named, kept no more"
+    assert mq.one("select count(*) from pgfence.leases where lease_id = %s", (old,)) == 0
+    assert finish(w, "archive", live) == "accepted", "the live one kept"
+
+
+def test_negative_control_an_abandoned_read_pins_its_lease_for_ever(mq: Database) -> None:
+    mq.install_mutant("pgmq-leases-any-open", "prune-attempts-keeps-abandoned")
+    _, _, old = abandoned_read(mq)
+    pruned = dict(mq.sql("select * from pgfence.prune('1 day')"))
+    assert (pruned["pgfence_pgmq.attempts"], pruned["leases"]) == (0, 0)
+    assert mq.one("select count(*) from pgfence.leases where lease_id = %s", (old,)) == 1
+
+
+# -- reads recorded before 0.3.0 (no read order) are judged by their read count after it ---------
+
+MQ_STARTS = sorted((p.name.removeprefix("pgfence-pgmq--").removesuffix(".sql")
+                    for p in RELEASES.glob("pgfence-pgmq--*.sql")), key=version_key)
+
+
+@pytest.fixture
+def dbs(cluster: Cluster) -> Iterator[Databases]:
+    made = Databases(cluster)
+    yield made
+    for name in made.made:
+        cluster.drop_database(name)
+
+
+def reads_across_the_upgrade(dbs: Databases, start: str,
+                             mutant: str = "") -> tuple[str, str, tuple[int, bool] | None]:
+    """Under release `start` of the layer (whose reads have no read order), a read of message
+    1 and, once its visibility ran out, a later read of it; then the layer upgraded to the
+    head (with the core): what archiving each says, the stale one first, and the message then."""
+    name = dbs.fresh("mqreads")
+    install.prerequisites(dbs.cluster, name, ["pgmq"])
+    dbs.install_release(name, start)
+    dbs.psql(name, "--single-transaction", "-f", RELEASES / f"pgfence-pgmq--{start}.sql")
+    db = Database(dbs.dsn(name))
+    try:
+        queue(db, 1)
+        w = db.session("before")
+        lease = acquired(w.acquire("r1"))
+        [(stale, msg, _)] = read(w, lease)
+        db.sql("update pgmq.q_jobs set vt = clock_timestamp() where msg_id = %s", (msg,))
+        [(fresh, _, _)] = read(w, lease)
+        dbs.upgrade_by_file(name, start, ("pgmq",))
+        if mutant:
+            db.install_mutant(mutant)
+        after = db.session("after")
+        return finish(after, "archive", stale), finish(after, "archive", fresh), message(db, msg)
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("start", [v for v in MQ_STARTS if v != HEAD])
+def test_reads_recorded_before_the_read_order_are_judged_by_their_read_count(
+        dbs: Databases, start: str) -> None:
+    assert reads_across_the_upgrade(dbs, start) == ("stale", "accepted", None)
+
+
+def test_negative_control_without_the_read_count_an_old_stale_read_archives(
+        dbs: Databases) -> None:
+    stale, fresh, _ = reads_across_the_upgrade(dbs, MQ_STARTS[-1], "pgmq-finish-ignores-read-ct")
+    assert (stale, fresh) == ("accepted", "stale"), "the stale read archived the fresh one's"
+
+
 # -- each call needs what pgmq itself needs (the conformance suite checks one of them for every
 # layer) -----------------------------------------------------------------------------------------
 
@@ -536,3 +629,47 @@ def test_each_call_needs_what_pgmq_itself_needs(mq: Database) -> None:
     finally:
         mq.sql(f"drop owned by {role}")
         mq.sql(f"drop role {role}")
+
+
+# -- a producer cannot revive a stale attempt (issue 40) ----------------------------------------
+
+def revived(db: Database) -> tuple[Session, uuid.UUID, int]:
+    """A read `stale` of message 1, read again since by B, who deleted it; then a producer with
+    pgmq's usual grants puts the message back as the stale read saw it (msg_id, read_ct,
+    enqueued_at): the message's row alone says the stale read still holds it."""
+    queue(db, 1)
+    a, b = db.session("a"), db.session("b")
+    la = acquired(a.acquire("r1"))
+    [(stale, msg, _)] = read(a, la)
+    db.expire(la)
+    db.sql("select pgfence_test.expire_message('jobs', %s)", (msg,))
+    [(fresh, _, _)] = read(b, acquired(b.acquire("r1")))
+    assert finish(b, "delete", fresh) == "accepted"
+    db.sql("insert into pgmq.q_jobs (msg_id, read_ct, enqueued_at, vt, message) "
+           "overriding system value "
+           "select msg_id, read_ct, enqueued_at, clock_timestamp(), '{\"again\": true}' "
+           "from pgfence_pgmq.attempts where attempt_id = %s", (stale,))
+    return a, stale, msg
+
+
+@pytest.mark.parametrize("how", ["archive", "delete"])
+def test_a_producer_cannot_revive_a_stale_attempt(any_mq: Database, how: str) -> None:
+    a, stale, msg = revived(any_mq)
+    assert finish(a, how, stale) == "stale", "a later read of the message exists"
+    assert message(any_mq, msg) == (1, True), "the producer's message is left alone"
+    assert a.one("select pgfence_pgmq.set_vt(%s, '1 hour')", (stale,)) is None
+
+
+def test_negative_control_judged_by_the_message_alone_a_stale_attempt_is_revived(
+        mq: Database) -> None:
+    mq.install_mutant("pgmq-finish-ignores-later-read")
+    a, stale, msg = revived(mq)
+    assert finish(a, "delete", stale) == "accepted"
+    assert message(mq, msg) is None, "the stale attempt deleted the producer's message"
+
+
+def test_negative_control_set_vt_judged_by_the_message_alone_keeps_a_revived_message(
+        mq: Database) -> None:
+    mq.install_mutant("pgmq-set-vt-ignores-later-read")
+    a, stale, _ = revived(mq)
+    assert a.one("select pgfence_pgmq.set_vt(%s, '1 hour')", (stale,)) is not None

@@ -5,7 +5,9 @@ acquire locks the resource row, so a worker that acquires inside a transaction a
 invocation, request_start) give up on a locked row at once and answer NULL, as for a resource
 that is held; paths that must wait (an operator's, a worker started for an invocation) wait at
 most lock_timeout, 5 seconds when the caller set none, and then raise 55P03 naming who holds
-the row. Each with a negative control.
+the row. A layer's result (pgflow's complete and fail, pgmq's archive and delete, set_vt)
+waits for its run or its message at most 5 s too, then 55P03, which both clients send again.
+Each with a negative control.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from testkit.harness import Database, Session
+from testkit.harness import HANG, Database, Session
 
 
 def wedged(db: Database) -> Session:
@@ -98,3 +100,77 @@ def test_negative_control_an_unbounded_wait_outlasts_the_bound(db: Database) -> 
     assert step.settle() is True, "the operator gave up although nothing bounds its wait"
     w.rollback()
     assert step.one() is True
+
+
+# -- a layer's result waits for its run or its message a bounded time (issue 40) ---------------
+
+def started(db: Database) -> tuple[Session, object, object]:
+    """Flow `two`, its first task started by `w`: (w, the attempt, the run)."""
+    db.sql("select pgflow.create_flow('two')")
+    db.sql("select pgflow.add_step('two', 'first')")
+    db.sql("select pgfence.register('fn')")
+    run = db.one("select run_id from pgflow.start_flow('two', '{}')")
+    w = db.session("w")
+    lease = w.acquire("fn")
+    assert lease is not None
+    attempt = w.one("select attempt_id from pgfence_pgflow.start_tasks(%s, 'two', 'two', "
+                    "'1 hour', 1)", (lease.lease_id,))
+    return w, attempt, run
+
+
+def run_held(db: Database, run: object) -> Session:
+    """Session `h` holds the run's row, as another result of the run would, and idles."""
+    h = db.session("h")
+    h.begin()
+    h.run("select from pgflow.runs where run_id = %s for update", (run,))
+    h.hold_open()
+    return h
+
+
+def test_a_result_waits_for_its_run_a_bounded_time_then_is_retried(flow: Database) -> None:
+    w, attempt, run = started(flow)
+    h = run_held(flow, run)
+    step = w.start("select pgfence_pgflow.complete_task(%s, '{}')", (attempt,))
+    assert step.settle() is True and step.blocked_by == [h.pid]
+    with pytest.raises(psycopg.Error) as refused:
+        step.result(timeout=HANG)
+    assert refused.value.sqlstate == "55P03", "a retryable error, which both clients retry"
+    assert w.one("show lock_timeout") == "0", "the caller's own lock_timeout is left as it was"
+    h.rollback()
+    assert w.one("select pgfence_pgflow.complete_task(%s, '{}')", (attempt,)) == "accepted"
+
+
+def test_negative_control_an_unbounded_result_waits_as_long_as_the_run_is_held(
+        flow: Database) -> None:
+    flow.install_mutant("pgflow-finish-lock-wait-unbounded")
+    w, attempt, run = started(flow)
+    h = run_held(flow, run)
+    step = w.start("select pgfence_pgflow.complete_task(%s, '{}')", (attempt,))
+    assert step.settle() is True
+    flow.wait_until("select clock_timestamp() > %s + interval '6 seconds'",
+                    (flow.one("select now()"),))
+    assert step.settle() is True and step.blocked_by == [h.pid], "still waiting past the bound"
+    h.rollback()
+    assert step.one() == "accepted"
+
+
+def test_an_archive_waits_for_its_message_a_bounded_time(mq: Database) -> None:
+    mq.sql("select pgmq.create('jobs')")
+    mq.sql("select pgmq.send('jobs', '{}')")
+    mq.sql("select pgfence.register('r')")
+    w = mq.session("w")
+    lease = w.acquire("r")
+    assert lease is not None
+    [(attempt, msg)] = w.run("select attempt_id, msg_id from pgfence_pgmq.read(%s, 'jobs', "
+                             "'1 hour')", (lease.lease_id,))
+    h = mq.session("h")
+    h.begin()
+    h.run("select from pgmq.q_jobs where msg_id = %s for update", (msg,))
+    h.hold_open()
+    step = w.start("select pgfence_pgmq.archive(%s)", (attempt,))
+    assert step.settle() is True and step.blocked_by == [h.pid]
+    with pytest.raises(psycopg.Error) as refused:
+        step.result(timeout=HANG)
+    assert refused.value.sqlstate == "55P03"
+    h.rollback()
+    assert w.one("select pgfence_pgmq.archive(%s)", (attempt,)) == "accepted"

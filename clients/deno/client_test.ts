@@ -12,6 +12,7 @@ import {
   InvalidArgument,
   LeaseLost,
   LeaseNotCurrent,
+  LockNotAvailable,
   Owner,
   type OwnerOptions,
   PgfenceError,
@@ -732,6 +733,58 @@ testDirect("negative control: without conflict retries the 40001 reaches the cal
   const [outcome, owner, rows] = await fencedMeetsAConcurrentChange(t, 1);
   assert(outcome instanceof SerializationFailure && outcome.retryable, String(outcome));
   assertEquals([owner.retries, rows], [0, 0]);
+});
+
+// --- 55P03 is retried: a lock wait that pgfence bounds gave up -----------------------------
+
+/**
+ * A statement of the client that waits for a row another session holds, on a connection whose
+ * lock_timeout is short (as pgfence bounds a layer's result's wait: 55P03). With `retry` the
+ * holder lets go once the client has tried again; the statement's outcome and the owner.
+ */
+async function waitsForAHeldRow(t: Target, conflicts?: number): Promise<[unknown, CountingOwner]> {
+  const [r, table, app] = [t.name("r"), t.name("t"), t.name("lw")];
+  await t.admin`create table ${t.admin(table)} (note text)`;
+  await t.admin`insert into ${t.admin(table)} values ('row')`;
+  await t.admin`select pgfence.register(${r})`;
+  const sql = connect(Deno.env.get("PGFENCE_DENO_DIRECT_URL")!, {
+    connection: { application_name: app, lock_timeout: 50 },
+    onnotice: () => {},
+  });
+  const owner = new CountingOwner({
+    sql,
+    resource: r,
+    renewEvery: 3600,
+    retry: { random: () => 0, conflicts },
+  });
+  const holder = await t.admin.reserve();
+  try {
+    await holder`begin`;
+    await holder`select from ${holder(table)} for update`;
+    const locked = owner.query("complete", (s) => s`select note from ${s(table)} for update`)
+      .then((v) => v, (e) => e);
+    if (conflicts === undefined) {
+      await t.waitUntil(() => Promise.resolve(owner.retries > 0), "a retry");
+    } else await locked;
+    await holder`commit`;
+    return [await locked, owner];
+  } finally {
+    await holder`rollback`; // a no-op after the commit
+    holder.release();
+    await sql.end({ timeout: 1 });
+  }
+}
+
+testDirect("a statement refused with 55P03 is sent again", async (t) => {
+  const [outcome, owner] = await waitsForAHeldRow(t);
+  assertEquals(outcome, [{ note: "row" }]);
+  assert(owner.retries >= 1, `${owner.retries}`);
+});
+
+testDirect("negative control: without conflict retries the 55P03 reaches the caller", async (t) => {
+  const [outcome, owner] = await waitsForAHeldRow(t, 1);
+  assert(outcome instanceof LockNotAvailable && outcome.retryable, String(outcome));
+  assertEquals(owner.retries, 0);
 });
 
 // --- no handler starts after its visibility ran out -----------------------------------------

@@ -208,8 +208,7 @@ export class PgfenceError extends Error {
 
   /**
    * Whether the same call may pass when tried again, after a pause (40001, 40P01, 55P03): the
-   * client retries 40001 and 40P01 itself (`RetryOptions.conflicts`); other errors are not
-   * guessed at.
+   * client retries them itself (`RetryOptions.conflicts`); other errors are not guessed at.
    */
   get retryable(): boolean {
     return RETRYABLE.has(this.sqlstate);
@@ -268,8 +267,12 @@ export const errorClasses: Readonly<Record<string, typeof PgfenceError>> = Objec
 });
 
 const RETRYABLE = new Set(["40001", "40P01", "55P03"]);
-/** Retried by the client itself: the transaction rolled back, nothing of it happened. */
-const CONFLICTS = new Set(["40001", "40P01"]);
+/**
+ * Retried by the client itself: the transaction rolled back, nothing of it happened. 55P03: a
+ * row another session held past pgfence's bounded wait (a layer's result waits for its run or
+ * its message at most 5 s, and the holder's idle time is bounded too: a later try gets through).
+ */
+const CONFLICTS = RETRYABLE;
 
 /**
  * The connection broke (or could not be made) before the answer came: the statement may or
@@ -354,8 +357,8 @@ export interface RetryOptions {
   base?: number;
   /** Seconds: the largest ceiling (default 10). */
   cap?: number;
-  /** Tries of a statement (or a `fenced` transaction) refused with 40001 or 40P01 before the
-   * error is thrown (default 5). */
+  /** Tries of a statement (or a `fenced` transaction) refused with 40001, 40P01 or 55P03 before
+   * the error is thrown (default 5). */
   conflicts?: number;
   /** Seconds (real time) one call is sent again at most, whatever its own bound (default 60):
    * then its error is thrown. */
@@ -380,7 +383,7 @@ export type Step =
   | "drain"
   | "release";
 
-/** How `Owner.query` treats a lost connection; 40001 and 40P01 are always retried. */
+/** How `Owner.query` treats a lost connection; 40001, 40P01 and 55P03 are always retried. */
 export interface QueryOptions {
   /**
    * Send the statement again after a lost connection, with backoff, until it is answered, the
@@ -614,7 +617,7 @@ export class Owner {
 
   /**
    * One statement with the retry story: `make` builds it on the owner's pool, again for each
-   * try. 40001 and 40P01 are tried again after a backoff (up to `retry.conflicts` tries); a lost
+   * try. 40001, 40P01 and 55P03 are tried again after a backoff (up to `retry.conflicts` tries); a lost
    * connection puts the lease in doubt (`inDoubt`) and is sent again only as `options` say.
    * A statement unanswered for a whole `ttl` counts as a lost connection. Errors come back
    * typed (`pgfenceError`). For workers built on the Owner (pgmq, pgflow) as well.

@@ -344,12 +344,13 @@ test("a later task of a batch taken over meanwhile is skipped, not started", asy
       only: async (input, { task }) => {
         ran.push(input);
         if (ran.length === 1) {
-          // The second task's time runs out, and another worker function takes it over.
+          // The second task's time runs out (it stalls: its message back past its step's
+          // timeout + 2 s), and another worker function takes it over.
           clock.now += 4;
           await t.admin.unsafe(
-            `update pgmq.q_${flowSlug} set vt = clock_timestamp() - interval '1 ms'
-              where msg_id <> $1`,
-            [String(task.msgId)],
+            `select pgfence_test.stall_task($1, st.message_id) from pgflow.step_tasks st
+              where st.flow_slug = $1 and st.status = 'started' and st.message_id <> $2`,
+            [flowSlug, String(task.msgId)],
           );
           const [{ lease_id }] = await t.admin`select lease_id
                                                  from pgfence.acquire(${other}, 'other', '1 hour')`;

@@ -11,8 +11,6 @@ from testkit.conformance import Call
 from testkit.harness import Database, Session
 
 FLOW = "conformance_flow"  # the flow, its queue, and its one step's name
-UNBOUNDED = ("issue 39: pgfence_pgflow's finish locks the run, the task and its message but "
-             "does not call pgfence.limit_idle yet (an SQL rework of the layer)")
 
 
 class Pgflow:
@@ -21,22 +19,15 @@ class Pgflow:
              f"select * from pgfence_pgflow.start_tasks('{{lease}}', '{FLOW}', '{FLOW}', "
              "'1 hour', 1)", locks=True),
         Call("pgfence_pgflow.finish(uuid,text,jsonb,text)",
-             "select pgfence_pgflow.finish('{attempt}', 'complete', '{{}}', null)", locks=True,
-             unbounded=UNBOUNDED),
+             "select pgfence_pgflow.finish('{attempt}', 'complete', '{{}}', null)", locks=True),
         Call("pgfence_pgflow.complete_task(uuid,jsonb)",
-             "select pgfence_pgflow.complete_task('{attempt}', '{{}}')", locks=True,
-             unbounded=UNBOUNDED),
+             "select pgfence_pgflow.complete_task('{attempt}', '{{}}')", locks=True),
         Call("pgfence_pgflow.fail_task(uuid,text)",
-             "select pgfence_pgflow.fail_task('{attempt}', 'boom')", locks=True,
-             unbounded=UNBOUNDED),
+             "select pgfence_pgflow.fail_task('{attempt}', 'boom')", locks=True),
         Call("pgfence_pgflow.set_vt(uuid,interval)",
-             "select pgfence_pgflow.set_vt('{attempt}', '1 hour')", locks=True,
-             unbounded="issue 39: pgfence_pgflow's set_vt updates its message through "
-                       "pgfence_pgmq.set_vt, which does not call pgfence.limit_idle yet"),
+             "select pgfence_pgflow.set_vt('{attempt}', '1 hour')", locks=True),
         Call("pgfence_pgflow.mark_worker_stopped(uuid)",
-             "select pgfence_pgflow.mark_worker_stopped('{lease}')", locks=True, ended=True,
-             unbounded="issue 39, found by the conformance suite: mark_worker_stopped updates "
-                       "the worker's pgflow.workers row but does not call pgfence.limit_idle"),
+             "select pgfence_pgflow.mark_worker_stopped('{lease}')", locks=True, ended=True),
     )
     capabilities = ("select attempt_id::text from pgfence_pgflow.attempts union all "
                     "select pgmq_attempt_id::text from pgfence_pgflow.attempts union all "
@@ -46,7 +37,7 @@ class Pgflow:
     def prepare(self, db: Database, resource: str) -> None:
         db.sql("select pgflow.create_flow(%s, max_attempts => 3)", (FLOW,))
         db.sql("select pgflow.add_step(%s, %s)", (FLOW, FLOW))
-        for n in range(5):
+        for n in range(10):  # one each for every call the suite tries in one database
             db.sql("select pgflow.start_flow(%s, %s::jsonb)", (FLOW, f'{{"n": {n}}}'))
         db.sql("select pgfence.register(%s)", (resource,))
 
@@ -58,12 +49,13 @@ class Pgflow:
         return str(s.one("select pgfence_pgflow.complete_task(%s, '{}')", (attempt_id,)))
 
     def supersede(self, db: Database, attempt_id: uuid.UUID) -> None:
-        # Its task's message visible again, and a successor's start takes the task over: the
-        # lowest visible message, as the suite supersedes its latest start.
+        # Its task stalled (its step's timeout passed, its message visible again: the takeover
+        # rule of 0.3.0), and a successor's start takes the task over: the lowest visible
+        # message, as the suite supersedes its latest start.
         msg, resource = db.sql("select a.msg_id, l.resource from pgfence_pgflow.attempts a "
                                "join pgfence.leases l using (lease_id) where a.attempt_id = %s",
                                (attempt_id,))[0]
-        db.sql("select pgfence_test.expire_message(%s, %s)", (FLOW, msg))
+        db.sql("select pgfence_test.stall_task(%s, %s)", (FLOW, msg))
         successor = db.session(f"successor-{uuid.uuid4().hex[:8]}")
         lease = successor.acquire(resource)
         assert lease is not None

@@ -10,9 +10,6 @@ from testkit.conformance import Call
 from testkit.harness import Database, Session
 
 QUEUE = "conformance_mq"
-# The rework that bounds them lands with the layer's SQL (issue 39, items 4 and 5).
-UNBOUNDED = ("issue 39: pgfence_pgmq's finish and set_vt lock the message and the attempt but "
-             "do not call pgfence.limit_idle yet (an SQL rework of the layer)")
 
 
 class Pgmq:
@@ -21,20 +18,19 @@ class Pgmq:
              f"select * from pgfence_pgmq.read('{{lease}}', '{QUEUE}', '1 hour')", locks=True),
         Call("pgfence_pgmq.finish(uuid[],text)",
              "select * from pgfence_pgmq.finish(array['{attempt}']::uuid[], 'archive')",
-             locks=True, unbounded=UNBOUNDED),
+             locks=True),
         Call("pgfence_pgmq.archive(uuid)", "select pgfence_pgmq.archive('{attempt}')",
-             locks=True, unbounded=UNBOUNDED),
+             locks=True),
         Call("pgfence_pgmq.archive_many(uuid[])",
              "select * from pgfence_pgmq.archive_many(array['{attempt}']::uuid[])",
-             locks=True, unbounded=UNBOUNDED),
+             locks=True),
         Call("pgfence_pgmq.delete(uuid)", "select pgfence_pgmq.delete('{attempt}')",
-             locks=True, unbounded=UNBOUNDED),
+             locks=True),
         Call("pgfence_pgmq.delete_many(uuid[])",
              "select * from pgfence_pgmq.delete_many(array['{attempt}']::uuid[])",
-             locks=True, unbounded=UNBOUNDED),
+             locks=True),
         Call("pgfence_pgmq.set_vt(uuid,interval)",
-             "select pgfence_pgmq.set_vt('{attempt}', '1 hour')", locks=True,
-             unbounded=UNBOUNDED),
+             "select pgfence_pgmq.set_vt('{attempt}', '1 hour')", locks=True),
     )
     capabilities = ("select attempt_id::text from pgfence_pgmq.attempts union all "
                     "select attempt_id::text from pgfence_pgmq.stale_results")
@@ -43,7 +39,7 @@ class Pgmq:
 
     def prepare(self, db: Database, resource: str) -> None:
         db.sql("select pgmq.create(%s)", (QUEUE,))
-        for n in range(5):
+        for n in range(10):  # one each for every call the suite tries in one database
             db.sql("select pgmq.send(%s, %s::jsonb)", (QUEUE, f'{{"n": {n}}}'))
         db.sql("select pgfence.register(%s)", (resource,))
 

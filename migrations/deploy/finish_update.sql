@@ -3,6 +3,10 @@
 -- requires: updates
 -- requires: checks
 -- requires: errors
+-- requires: layer_hooks
+--
+-- Reworked in 0.3.0: the layers are told of the resources it enabled (enabled_changed),
+-- and restore the names they took into the window (window_finish).
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -20,6 +24,8 @@ as $$
 declare
   v_item record;
   v_outcome text;
+  v_restored text[] := '{}'::text[];
+  v_layer regproc;
 begin
   perform pgfence.check_not_null('token', finish_update.token);
   -- The update row first, then the resource rows in name order (the shared lock order).
@@ -45,6 +51,7 @@ begin
       update pgfence.resources r
          set enabled = true, enabled_version = r.enabled_version + 1
        where r.resource = v_item.resource;
+      v_restored := v_restored || v_item.resource;
       v_outcome := 'restored';
     else
       -- It was disabled before the window: it stays disabled (I6).
@@ -59,12 +66,23 @@ begin
     outcome := v_outcome;
     return next;
   end loop;
+  if cardinality(v_restored) > 0 then
+    perform pgfence.enabled_changed(v_restored);
+  end if;
+  -- The names a layer took into the window (window_prepare), restored by the layer by the
+  -- same rules.
+  for v_layer in select l.window_finish::regprocedure::oid::regproc from pgfence.layers l
+                  where l.window_finish is not null order by l.schema_name loop
+    return query execute format('select f.resource, f.enabled, f.outcome from %s($1) f', v_layer)
+      using finish_update.token;
+  end loop;
   update pgfence.updates u set finished_at = clock_timestamp()
    where u.token = finish_update.token and u.finished_at is null;
 end
 $$;
 comment on function pgfence.finish_update(uuid) is
-  'Operator: closes an update window, restoring exactly the saved enabled values: restored, kept_disabled, conflict '
+  'Operator: closes an update window, restoring exactly the saved enabled values (a layer''s names by the layer: '
+  'window_finish): restored, kept_disabled, conflict '
   '(enabled was changed inside the window: left as it is) or already_finished (idempotent). Raises PF005.';
 
 revoke all on function pgfence.finish_update(uuid) from public;

@@ -4,7 +4,10 @@
 --
 -- health() checks the core and every layer against the one record of what their releases
 -- installed (pgfence.schema_records, written by pgfence.seal), and every privilege that
--- lockdown revokes (pgfence.foreign_grants), in the core's schema and every layer's.
+-- lockdown revokes (pgfence.foreign_grants), in the core's schema and every layer's; the
+-- requeue job for real (it exists, is active, runs in this database as a role that may run
+-- it, and calls it: pgfence.cron_job_problem, which the layers' checks share); a start pending
+-- too long.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -23,6 +26,58 @@ begin
 end
 $$;
 
+-- Whether a pg_cron job runs fn for real, and if not, why: NULL when an active job, in this
+-- database, as a role that may execute fn (and use its schema), has exactly `select fn()` (an
+-- integer argument at most) as its command; otherwise what is wrong with each job whose
+-- command names fn, or that none does. A command that merely mentions the name (a comment, a
+-- string, another function around it) is no call of it.
+create or replace function pgfence.cron_job_problem(fn regprocedure)
+returns text
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_jobs regclass := to_regclass('cron.job');
+  v_name text;
+  v_schema oid;
+  v_good boolean;
+  v_bad text;
+begin
+  select format('%I.%I', n.nspname, p.proname), n.oid into v_name, v_schema
+    from pg_proc p join pg_namespace n on n.oid = p.pronamespace where p.oid = cron_job_problem.fn;
+  if v_jobs is null then
+    return format('pg_cron is not installed: schedule %s()', v_name);
+  end if;
+  execute format($q$
+    select coalesce(bool_or(x.problem is null), false),
+           string_agg(format('job %%s (%%s): %%s', x.jobid, coalesce(x.jobname, 'no name'), x.problem), '; '
+                      order by x.jobid) filter (where x.problem is not null)
+      from (select j.jobid, to_jsonb(j)->>'jobname' as jobname,
+                   case when j.command !~* ('^\s*select\s+' || regexp_replace($1, '([.$])', '\\\1', 'g')
+                                            || '\s*\(\s*([0-9]+)?\s*\)\s*;?\s*$')
+                          then format('its command %%L is not a call of %%s', j.command, $1)
+                        when not j.active then 'paused (active is false)'
+                        when j.database is distinct from current_database()
+                          then format('it runs in database %%s, not %%s', j.database, current_database())
+                        when not exists (select from pg_roles r where r.rolname = j.username)
+                          then format('it runs as %%s, which does not exist', j.username)
+                        when not (has_schema_privilege(j.username, $2, 'usage')
+                                  and has_function_privilege(j.username, $3, 'execute'))
+                          then format('it runs as %%s, which may not execute %%s', j.username, $1)
+                   end as problem
+              from %s j
+             where strpos(lower(j.command), lower($1)) > 0) x$q$, v_jobs)
+    into v_good, v_bad using v_name, v_schema, cron_job_problem.fn;
+  if v_good then
+    return null;
+  end if;
+  return coalesce(v_bad, format('no pg_cron job calls %s', v_name));
+end
+$$;
+comment on function pgfence.cron_job_problem(regprocedure) is
+  'NULL when an active pg_cron job in this database runs select fn() as a role that may; otherwise why not.';
+
 -- The checks of health(), below (a reserved word, "check", is its column's name by contract,
 -- but is kept out of PL/pgSQL).
 create or replace function pgfence.health_checks()
@@ -35,7 +90,6 @@ declare
   v_bad text;
   v_acl text[];
   v_acls text[] := '{}'::text[];
-  v_jobs regclass := to_regclass('cron.job');
   v_layer regproc;
   v_schema name;
   v_old timestamptz;
@@ -111,18 +165,11 @@ begin
   return next;
 
   -- requeue_expired on a schedule (pg_cron): without it a queue whose workers all died keeps
-  -- its claimed tasks for ever.
+  -- its claimed tasks for ever. A job that runs it for real (pgfence.cron_job_problem).
   name := 'requeue job scheduled';
-  if v_jobs is null then
-    ok := false;
-    detail := 'pg_cron is not installed: schedule pgfence.requeue_expired() (docs/supabase.md)';
-  else
-    execute format('select count(*) > 0 from %s where active and command ~ %L', v_jobs,
-                   'pgfence\.requeue_expired')
-      into ok;
-    detail := case when ok then 'a pg_cron job runs pgfence.requeue_expired()'
-                   else 'no active pg_cron job runs pgfence.requeue_expired() (docs/supabase.md)' end;
-  end if;
+  v_bad := pgfence.cron_job_problem('pgfence.requeue_expired(int)');
+  ok := v_bad is null;
+  detail := coalesce(v_bad || ' (docs/supabase.md)', 'a pg_cron job runs pgfence.requeue_expired()');
   return next;
 
   -- Overdue: a resource left without a live owner, or a task its worker no longer holds
@@ -143,6 +190,19 @@ begin
      group by t.queue) y;
   ok := v_bad is null;
   detail := coalesce(v_bad, 'none');
+  return next;
+
+  -- A start pending (requested, not acknowledged, not expired) past the time a start takes (a
+  -- minute, request_start's default): nothing else starts the resource meanwhile.
+  name := 'no start pending too long';
+  select string_agg(format('resource %s: a start requested at %s is pending until %s', i.resource,
+                           i.requested_at, i.expires_at), '; ' order by i.resource, i.requested_at) into v_bad
+    from pgfence.invocations i
+   where i.acknowledged_at is null and i.expires_at > clock_timestamp()
+     and i.requested_at < clock_timestamp() - interval '1 minute';
+  ok := v_bad is null;
+  detail := coalesce(v_bad || ': cancel it if nothing will start (pgfence.cancel_invocations)',
+                     'none pending for over a minute');
   return next;
 
   name := 'no update window left open';
@@ -182,7 +242,7 @@ begin
   return next;
 
   -- Each registered layer's own checks (pgfence.layers: the core names no layer).
-  for v_layer in select l.health::regproc from pgfence.layers l where l.health is not null
+  for v_layer in select l.health::regprocedure::oid::regproc from pgfence.layers l where l.health is not null
                   order by l.schema_name loop
     return query execute pg_catalog.format('select * from %s()', v_layer);
   end loop;
@@ -204,8 +264,10 @@ as $$
 $$;
 comment on function pgfence.health() is
   'One row per check of this installation: the schema of pgfence and of each layer as released, roles and grants, roles confined to this database, '
-  'protections, the requeue job, nothing overdue, no window left open, history within retention. Read-only.';
+  'protections, the requeue job, nothing overdue, no start pending too long, no window left open, history within '
+  'retention, and each layer''s checks. Read-only.';
 
+revoke all on function pgfence.cron_job_problem(regprocedure) from public;
 revoke all on function pgfence.health_checks() from public;
 revoke all on function pgfence.health() from public;
 grant execute on function pgfence.health() to pgfence_monitor, pgfence_operator;

@@ -6,6 +6,11 @@
 -- requires: invocations
 -- requires: checks
 -- requires: errors
+-- requires: layer_hooks
+--
+-- Reworked in 0.3.0: names that are no pgfence resource are offered to the layers (their
+-- window_prepare hook: an unconverted pgflow worker function), and the layers are told of
+-- the resources it disabled (enabled_changed).
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -30,6 +35,8 @@ declare
   v_resource record;
   v_version bigint;
   v_drained bigint;
+  v_layer regproc;
+  v_taken text[];
 begin
   perform pgfence.check_not_null('request_id', prepare_update.request_id);
   if prepare_update.resources is null or cardinality(prepare_update.resources) not between 1 and 1000
@@ -72,6 +79,15 @@ begin
   select array_agg(x.resource order by x.resource) into v_found
     from pgfence.resources x where x.resource = any (v_set);
   select array_agg(r order by r) into v_missing from unnest(v_set) r where r <> all (coalesce(v_found, '{}'));
+  -- A name that is no resource may be a layer's (an unconverted pgflow worker function): each
+  -- layer's window_prepare takes those it manages, saving and pausing them by the same rules,
+  -- in this transaction. What nobody takes is unknown, and everything is rolled back.
+  for v_layer in select l.window_prepare::regprocedure::oid::regproc from pgfence.layers l
+                  where l.window_prepare is not null order by l.schema_name loop
+    exit when v_missing is null;
+    execute format('select array(select n from %s($1, $2) n)', v_layer) into v_taken using v_token, v_missing;
+    select array_agg(r order by r) into v_missing from unnest(v_missing) r where r <> all (v_taken);
+  end loop;
   if v_missing is not null then
     raise exception 'pgfence: unknown resources: %', array_to_string(v_missing, ', ')
       using errcode = 'PF002', hint = 'nothing was changed; register them or fix the names';
@@ -108,11 +124,15 @@ begin
               where i.resource = v_resource.resource and i.acknowledged_at is null
                 and i.expires_at > clock_timestamp()));
   end loop;
+  if v_found is not null then
+    perform pgfence.enabled_changed(v_found);
+  end if;
   return v_token;
 end
 $$;
 comment on function pgfence.prepare_update(text[], uuid) is
-  'Operator: opens an update window over resources: saves each one''s exact enabled, disables them, drains their active leases; '
+  'Operator: opens an update window over resources (and names a layer manages: window_prepare): saves each one''s exact '
+  'enabled, disables them, drains their active leases; '
   'returns the token. A retry with the same request_id and set returns the same token and changes nothing. '
   'Raises 22023 (bad set), PF002 (unknown names, listed), PF004 (overlap with an open window, or request_id reused for another set).';
 

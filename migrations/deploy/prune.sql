@@ -8,6 +8,11 @@
 -- requires: unfenced_writes
 -- requires: errors
 -- requires: layers
+-- requires: layer_hooks
+--
+-- Reworked in 0.3.0: pgfence.layers names the layers' functions as text (pg_upgrade keeps no
+-- OIDs of reg* columns): prune resolves each name when it calls it. A whole definition (a fresh
+-- install runs only this one): the indexes as 0.2.1 made them, kept where they exist.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -20,20 +25,22 @@ set local lock_timeout = '5s';
 -- have ended, so no hot path reads it; a completion or a lease's end (already an update that
 -- changes an indexed state) adds one entry. (Invocations are few once pruned: prune reads
 -- them all.)
+-- (Over 0.2.1 they are there already: nothing to say about it.)
+set local client_min_messages = warning;
 -- Built inside the upgrade's transaction (CONCURRENTLY cannot be), so writes to the table wait
 -- for the build: on a large history, seconds. Upgrade at a quiet moment (docs/upgrading.md).
 -- squawk-ignore require-concurrent-index-creation
-create index tasks_finished on pgfence.tasks (finished_at) where state in ('completed', 'failed');
+create index if not exists tasks_finished on pgfence.tasks (finished_at) where state in ('completed', 'failed');
 -- squawk-ignore require-concurrent-index-creation
-create index leases_ended on pgfence.leases (ended_at) where state in ('released', 'superseded');
+create index if not exists leases_ended on pgfence.leases (ended_at) where state in ('released', 'superseded');
 -- request_start asks for a pending, unexpired invocation of its resource: by resource alone it
 -- walked every expired one nobody acknowledged (a supervisor whose starts never arrive), and
 -- slowed as they piled up; by resource and expiry it reads only the latest one.
 -- squawk-ignore require-concurrent-index-creation
-create index invocations_pending_expiry on pgfence.invocations (resource, expires_at)
+create index if not exists invocations_pending_expiry on pgfence.invocations (resource, expires_at)
   where acknowledged_at is null;
 -- squawk-ignore require-concurrent-index-deletion
-drop index pgfence.invocations_pending;
+drop index if exists pgfence.invocations_pending;
 
 -- Deletes history older than older_than, in batches of 5000 rows, each batch chosen FOR
 -- UPDATE SKIP LOCKED, so it never waits for a worker and a worker never waits for it longer
@@ -54,7 +61,7 @@ drop index pgfence.invocations_pending;
 -- A result reported more than older_than after its task finished then raises 22023 (no such
 -- attempt) instead of answering duplicate or stale, and release of a pruned lease PF001: so
 -- older_than is at least 1 hour, far beyond any retry of a lost answer.
-create function pgfence.prune(older_than interval default '7 days')
+create or replace function pgfence.prune(older_than interval default '7 days')
 returns table (what text, rows bigint)
 language plpgsql
 security definer
@@ -113,7 +120,7 @@ begin
                      cross join lateral unnest(t.attempt_leases || t.lease_id) l(id)
                      where t.state in ('queued', 'claimed') and l.id is not null);
   -- And those each registered layer's unfinished work names (pgfence.layers.leases).
-  for v_layer in select l.leases::regproc from pgfence.layers l order by l.schema_name loop
+  for v_layer in select l.leases::regprocedure::oid::regproc from pgfence.layers l order by l.schema_name loop
     execute pg_catalog.format('select array(select * from %s())', v_layer) into v_more;
     v_needed := v_needed || v_more;
   end loop;
@@ -172,7 +179,7 @@ begin
   return next;
 
   -- Each registered layer prunes its own history the same way (pgfence.layers).
-  for v_layer in select l.prune::regproc from pgfence.layers l where l.prune is not null
+  for v_layer in select l.prune::regprocedure::oid::regproc from pgfence.layers l where l.prune is not null
                   order by l.schema_name loop
     return query execute pg_catalog.format('select * from %s($1)', v_layer) using prune.older_than;
   end loop;

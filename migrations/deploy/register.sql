@@ -2,13 +2,15 @@
 -- requires: limit_idle
 -- requires: resources
 -- requires: checks
-
+-- requires: layer_hooks
 --
 -- Reworked in 0.3.0: registering a name is the operator's, no longer a worker's (issue 43 item
 -- 4). A resource is configuration (enabled, windows and protections name it), and nothing
 -- removes one but an operator (pgfence.unregister): a worker that could register would grow
 -- the table without bound, and a retention that forgot unused resources by age would make a
--- rarely run worker's next acquire fail PF002 (docs/contract.md, "Resources").
+-- rarely run worker's next acquire fail PF002 (docs/contract.md, "Resources"). And a new
+-- resource's enabled is passed on to the layers (their enabled_changed hook), as every change of
+-- enabled is.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -23,6 +25,8 @@ language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+  v_new int;
 begin
   perform pgfence.check_name('resource', register.resource);
   perform pgfence.check_not_null('enabled', register.enabled);
@@ -30,8 +34,12 @@ begin
   insert into pgfence.resources (resource, enabled)
   values (register.resource, register.enabled)
   on conflict on constraint resources_pkey do nothing;
+  get diagnostics v_new = row_count;
   -- A new row, uncommitted, makes every other register of the name wait for it.
   perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+  if v_new > 0 then
+    perform pgfence.enabled_changed(array[register.resource]);
+  end if;
 end
 $$;
 comment on function pgfence.register(text, boolean) is

@@ -4,6 +4,10 @@
 -- requires: lock_resources
 -- requires: leases
 -- requires: invocations
+-- requires: capability_ref
+--
+-- Reworked in 0.3.0: a worker's request lasts at most 5 minutes; only an operator keeps a
+-- resource from being started for longer.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -29,6 +33,14 @@ declare
 begin
   perform pgfence.check_name('resource', request_start.resource);
   perform pgfence.check_interval('ttl', request_start.ttl);
+  -- A pending invocation keeps every other start of the resource off (ensure_workers pings a
+  -- function only for a new one): only an operator may hold a resource off for longer than a
+  -- start takes. A worker's request lasts at most 5 minutes.
+  if request_start.ttl > interval '5 minutes'
+     and not pg_has_role(pgfence.invoker(), 'pgfence_operator', 'member') then
+    perform pgfence.invalid_argument('ttl', 'must be at most 5 minutes (longer: an operator''s request only)',
+                                     request_start.ttl::text);
+  end if;
   -- The resource row serializes request_start with acquire and with other callers: of
   -- concurrent callers exactly one finds nothing pending. A caller that finds the row held by
   -- another session does not queue behind it (which may be a session that idles, or a
@@ -59,7 +71,8 @@ end
 $$;
 comment on function pgfence.request_start(text, interval) is
   'Startup handshake: a new invocation id when the resource is enabled, has no current lease and no '
-  'unexpired pending invocation; otherwise NULL. The acquire that presents it acknowledges it. Raises PF002, 22023.';
+  'unexpired pending invocation; otherwise NULL. The acquire that presents it acknowledges it. A ttl over 5 minutes '
+  'is an operator''s only. Raises PF002, 22023.';
 
 revoke all on function pgfence.request_start(text, interval) from public;
 grant execute on function pgfence.request_start(text, interval) to pgfence_worker, pgfence_operator;

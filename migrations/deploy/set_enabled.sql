@@ -3,6 +3,9 @@
 -- requires: resources
 -- requires: checks
 -- requires: errors
+-- requires: layer_hooks
+--
+-- Reworked in 0.3.0: the layers are told (their enabled_changed hook).
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -32,6 +35,7 @@ begin
      set enabled = set_enabled.enabled,
          enabled_version = r.enabled_version + 1
    where r.resource = set_enabled.resource;
+  perform pgfence.enabled_changed(array[set_enabled.resource]);
   return v_previous;
 end
 $$;

@@ -57,7 +57,7 @@ begin
                       from pgfence.tasks t
                      cross join lateral unnest(t.attempt_leases || t.lease_id) x(id)
                      where t.state in ('queued', 'claimed') and x.id = any (v_leases));
-  for v_layer in select l.leases::regproc from pgfence.layers l order by l.schema_name loop
+  for v_layer in select l.leases::regprocedure::oid::regproc from pgfence.layers l order by l.schema_name loop
     execute pg_catalog.format('select array(select * from %s())', v_layer) into v_more;
     v_needed := v_needed || array(select x from unnest(v_more) x where x = any (v_leases));
   end loop;

@@ -1,4 +1,4 @@
--- Revert pgfence:finish_update: back to its definition of release 0.1.0
+-- Revert pgfence:finish_update: back to its definition of release 0.2.1
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -23,10 +23,8 @@ begin
   if not found then
     perform pgfence.update_not_found(finish_update.token);
   end if;
-  perform from pgfence.resources r
-   where r.resource in (select i.resource from pgfence.update_items i where i.token = finish_update.token)
-   order by r.resource
-     for no key update;
+  perform pgfence.lock_resources(array(select i.resource from pgfence.update_items i
+                                        where i.token = finish_update.token));
 
   for v_item in
     select i.resource, i.saved_enabled, i.enabled_version, i.outcome, r.enabled_version as current_version

@@ -10,6 +10,8 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
+drop function pgfence.cron_job_problem(regprocedure);
+
 -- The schema's objects one by one, as migrations/fingerprint.sql sees them (the same items,
 -- each with a digest of what the fingerprint hashes), so that a difference can be named.
 create function pgfence.schema_objects()

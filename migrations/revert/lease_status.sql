@@ -1,4 +1,4 @@
--- Revert pgfence:lease_status: back to its definition of release 0.1.0
+-- Revert pgfence:lease_status: back to its definition of release 0.2.1
 -- Monitoring views. They show no lease_id: a lease_id is the owner's capability.
 
 begin;
@@ -8,11 +8,13 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create or replace view pgfence.lease_status as
+-- A view loses a column (in_flight) only by being dropped. Nothing in the schema reads it.
+drop view pgfence.lease_status;
+create view pgfence.lease_status as
 select l.resource,
        l.generation,
        l.owner,
-       case when l.state = 'active' and l.expires_at > clock_timestamp() then 'current'
+       case when pgfence.is_current(l.state, l.expires_at) then 'current'
             when l.state = 'active' then 'stale'
             else l.state end as status,
        l.acquired_at,

@@ -1,4 +1,4 @@
--- Revert pgfence:prepare_update: back to its definition of release 0.1.0
+-- Revert pgfence:prepare_update: back to its definition of release 0.2.1
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -51,24 +51,26 @@ begin
     -- temporary false now would lose the state to restore.
     select * into v_existing from pgfence.updates u where u.request_id = prepare_update.request_id;
     if v_existing.resources <> v_set then
-      raise exception 'pgfence: request_id % was used for another set of resources', prepare_update.request_id
-        using errcode = 'PF004', detail = format('update %s covers %s', v_existing.token, array_to_string(v_existing.resources, ', ')),
+      -- The request id and the token are named by their digests: either gets the window.
+      raise exception 'pgfence: request_id ref % was used for another set of resources', pgfence.ref(prepare_update.request_id)
+        using errcode = 'PF004', detail = format('update ref %s covers %s', pgfence.ref(v_existing.token),
+                                                 array_to_string(v_existing.resources, ', ')),
               hint = 'use a new request_id for a new update';
     end if;
     return v_existing.token;
   end if;
 
   -- Then the resources, in name order, before looking at anything else.
-  select array_agg(r.resource order by r.resource) into v_found
-    from (select x.resource from pgfence.resources x
-           where x.resource = any (v_set) order by x.resource for no key update) r;
+  perform pgfence.lock_resources(v_set);
+  select array_agg(x.resource order by x.resource) into v_found
+    from pgfence.resources x where x.resource = any (v_set);
   select array_agg(r order by r) into v_missing from unnest(v_set) r where r <> all (coalesce(v_found, '{}'));
   if v_missing is not null then
     raise exception 'pgfence: unknown resources: %', array_to_string(v_missing, ', ')
       using errcode = 'PF002', hint = 'nothing was changed; register them or fix the names';
   end if;
 
-  select string_agg(format('%s (update %s)', i.resource, i.token), ', ' order by i.resource) into v_open
+  select string_agg(format('%s (update ref %s)', i.resource, pgfence.ref(i.token)), ', ' order by i.resource) into v_open
     from pgfence.update_items i
    where i.resource = any (v_set) and i.outcome is null;
   if v_open is not null then

@@ -1,4 +1,4 @@
--- Revert pgfence:request_start: back to its definition of release 0.1.0
+-- Revert pgfence:request_start: back to its definition of release 0.2.1
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -16,25 +16,34 @@ as $$
 declare
   v_enabled boolean;
   v_invocation_id uuid;
+  -- A pending invocation is judged by the latest expiry among its resource's unacknowledged
+  -- ones: one entry of invocations_pending_expiry, read from its end, however many expired
+  -- ones there are (an EXISTS with the clock in it walked them all, and a generic plan of it
+  -- scanned the table).
+  v_now timestamptz := clock_timestamp();
 begin
   perform pgfence.check_name('resource', request_start.resource);
   perform pgfence.check_interval('ttl', request_start.ttl);
   -- The resource row serializes request_start with acquire and with other callers: of
-  -- concurrent callers exactly one finds nothing pending.
+  -- concurrent callers exactly one finds nothing pending. A caller that finds the row held by
+  -- another session does not queue behind it (which may be a session that idles, or a
+  -- prepared transaction): it gets NULL, as for a start that is pending, and asks again later.
+  if not exists (select from pgfence.resources r where r.resource = request_start.resource) then
+    perform pgfence.resource_not_found(request_start.resource);
+  end if;
   select r.enabled into v_enabled
     from pgfence.resources r
    where r.resource = request_start.resource
-     for no key update;
+     for no key update skip locked;
   if not found then
-    perform pgfence.resource_not_found(request_start.resource);
+    return null;
   end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
   if not v_enabled
      or exists (select from pgfence.leases l
-                 where l.resource = request_start.resource and l.state = 'active'
-                   and l.expires_at > clock_timestamp())
-     or exists (select from pgfence.invocations i
-                 where i.resource = request_start.resource and i.acknowledged_at is null
-                   and i.expires_at > clock_timestamp()) then
+                 where l.resource = request_start.resource and pgfence.is_current(l.state, l.expires_at))
+     or (select max(i.expires_at) from pgfence.invocations i
+          where i.resource = request_start.resource and i.acknowledged_at is null) > v_now then
     return null;
   end if;
   insert into pgfence.invocations (invocation_id, resource, requested_at, expires_at)

@@ -1,4 +1,4 @@
--- Revert pgfence:set_enabled: back to its definition of release 0.1.0
+-- Revert pgfence:set_enabled: back to its definition of release 0.2.1
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -18,10 +18,8 @@ declare
 begin
   perform pgfence.check_name('resource', set_enabled.resource);
   perform pgfence.check_not_null('enabled', set_enabled.enabled);
-  select r.enabled into v_previous
-    from pgfence.resources r
-   where r.resource = set_enabled.resource
-     for no key update;
+  perform pgfence.lock_resources(array[set_enabled.resource]);
+  select r.enabled into v_previous from pgfence.resources r where r.resource = set_enabled.resource;
   if not found then
     raise exception 'pgfence: resource % is not registered', set_enabled.resource
       using errcode = 'PF002', hint = 'register it first with pgfence.register(resource)';

@@ -1,2 +1,3 @@
 -- Verify pgfence:update_status
-select 'pgfence.update_status(uuid)'::regprocedure;
+select 1 / count(*)::int from pg_catalog.pg_proc p
+ where p.oid = 'pgfence.update_status(uuid)'::regprocedure and 'workers' = any (p.proargnames);

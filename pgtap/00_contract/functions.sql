@@ -85,9 +85,9 @@ select is((select array_agg(a order by o)
                   unnest(p.proargnames, p.proargmodes::text[]) with ordinality as u(a, m, o)
             where p.oid = 'pgfence.update_status(uuid)'::regprocedure and m = 't'),
           array['resource', 'saved_enabled', 'enabled', 'active_owner', 'draining_leases', 'in_flight_tasks',
-                'pending_invocations', 'verdict', 'last_heartbeat', 'in_flight', 'unfenced_writes']::text[],
+                'pending_invocations', 'verdict', 'last_heartbeat', 'in_flight', 'unfenced_writes', 'workers']::text[],
           'update_status returns resource, saved_enabled, enabled, active_owner, draining_leases, in_flight_tasks, '
-          'pending_invocations, verdict, last_heartbeat, in_flight and unfenced_writes');
+          'pending_invocations, verdict, last_heartbeat, in_flight, unfenced_writes and workers');
 
 -- finish_update's rows have the three columns the contract names, in that order.
 select is((select array_agg(a order by o)

@@ -128,3 +128,25 @@ begin
   perform set_config('session_replication_role', v_role, true);
 end
 $$;
+
+-- A started pgflow task's time is up, as if its handler ran longer than its step's timeout + 2 s
+-- (coalesce(the step's, the flow's), as the start uses): its start moved back that far, and
+-- its message (of the flow's queue) visible again. Past the guards of protected tables.
+create or replace function pgfence_test.stall_task(flow_slug text, msg_id bigint)
+returns void
+language plpgsql
+as $$
+declare
+  v_role text := current_setting('session_replication_role');
+begin
+  perform set_config('session_replication_role', 'replica', true);
+  update pgflow.step_tasks st
+     set started_at = st.started_at - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 3),
+         queued_at = st.queued_at - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 3)
+    from pgflow.steps s join pgflow.flows f on f.flow_slug = s.flow_slug
+   where s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     and st.flow_slug = stall_task.flow_slug and st.message_id = stall_task.msg_id and st.status = 'started';
+  perform pgfence_test.expire_message(stall_task.flow_slug, stall_task.msg_id);
+  perform set_config('session_replication_role', v_role, true);
+end
+$$;

@@ -19,8 +19,10 @@ verdict means — is made here, so the two drivers cannot drift apart.
 The retry rules (docs/python.md, "Faults"):
 
 - A lost connection is reconnected, with capped, fully jittered exponential backoff
-  (``Retry``). 40P01 and 40001 (the statement was rolled back) are sent again the same way.
-  Any other error is not guessed at: it is raised.
+  (``Retry``). 40P01 and 40001 (the statement was rolled back) are sent again the same way,
+  and so is 55P03: a row another session held past the bound of pgfence's wait (a layer's
+  result waits for its run or its message at most 5 s; the holder's own idle time is bounded
+  too, so a later try gets through). Any other error is not guessed at: it is raised.
 - After any lost connection the lease is doubted: not trusted (``valid`` is false) until a
   renewal *sent after* the loss succeeds. PF001 from it means the lease is lost: claim nothing
   more, start no other handler, leave.
@@ -168,7 +170,7 @@ Steps = Generator[Op, Any, T]
 
 class Failure(enum.Enum):
     CONNECTION = "connection lost"    # reconnect; doubt the lease
-    ROLLED_BACK = "rolled back"       # 40P01, 40001: the statement did nothing; send it again
+    ROLLED_BACK = "rolled back"       # 40P01, 40001, 55P03: the statement did nothing; again
     REFUSED = "refused"               # PF001: the lease is not current
     OTHER = "error"                   # not guessed at: raised
 
@@ -180,7 +182,7 @@ def classify(e: BaseException) -> Failure:
     if not isinstance(e, psycopg.Error):
         return Failure.OTHER
     state = e.sqlstate
-    if state in ("40P01", "40001"):
+    if state in ("40P01", "40001", "55P03"):
         return Failure.ROLLED_BACK
     if state == "PF001":
         return Failure.REFUSED

@@ -506,8 +506,9 @@ class Cli:
             "select resource, saved_enabled, enabled, active_owner, draining_leases, "
             "in_flight_tasks, pending_invocations, verdict, "
             "last_heartbeat::text as last_heartbeat, "
-            # every layer's work by kind, and the unconverted writers seen since the window opened
-            "in_flight, unfenced_writes "
+            # every layer's work by kind, the unconverted writers seen since the window opened,
+            # and what a layer sees of the workers (pgflow's, converted or not)
+            "in_flight, unfenced_writes, workers "
             f"from pgfence.update_status({sql.uuid_literal(token)})", UPDATE_STATUS_COLUMNS)
 
     def wait(self, token: uuid.UUID, timeout: float | None) -> dict[str, Any]:
@@ -1119,7 +1120,7 @@ COUNTER_COLUMNS = ["resource", "generation", "lease_state", "lease_age", "takeov
                    "stale_results", "unfenced_writes", "queues", "queue_depth", "oldest_ready_age"]
 UPDATE_STATUS_COLUMNS = ["resource", "saved_enabled", "enabled", "active_owner", "draining_leases",
                          "in_flight_tasks", "pending_invocations", "verdict", "last_heartbeat",
-                         "in_flight", "unfenced_writes"]
+                         "in_flight", "unfenced_writes", "workers"]
 
 
 def strip(query: str) -> str:

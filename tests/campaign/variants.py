@@ -43,14 +43,19 @@ VARIANTS = {v.name: v for v in (
     Variant("pgflow-stale-complete", "the pgflow layer's complete_task accepts the result of "
             "an attempt whose task was started again since",
             ("pgflow-finish-ignores-attempts-count",), fleets=("layers",)),
+    # (Both witnesses of a later read: the message's read count and, from 0.3.0, the layer's
+    # own record of reads.)
     Variant("pgmq-stale-archive", "the pgmq layer's archive accepts a read whose message was "
             "read again since",
-            ("pgmq-finish-ignores-read-ct", "pgmq-finish-many-ignores-read-ct"),
+            ("pgmq-finish-ignores-read-ct", "pgmq-finish-many-ignores-read-ct",
+             "pgmq-finish-ignores-later-read"),
             fleets=("layers",)),
     # ... and a task started again while its attempt may still hold it.
+    # (From 0.3.0 a read takes a task over only once it has stalled, too: both rules go.)
     Variant("pgflow-early-takeover", "the pgflow layer's start hides a started task's message "
-            "for the read's vt only, not its step's timeout + 2 s: a live task is taken over",
-            ("pgflow-start-read-vt-only",), fleets=("layers",)),
+            "for the read's vt only, not its step's timeout + 2 s, and takes over a task that "
+            "has not stalled: a live task is taken over",
+            ("pgflow-start-read-vt-only", "pgflow-takeover-not-stalled"), fleets=("layers",)),
 )}
 
 

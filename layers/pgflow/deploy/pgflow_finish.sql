@@ -1,8 +1,12 @@
 -- Deploy pgfence_pgflow:pgflow_finish
 -- requires: pgflow_attempts
 --
--- Reworked in 0.2.1 (0.2.0's script is deploy/pgflow_finish@v0.2.0.sql): the same rules in
--- fewer statements (docs/performance.md).
+-- Reworked in 0.3.0 (0.2.1's script is deploy/pgflow_finish@v0.2.1.sql): a result waits for
+-- the run's, the message's and the task's rows at most 5 s (pgfence.limit_lock_wait: 55P03,
+-- which the clients retry), and its transaction, once it holds them, may idle at most 5 s
+-- (pgfence.limit_idle), so no result, accepted or stale, wedges its run or its message; the
+-- guard is shown the lease's resource by the core (pgfence.mark_lease), not by reading
+-- pgfence.leases and pgfence.signing_key here.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -32,6 +36,7 @@ declare
   v_was text;
   v_status text;
   v_queue_table text;
+  v_lock_wait text;
 begin
   if finish.attempt_id is null then
     perform pgfence.check_not_null('attempt_id', finish.attempt_id);
@@ -39,6 +44,11 @@ begin
   if finish.kind is null or finish.kind not in ('complete', 'fail') then
     perform pgfence.invalid_argument('kind', 'must be complete or fail', finish.kind);
   end if;
+  -- Every lock below, of rows other sessions need, is waited for at most 5 s (then 55P03: the
+  -- clients send the result again), and this transaction, once it holds them, idles at most
+  -- 5 s (limit_idle, below): no worker, current or stale, keeps a run, a message or a task
+  -- from anyone longer.
+  v_lock_wait := pgfence.limit_lock_wait();
   -- Locked, so that two calls of one attempt are decided one after the other.
   select * into v_attempt from pgfence_pgflow.attempts a where a.attempt_id = finish.attempt_id for update;
   if not found then
@@ -71,6 +81,8 @@ begin
    where st.run_id = v_attempt.run_id and st.step_slug = v_attempt.step_slug
      and st.task_index = v_attempt.task_index
      for update;
+  perform set_config('lock_timeout', v_lock_wait, true);
+  perform pgfence.limit_idle();
   -- The core's order of verdicts: an attempt that a newer start superseded is stale, also
   -- when its own result had been accepted before (a fail that pgflow retried) or the task has
   -- finished since; a retry of the attempt that still holds the task, or finished it, is a
@@ -100,9 +112,7 @@ begin
   -- This result is authorized by its attempt, whose lease may have expired since: pgflow's
   -- writes (step_tasks, the queue table, both perhaps protected) are shown the lease's
   -- resource for this call alone, and the transaction's markers are put back after it.
-  select pgfence.mark_fenced(l.resource, k.hmac_key) into v_was
-    from pgfence.leases l, pgfence.signing_key k
-   where l.lease_id = v_attempt.lease_id;
+  v_was := pgfence.mark_lease(v_attempt.lease_id);
   if finish.kind = 'complete' then
     select t.status into v_status
       from pgflow.complete_task(v_attempt.run_id, v_attempt.step_slug, v_attempt.task_index, finish.output) t;
@@ -111,7 +121,7 @@ begin
       from pgflow.fail_task(v_attempt.run_id, v_attempt.step_slug, v_attempt.task_index, finish.error_message) t;
   end if;
   -- (An assignment, evaluated as an expression: a PERFORM would be a statement of its own.)
-  v_was := set_config('pgfence.fenced', v_was, true);
+  v_was := set_config('pgfence.fenced', coalesce(v_was, ''), true);
   update pgfence_pgflow.attempts a
      set outcome = finish.kind, finished_at = clock_timestamp()
    where a.attempt_id = finish.attempt_id;
@@ -140,7 +150,8 @@ comment on function pgfence_pgflow.complete_task(uuid, jsonb) is
   'Completes the task of an attempt with pgflow''s complete_task: accepted while nobody started the task again '
   'since, also after the lease expired; duplicate for a retry of an accepted attempt; stale (recorded in '
   'pgfence_pgflow.stale_results, never applied) otherwise, also after the task finished. Raises 42501 (the caller''s role '
-  'may not do this with pgflow itself), 22023 for an unknown attempt.';
+  'may not do this with pgflow itself), 22023 for an unknown attempt, 55P03 (retry) when another session holds its run, '
+  'message or task for over 5 s.';
 
 create or replace function pgfence_pgflow.fail_task(attempt_id uuid, error_message text)
 returns text

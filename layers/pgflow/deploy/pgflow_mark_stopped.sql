@@ -26,8 +26,9 @@ declare
 begin
   perform pgfence.check_not_null('lease_id', mark_worker_stopped.lease_id);
   select wl.worker_id into v_worker
-    from pgfence_pgflow.worker_leases wl join pgfence.leases l on l.lease_id = wl.lease_id
-   where wl.lease_id = mark_worker_stopped.lease_id and not pgfence.is_live(l.state, l.expires_at);
+    from pgfence_pgflow.worker_leases wl
+    join pgfence.lease_facts(array[mark_worker_stopped.lease_id]) f on f.lease_id = wl.lease_id
+   where wl.lease_id = mark_worker_stopped.lease_id and not f.live;
   if v_worker is null then
     return false;
   end if;
@@ -40,6 +41,9 @@ begin
      where w.worker_id = v_worker and w.deprecated_at is null;
   end if;
   get diagnostics v_rows = row_count; -- EXECUTE leaves FOUND alone
+  -- The worker's row stays locked to the end of the transaction: pgflow's own heartbeats and
+  -- ensure_workers need it, so the transaction may idle only as long as the core's may.
+  perform pgfence.limit_idle();
   return v_rows > 0;
 end
 $$;

@@ -1,10 +1,15 @@
 -- Deploy pgfence_pgflow:pgflow_start_tasks
 -- requires: pgflow_attempts
 --
--- Reworked in 0.2.1 (0.2.0's script is deploy/pgflow_start_tasks@v0.2.0.sql): the same rules
--- in statements that keep their plans (docs/performance.md). Over 0.2.0 the table is there
--- already (`if not exists`); a fresh install runs this script alone, after pgflow_workers,
--- whose functions name the table only in PL/pgSQL bodies.
+-- Reworked in 0.3.0 (0.2.1's script is deploy/pgflow_start_tasks@v0.2.1.sql): the worker's
+-- row keyed by the core's pgfence.owner_ref (resource and owner can no longer meet: 'a/b' and
+-- 'c' are not 'a' and 'b/c'), no pgfence.leases or pgfence.signing_key read here; a worker
+-- starting under a new lease is alive again for pgflow (stopped_at cleared too); a task whose
+-- message came back is taken over only when it has stalled (pgfence_pgflow.stalled: its step's
+-- timeout + 2 s since its start, or its step's timeout and its attempt's lease ended), the
+-- rule that the layer's stalled-task recovery applies too. Over 0.2 the table worker_leases is
+-- there already (`if not exists`); a fresh install runs this script alone, after
+-- pgflow_workers, whose functions name the table only in PL/pgSQL bodies.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -16,22 +21,58 @@ set local lock_timeout = '5s';
 set local client_min_messages = warning;
 
 -- pgflow's worker row: pgflow records who started a task (step_tasks.last_worker_id) and
--- expects a pgflow.workers row for it. One row per worker, not per lease: its id is derived
--- from the lease's resource and owner name (a worker that acquires again, or supervises
--- across leases, keeps its row) by a keyed hash, never from the lease id, which is the
--- owner's capability and must not be readable there. plpgsql, so that its query keeps a plan
--- (a LANGUAGE sql function that reads a table is parsed and planned again on every call).
-create or replace function pgfence_pgflow.worker_id(lease_id uuid, key bytea)
-returns uuid
-language plpgsql
+-- expects a pgflow.workers row for it. One row per worker, not per lease: its id is the core's
+-- reference to the lease's owner (pgfence.owner_ref: a keyed hash of its resource and owner
+-- name; a worker that acquires again, or supervises across leases, keeps its row), never the
+-- lease id, which is the owner's capability and must not be readable there.
+-- (dead since the core's owner_ref; nothing calls it)
+-- squawk-ignore ban-drop-function
+drop function if exists pgfence_pgflow.worker_id(uuid, bytea);
+
+-- When a started task has stalled, so that someone else may take it over: its attempt can no
+-- longer be accepted once its message is visible again after its step's timeout + 2 s (the
+-- visibility the start gives it), or its attempt's lease has ended (not live: its worker can
+-- no longer renew) and its step's timeout has passed. Before that, a result of the attempt is
+-- valid, and nobody takes the task over: not the takeover of a read that got the message back
+-- early (a hand, an old binary, pgflow's own recovery), not the layer's recovery job. timeout:
+-- coalesce(the step's, the flow's), as the start uses; a start by pgflow's own worker has no
+-- lease (NULL): its message's visibility alone decides. Judged on the transaction's clock,
+-- now(): a long transaction sees less time passed, never more. Inlined (LANGUAGE sql, no SET,
+-- every name qualified).
+create or replace function pgfence_pgflow.stalled(started_at timestamptz, timeout int, visible boolean,
+                                                  lease_live boolean)
+returns boolean
+language sql
 stable
 as $$
-begin
-  return (select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner), worker_id.key), 32)::pg_catalog.uuid
-            from pgfence.leases l where l.lease_id operator(pg_catalog.=) worker_id.lease_id);
-end
+  select (stalled.visible
+          and stalled.started_at operator(pg_catalog.<=)
+              (pg_catalog.now() operator(pg_catalog.-) pg_catalog.make_interval(secs => (stalled.timeout operator(pg_catalog.+) 2))))
+      or (not coalesce(stalled.lease_live, true)
+          and stalled.started_at operator(pg_catalog.<=)
+              (pg_catalog.now() operator(pg_catalog.-) pg_catalog.make_interval(secs => stalled.timeout)));
 $$;
-revoke all on function pgfence_pgflow.worker_id(uuid, bytea) from public;
+comment on function pgfence_pgflow.stalled(timestamptz, int, boolean, boolean) is
+  'Whether a started task has stalled: visible again past its timeout + 2 s, or its attempt''s lease ended and its '
+  'timeout passed.';
+revoke all on function pgfence_pgflow.stalled(timestamptz, int, boolean, boolean) from public;
+
+-- Whether the current start of a task, if it is the layer's, has a live lease (NULL when it is
+-- not the layer's: pgflow's own worker started it).
+create or replace function pgfence_pgflow.start_lease_live(run_id uuid, step_slug text, task_index int,
+                                                          attempts_count int)
+returns boolean
+language sql
+stable
+as $$
+  select f.live
+    from pgfence_pgflow.attempts a, pgfence.lease_facts(array[a.lease_id]) f
+   where a.run_id operator(pg_catalog.=) start_lease_live.run_id
+     and a.step_slug operator(pg_catalog.=) start_lease_live.step_slug
+     and a.task_index operator(pg_catalog.=) start_lease_live.task_index
+     and a.attempts_count operator(pg_catalog.=) start_lease_live.attempts_count;
+$$;
+revoke all on function pgfence_pgflow.start_lease_live(uuid, text, int, int) from public;
 
 -- Which lease each worker row last started under: the lease's end (superseded, draining,
 -- released) is the worker's (pgflow's deprecated_at / stopped_at, pgfence_pgflow.sync_workers).
@@ -56,6 +97,7 @@ declare
   v_tasks pgflow.step_task_record[];
   v_task pgflow.step_task_record;
   v_worker uuid;
+  v_resource text;
   v_flow_input boolean := exists (select from pg_catalog.pg_attribute a
                                    where a.attrelid = 'pgflow.step_task_record'::regclass
                                      and a.attname = 'flow_input' and not a.attisdropped);
@@ -87,35 +129,45 @@ begin
   -- The worker row pgflow's start_tasks refers to, and its heartbeat, at most every 5 seconds:
   -- an upsert locks the row to the end of the transaction, and would queue every start of
   -- the lease behind the one before. A worker that starts under a new lease is alive again.
-  v_worker := pgfence_pgflow.worker_id(start_tasks.lease_id, (select k.hmac_key from pgfence.signing_key k));
+  select o.resource, o.ref into v_resource, v_worker from pgfence.owner_ref(start_tasks.lease_id, 'pgflow worker') o;
+  -- (stopped_at: pgflow 0.9 and later; a worker's row read whole, so that 0.8's has none.)
   if not exists (select from pgflow.workers w
                    join pgfence_pgflow.worker_leases wl on wl.worker_id = w.worker_id
                   where w.worker_id = v_worker and wl.lease_id = start_tasks.lease_id
-                    and w.deprecated_at is null
+                    and w.deprecated_at is null and (to_jsonb(w) ->> 'stopped_at') is null
                     and w.last_heartbeat_at > now() - interval '5 seconds') then
     insert into pgflow.workers as w (worker_id, queue_name, function_name)
-    select v_worker, start_tasks.queue, l.resource
-      from pgfence.leases l where l.lease_id = start_tasks.lease_id
+    values (v_worker, start_tasks.queue, v_resource)
     on conflict (worker_id) do update set last_heartbeat_at = now(), deprecated_at = null;
+    if exists (select from pg_attribute a where a.attrelid = 'pgflow.workers'::regclass
+                                             and a.attname = 'stopped_at' and not a.attisdropped) then
+      execute 'update pgflow.workers w set stopped_at = null where w.worker_id = $1 and w.stopped_at is not null'
+        using v_worker;
+    end if;
     insert into pgfence_pgflow.worker_leases as wl (worker_id, lease_id)
     values (v_worker, start_tasks.lease_id)
     on conflict (worker_id) do update set lease_id = excluded.lease_id
      where wl.lease_id is distinct from excluded.lease_id;
   end if;
   -- The takeover. pgflow starts only queued tasks; a task whose message came back while it is
-  -- still started was started by an attempt that never finished it (its worker died, or was
-  -- paused past its lease and its message's visibility, which the start below sets to the
-  -- step's timeout + 2 s): that attempt no longer holds the message, so the task goes back to
-  -- queued and pgflow's start_tasks below starts it again for this read, raising
-  -- attempts_count, which makes the old attempt's result stale. Only a task whose message this
-  -- read got back: any other started task (this worker's own earlier start, of another run) is
-  -- live.
+  -- still started, and that has stalled (pgfence_pgflow.stalled), was started by an attempt
+  -- that never finished it (its worker died, or was paused past its lease and its message's
+  -- visibility, which the start below sets to the step's timeout + 2 s): that attempt no
+  -- longer holds the message, so the task goes back to queued and pgflow's start_tasks below
+  -- starts it again for this read, raising attempts_count, which makes the old attempt's
+  -- result stale. Only a task whose message this read got back: any other started task (this
+  -- worker's own earlier start, of another run) is live. One whose message came back early
+  -- (within its step's timeout, its worker alive) stays its attempt's: pgflow does not start it
+  -- again, and its message is hidden again below for what its start gave it.
   update pgflow.step_tasks st
      set status = 'queued', started_at = null
     from pgflow.steps s join pgflow.flows f on f.flow_slug = s.flow_slug
    where s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
      and st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
-     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts);
+     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts)
+     and pgfence_pgflow.stalled(st.started_at, coalesce(s.opt_timeout, f.opt_timeout), true,
+                                pgfence_pgflow.start_lease_live(st.run_id, st.step_slug, st.task_index,
+                                                                st.attempts_count));
   -- A takeover counts against pgflow's max_attempts: a stalled task with no attempt left fails
   -- for good, by pgflow's own fail_task (which fails its run). fail_task locks the run, which a
   -- result of the run takes first (finish): a run locked by a result in flight is left for a
@@ -128,7 +180,19 @@ begin
      join pgflow.flows f on f.flow_slug = s.flow_slug
    where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
      and st.attempts_count >= coalesce(s.opt_max_attempts, f.opt_max_attempts)
+     and pgfence_pgflow.stalled(st.started_at, coalesce(s.opt_timeout, f.opt_timeout), true,
+                                pgfence_pgflow.start_lease_live(st.run_id, st.step_slug, st.task_index,
+                                                                st.attempts_count))
      and exists (select from pgflow.runs r where r.run_id = st.run_id for update skip locked);
+  -- A live task whose message came back early: hidden again until its start's deadline (its
+  -- step's timeout + 2 s from its start), not for this read's vt.
+  perform pgmq.set_vt(start_tasks.queue, st.message_id,
+                      greatest(1, ceil(date_part('epoch', st.started_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 2)
+                                                          - clock_timestamp())))::int)
+     from pgflow.step_tasks st
+     join pgflow.steps s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     join pgflow.flows f on f.flow_slug = s.flow_slug
+   where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started';
   select array_agg(t order by t.msg_id) into v_tasks
     from pgflow.start_tasks(start_tasks.flow_slug, v_msgs, v_worker) t;
   -- pgflow's own rule, on every supported pgflow: a started task's message stays hidden for its

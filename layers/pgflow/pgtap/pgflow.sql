@@ -67,7 +67,7 @@ select is((select output from pgflow.step_tasks where step_slug = 'first'), '{"o
 create temp table second on commit drop as
   select * from pgfence_pgflow.start_tasks((select lease_id from held), 'two', 'two', '30 s', 5);
 select pgfence_test.expire((select lease_id from held));
-select pgfence_test.expire_message('two', (select msg_id from second));
+select pgfence_test.stall_task('two', (select msg_id from second));
 create temp table successor on commit drop as select pgfence_test.lease('fn', 'owner-b') as lease_id;
 create temp table again on commit drop as
   select * from pgfence_pgflow.start_tasks((select lease_id from successor), 'two', 'two', '30 s', 5);

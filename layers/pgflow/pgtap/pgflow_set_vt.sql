@@ -46,8 +46,9 @@ select ok((select vt > clock_timestamp() + interval '59 minutes' from pgmq.q_vt 
 select is(pgfence_pgflow.complete_task((select attempt_id from t1), '{}'), 'accepted', 't1 completed');
 select is(pgfence_pgflow.set_vt((select attempt_id from t1), '1 hour'), null, 'a finished attempt keeps nothing');
 
--- Taken over: t2's message came back and another worker function started it again.
-select pgfence_test.expire_message('vt', (select msg_id from t2));
+-- Taken over: t2 stalled (its message back past its step's timeout + 2 s) and another worker
+-- function started it again.
+select pgfence_test.stall_task('vt', (select msg_id from t2));
 create temp table b on commit drop as select pgfence_test.lease('other-fn', 'owner-b') as lease_id;
 select is((select count(*)::int from pgfence_pgflow.start_tasks((select lease_id from b), 'vt', 'vt', '30 s', 1)), 1,
           'owner-b takes t2 over');

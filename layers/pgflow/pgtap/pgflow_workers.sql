@@ -1,12 +1,12 @@
 -- The pgflow layer's worker registration (change pgflow_workers), on the pgflow the suite
 -- installs (npm @pgflow/core 0.8.1: no worker_functions, no stopped_at): its functions
 -- (SECURITY DEFINER but setup_cron, pinned search_path, the operator's, nobody else's), the
--- trigger that follows pgfence's resources, and the worker rows: a superseded lease's
+-- hook that follows pgfence's resources, and the worker rows: a superseded lease's
 -- deprecated by sync_workers; pgfence.prune deleting the ended rows older than the bound,
 -- never a live worker's, and saying so as its 'pgflow.workers' row. pgflow 0.14's
 -- registration (worker_functions, ensure_workers, requeue) is in tests/test_pgflow14.py.
 begin;
-select plan(21);
+select plan(22);
 -- reset() forgets pgfence.layers too: the layer's registration is put back, for pgfence.prune.
 create temp table layers on commit drop as select * from pgfence.layers;
 select pgfence_test.reset();
@@ -39,8 +39,11 @@ select function_privs_are('pgfence_pgflow', 'prune_workers', array['interval'], 
                           'a worker does not prune');
 select function_privs_are('pgfence_pgflow', 'as_maintenance', array['text', 'interval'], 'pgfence_operator',
                           array[]::text[], 'nobody calls as_maintenance directly, not even the operator');
-select trigger_is('pgfence', 'resources', 'pgfence_pgflow_worker_functions', 'pgfence_pgflow', 'follow_resource',
-                  'pgfence.resources changes reach pgflow.worker_functions');
+-- A change of a resource reaches pgflow through the core's hook, not a trigger on the core's table.
+select is((select enabled_changed::text from pgfence.layers where schema_name = 'pgfence_pgflow'),
+          'pgfence_pgflow.enabled_changed(text[])', 'pgfence.resources changes reach pgflow.worker_functions (the hook)');
+select is((select count(*)::int from pg_trigger where tgrelid = 'pgfence.resources'::regclass and not tgisinternal),
+          0, 'no layer puts a trigger on pgfence.resources');
 
 -- Two runs; owner-a starts and completes a task, its lease is superseded by owner-b's, which
 -- starts and completes the other run's, then idles, holding its lease. No heartbeat since.

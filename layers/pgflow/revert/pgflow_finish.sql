@@ -1,4 +1,7 @@
--- Revert pgfence_pgflow:pgflow_finish: back to its definitions of release 0.2.0
+-- Revert pgfence_pgflow:pgflow_finish: back to its definition of release 0.2.1
+--
+-- Reworked in 0.2.1 (0.2.0's script is deploy/pgflow_finish@v0.2.0.sql): the same rules in
+-- fewer statements (docs/performance.md).
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -27,8 +30,11 @@ declare
   v_reports bigint;
   v_was text;
   v_status text;
+  v_queue_table text;
 begin
-  perform pgfence.check_not_null('attempt_id', finish.attempt_id);
+  if finish.attempt_id is null then
+    perform pgfence.check_not_null('attempt_id', finish.attempt_id);
+  end if;
   if finish.kind is null or finish.kind not in ('complete', 'fail') then
     perform pgfence.invalid_argument('kind', 'must be complete or fail', finish.kind);
   end if;
@@ -43,7 +49,8 @@ begin
                                             else 'pgflow.fail_task(uuid, text, int, text)' end);
   -- pgflow's own complete_task and fail_task, run by the caller, would archive the message or
   -- set its visibility: what pgmq needs for that too.
-  perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(v_attempt.flow_slug), 'delete', true);
+  v_queue_table := pgfence_pgmq.queue_table(v_attempt.flow_slug);
+  perform pgfence_pgmq.check_allowed(v_queue_table, 'delete', true);
   -- The run first: pgflow's complete_task and fail_task lock it after this function has locked
   -- the task, and a fail_task that fails the run then updates the run's other tasks and
   -- archives their messages, which another result of the run holds: two results of one run
@@ -54,8 +61,7 @@ begin
   -- and the task judged on what it committed; a start that comes later skips the message
   -- (SKIP LOCKED). In the other order, a takeover and a late result would deadlock: each
   -- would hold the row the other's next statement needs.
-  execute format('select from pgmq.%I m where m.msg_id = $1 for update',
-                 pgfence_pgmq.queue_table(v_attempt.flow_slug))
+  execute format('select from pgmq.%I m where m.msg_id = $1 for update', v_queue_table)
     using v_attempt.msg_id;
   select st.status = 'started' and st.attempts_count = v_attempt.attempts_count,
          st.attempts_count > v_attempt.attempts_count
@@ -103,7 +109,8 @@ begin
     select t.status into v_status
       from pgflow.fail_task(v_attempt.run_id, v_attempt.step_slug, v_attempt.task_index, finish.error_message) t;
   end if;
-  perform set_config('pgfence.fenced', v_was, true);
+  -- (An assignment, evaluated as an expression: a PERFORM would be a statement of its own.)
+  v_was := set_config('pgfence.fenced', v_was, true);
   update pgfence_pgflow.attempts a
      set outcome = finish.kind, finished_at = clock_timestamp()
    where a.attempt_id = finish.attempt_id;

@@ -1,4 +1,4 @@
--- Revert pgfence_pgflow:pgflow_prune_health
+-- Revert pgfence_pgflow:pgflow_prune_health: back to its definition of release 0.2.1
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -7,8 +7,89 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-update pgfence.layers set prune = null, health = null where schema_name = 'pgfence_pgflow';
-drop function pgfence_pgflow.health();
-drop function pgfence_pgflow.prune(interval);
+-- Retention (pgfence.prune's shape, registered in pgfence.layers): the record of starts whose
+-- result was accepted, and the stale results, older than older_than. Never a start still
+-- open: its task may still be completed or failed through it. In batches of 10,000 rows,
+-- so that a large backlog never holds one long transaction's locks.
+create or replace function pgfence_pgflow.prune(older_than interval)
+returns table (what text, "rows" bigint)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_cutoff timestamptz;
+  v_n bigint;
+  v_stale bigint := 0;
+  v_starts bigint := 0;
+begin
+  if prune.older_than is null or prune.older_than <= interval '0' then
+    perform pgfence.invalid_argument('older_than', 'must be a positive interval', prune.older_than::text);
+  end if;
+  v_cutoff := clock_timestamp() - prune.older_than;
+  loop
+    delete from pgfence_pgflow.stale_results s
+     where s.ctid = any (array(select x.ctid from pgfence_pgflow.stale_results x
+                                where x.received_at < v_cutoff limit 10000));
+    get diagnostics v_n = row_count;
+    v_stale := v_stale + v_n;
+    exit when v_n < 10000;
+  end loop;
+  loop
+    delete from pgfence_pgflow.attempts a
+     where a.attempt_id = any (array(
+             select x.attempt_id from pgfence_pgflow.attempts x
+              where x.outcome is not null and x.finished_at < v_cutoff
+                and not exists (select from pgfence_pgflow.stale_results s where s.attempt_id = x.attempt_id)
+              limit 10000));
+    get diagnostics v_n = row_count;
+    v_starts := v_starts + v_n;
+    exit when v_n < 10000;
+  end loop;
+  return query values ('pgfence_pgflow.stale_results'::text, v_stale), ('pgfence_pgflow.attempts', v_starts);
+  -- The ended worker rows (pgflow.workers), also under enforce: pgfence_pgflow.prune_workers,
+  -- of the later change pgflow_workers (called by name, so that reverting that change leaves
+  -- this prune working).
+  if pg_catalog.to_regprocedure('pgfence_pgflow.prune_workers(interval)') is not null then
+    return query execute 'select * from pgfence_pgflow.prune_workers($1)' using prune.older_than;
+  end if;
+end
+$$;
+comment on function pgfence_pgflow.prune(interval) is
+  'pgfence.layers: deletes finished starts and stale results older than older_than, in batches; never an open start; '
+  'and the ended worker rows (pgfence_pgflow.prune_workers). Raises 22023.';
+
+-- Health (pgfence.health's shape, registered in pgfence.layers).
+create or replace function pgfence_pgflow.health()
+returns table ("check" text, ok boolean, detail text)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select 'pgflow layer: pgflow installed', pg_catalog.to_regclass('pgflow.step_tasks') is not null,
+         'the layer starts pgflow''s tasks (pgflow 0.8 or later)'
+  union all
+  select 'pgflow layer: locked down', count(*) = 0,
+         coalesce('privileges held by ' || string_agg(distinct case g.grantee when 0 then 'public'
+                                                            else g.grantee::regrole::text end, ', '),
+                  'nobody but the owner and the pgfence roles holds a privilege in schema pgfence_pgflow')
+    from (select a.grantee, p.proowner as owner from pg_proc p, aclexplode(p.proacl) a
+           where p.pronamespace = 'pgfence_pgflow'::regnamespace
+          union all
+          select a.grantee, c.relowner from pg_class c, aclexplode(c.relacl) a
+           where c.relnamespace = 'pgfence_pgflow'::regnamespace) g
+   where g.grantee <> g.owner
+     and g.grantee not in (select oid from pg_roles
+                            where rolname in ('pgfence_worker', 'pgfence_operator', 'pgfence_monitor'));
+$$;
+comment on function pgfence_pgflow.health() is 'pgfence.layers: the pgflow layer''s own checks.';
+
+revoke all on function pgfence_pgflow.prune(interval), pgfence_pgflow.health() from public;
+update pgfence.layers
+   set prune = 'pgfence_pgflow.prune(interval)', health = 'pgfence_pgflow.health()'
+ where schema_name = 'pgfence_pgflow';
+
+drop function pgfence_pgflow.job_problem(regprocedure, text);
 
 commit;

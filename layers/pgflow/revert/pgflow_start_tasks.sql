@@ -1,4 +1,9 @@
--- Revert pgfence_pgflow:pgflow_start_tasks: back to its definitions of release 0.2.0
+-- Revert pgfence_pgflow:pgflow_start_tasks: back to its definition of release 0.2.1
+--
+-- Reworked in 0.2.1 (0.2.0's script is deploy/pgflow_start_tasks@v0.2.0.sql): the same rules
+-- in statements that keep their plans (docs/performance.md). Over 0.2.0 the table is there
+-- already (`if not exists`); a fresh install runs this script alone, after pgflow_workers,
+-- whose functions name the table only in PL/pgSQL bodies.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -6,21 +11,37 @@ begin;
 -- transactions fails the deploy instead of queueing every later locker behind it (squawk).
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
+-- (Over 0.2.0, "relation worker_leases already exists, skipping" says nothing useful.)
+set local client_min_messages = warning;
 
 -- pgflow's worker row: pgflow records who started a task (step_tasks.last_worker_id) and
 -- expects a pgflow.workers row for it. One row per worker, not per lease: its id is derived
 -- from the lease's resource and owner name (a worker that acquires again, or supervises
 -- across leases, keeps its row) by a keyed hash, never from the lease id, which is the
--- owner's capability and must not be readable there.
+-- owner's capability and must not be readable there. plpgsql, so that its query keeps a plan
+-- (a LANGUAGE sql function that reads a table is parsed and planned again on every call).
 create or replace function pgfence_pgflow.worker_id(lease_id uuid, key bytea)
 returns uuid
-language sql
+language plpgsql
 stable
 as $$
-  select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner), worker_id.key), 32)::pg_catalog.uuid
-    from pgfence.leases l where l.lease_id operator(pg_catalog.=) worker_id.lease_id;
+begin
+  return (select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner), worker_id.key), 32)::pg_catalog.uuid
+            from pgfence.leases l where l.lease_id operator(pg_catalog.=) worker_id.lease_id);
+end
 $$;
 revoke all on function pgfence_pgflow.worker_id(uuid, bytea) from public;
+
+-- Which lease each worker row last started under: the lease's end (superseded, draining,
+-- released) is the worker's (pgflow's deprecated_at / stopped_at, pgfence_pgflow.sync_workers).
+-- Holds lease ids: nobody but the layer's own functions reads it.
+create table if not exists pgfence_pgflow.worker_leases (
+  worker_id uuid primary key,
+  lease_id  uuid not null
+);
+comment on table pgfence_pgflow.worker_leases is
+  'The lease each pgflow.workers row of the layer last started under. Not a public interface.';
+revoke all on table pgfence_pgflow.worker_leases from public;
 
 create or replace function pgfence_pgflow.start_tasks(lease_id uuid, flow_slug text, queue text, vt interval, qty int default 1)
 returns table (attempt_id uuid, run_id uuid, step_slug text, task_index int, input jsonb, msg_id bigint)
@@ -32,13 +53,17 @@ declare
   v_reads record;
   v_msgs bigint[];
   v_tasks pgflow.step_task_record[];
-  v_key bytea;
+  v_task pgflow.step_task_record;
   v_worker uuid;
   v_flow_input boolean := exists (select from pg_catalog.pg_attribute a
                                    where a.attrelid = 'pgflow.step_task_record'::regclass
                                      and a.attname = 'flow_input' and not a.attisdropped);
 begin
-  perform pgfence.check_not_null('lease_id', start_tasks.lease_id);
+  -- The NULL checks are the core's, called only where they fail: a call per start costs a
+  -- statement of its own.
+  if start_tasks.lease_id is null then
+    perform pgfence.check_not_null('lease_id', start_tasks.lease_id);
+  end if;
   perform pgfence_pgflow.check_allowed('pgflow.start_tasks(text, bigint[], uuid)');
   if not exists (select from pgflow.flows f where f.flow_slug = start_tasks.flow_slug) then
     perform pgfence.invalid_argument('flow_slug', 'no such pgflow flow', start_tasks.flow_slug);
@@ -58,11 +83,10 @@ begin
     return;
   end if;
   v_msgs := v_reads.msgs;
-  select k.hmac_key into v_key from pgfence.signing_key k;
   -- The worker row pgflow's start_tasks refers to, and its heartbeat, at most every 5 seconds:
   -- an upsert locks the row to the end of the transaction, and would queue every start of
   -- the lease behind the one before. A worker that starts under a new lease is alive again.
-  v_worker := pgfence_pgflow.worker_id(start_tasks.lease_id, v_key);
+  v_worker := pgfence_pgflow.worker_id(start_tasks.lease_id, (select k.hmac_key from pgfence.signing_key k));
   if not exists (select from pgflow.workers w
                    join pgfence_pgflow.worker_leases wl on wl.worker_id = w.worker_id
                   where w.worker_id = v_worker and wl.lease_id = start_tasks.lease_id
@@ -104,7 +128,7 @@ begin
    where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
      and st.attempts_count >= coalesce(s.opt_max_attempts, f.opt_max_attempts)
      and exists (select from pgflow.runs r where r.run_id = st.run_id for update skip locked);
-  select array_agg(t) into v_tasks
+  select array_agg(t order by t.msg_id) into v_tasks
     from pgflow.start_tasks(start_tasks.flow_slug, v_msgs, v_worker) t;
   -- pgflow's own rule, on every supported pgflow: a started task's message stays hidden for its
   -- step's timeout (else the flow's) + 2 s, whatever vt the read used, so that no live task is
@@ -114,34 +138,40 @@ begin
      from unnest(v_tasks) t
      join pgflow.steps s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
      join pgflow.flows f on f.flow_slug = t.flow_slug;
-  -- A statement of its own, so that it sees the attempts_count pgflow's start just set.
-  return query
-  with started as (
+  -- Each started task's attempt, recorded and returned, in msg_id order: a statement per task
+  -- (one statement over unnest() of the arrays was planned anew on every call), each of its
+  -- own, so that it sees the attempts_count pgflow's start just set.
+  foreach v_task in array coalesce(v_tasks, '{}') loop
     insert into pgfence_pgflow.attempts as a
            (attempt_id, pgmq_attempt_id, flow_slug, run_id, step_slug, task_index, msg_id, attempts_count, lease_id)
-    select gen_random_uuid(), r.attempt_id, t.flow_slug, t.run_id, t.step_slug, t.task_index, t.msg_id,
-           st.attempts_count, start_tasks.lease_id
-      from unnest(v_tasks) t
-      join pgflow.step_tasks st
-        on st.run_id = t.run_id and st.step_slug = t.step_slug and st.task_index = t.task_index
-      join unnest(v_reads.msgs, v_reads.attempts) r(msg_id, attempt_id) on r.msg_id = t.msg_id
-    returning a.attempt_id, a.run_id, a.step_slug, a.task_index, a.msg_id)
-  -- input has pgflow 0.8's shape on every pgflow: a map task's item; any other task's run
-  -- input under "run" beside its dependencies' outputs. pgflow since its flow_input
-  -- migration (20251225163110; 0.14.1 has it) gives a task its dependencies' outputs only (a
-  -- root step's flow_input aside, which its own workers read), so the run's input is put back
-  -- under "run" there.
-  select s.attempt_id, s.run_id, s.step_slug, s.task_index,
+    select gen_random_uuid(), v_reads.attempts[array_position(v_msgs, v_task.msg_id)], v_task.flow_slug,
+           v_task.run_id, v_task.step_slug, v_task.task_index, v_task.msg_id, st.attempts_count, start_tasks.lease_id
+      from pgflow.step_tasks st
+     where st.run_id = v_task.run_id and st.step_slug = v_task.step_slug and st.task_index = v_task.task_index
+       and v_task.msg_id = any (v_msgs)
+    returning a.attempt_id into attempt_id;
+    continue when not found;
+    -- input has pgflow 0.8's shape on every pgflow: a map task's item; any other task's run
+    -- input under "run" beside its dependencies' outputs. pgflow since its flow_input
+    -- migration (20251225163110; 0.14.1 has it) gives a task its dependencies' outputs only (a
+    -- root step's flow_input aside, which its own workers read), so the run's input is put back
+    -- under "run" there. (Only there a statement: on 0.8 the input is pgflow's as it is.)
+    input := v_task.input;
+    if v_flow_input then
+      input :=
          case when v_flow_input and (select st2.step_type from pgflow.steps st2
-                                      where st2.flow_slug = t.flow_slug and st2.step_slug = t.step_slug)
+                                      where st2.flow_slug = v_task.flow_slug and st2.step_slug = v_task.step_slug)
                                     is distinct from 'map'
-              then pg_catalog.jsonb_build_object('run', (select r2.input from pgflow.runs r2 where r2.run_id = t.run_id))
-                   operator(pg_catalog.||) t.input
-              else t.input end,
-         s.msg_id
-    from started s
-    join unnest(v_tasks) t on t.run_id = s.run_id and t.step_slug = s.step_slug and t.task_index = s.task_index
-   order by s.msg_id;
+              then pg_catalog.jsonb_build_object('run', (select r2.input from pgflow.runs r2 where r2.run_id = v_task.run_id))
+                   operator(pg_catalog.||) v_task.input
+              else v_task.input end;
+    end if;
+    run_id := v_task.run_id;
+    step_slug := v_task.step_slug;
+    task_index := v_task.task_index;
+    msg_id := v_task.msg_id;
+    return next;
+  end loop;
 end
 $$;
 comment on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) is
@@ -153,5 +183,8 @@ comment on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) 
 
 revoke all on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) from public;
 grant execute on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) to pgfence_worker;
+
+drop function pgfence_pgflow.start_lease_live(uuid, text, int, int);
+drop function pgfence_pgflow.stalled(timestamptz, int, boolean, boolean);
 
 commit;

@@ -1,5 +1,8 @@
 -- Deploy pgfence_pgmq:archive
 -- requires: finish
+--
+-- Reworked in 0.3.0 unchanged, to follow finish's rework: a fresh install creates it after
+-- finish, whose name its body calls (Sqitch refuses two changes with the same script).
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -10,7 +13,7 @@ set local lock_timeout = '5s';
 
 -- The name of the contract, inlined into the caller's query (LANGUAGE sql, no SET, not
 -- SECURITY DEFINER, every name qualified), so a call costs one function's SET, not two.
-create function pgfence_pgmq.archive(attempt_id uuid)
+create or replace function pgfence_pgmq.archive(attempt_id uuid)
 returns text
 language sql
 as $$
@@ -23,7 +26,7 @@ comment on function pgfence_pgmq.archive(uuid) is
 
 -- The batch: one row per id, in the order given (plpgsql without SET, every name qualified:
 -- its plan is kept, where a LANGUAGE sql function returning a set would be planned per call).
-create function pgfence_pgmq.archive_many(attempt_ids uuid[])
+create or replace function pgfence_pgmq.archive_many(attempt_ids uuid[])
 returns table (attempt_id uuid, outcome text)
 language plpgsql
 as $$

@@ -1,5 +1,12 @@
 -- Deploy pgfence_pgmq:finish
 -- requires: attempts
+-- requires: attempts_order
+--
+-- Reworked in 0.3.0: an attempt is stale once a later read of its message exists, whatever
+-- the message looks like now (a producer cannot revive a stale attempt); the transaction may
+-- then idle at most 5 s (pgfence.limit_idle: it holds the attempts and messages others need)
+-- and waits for a lock at most 5 s (pgfence.limit_lock_wait: 55P03, which the clients retry);
+-- the guard is shown the lease's resource by the core (pgfence.mark_lease).
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -12,10 +19,11 @@ set local lock_timeout = '5s';
 -- archive and delete share one rule (I5), the one of pgfence's own complete and fail: the
 -- result of the attempt that holds the message is accepted, even after its lease expired or
 -- drained, as long as nobody read the message again since (its read_ct is still the one this
--- attempt's read gave it). Otherwise it is stale, and recorded in pgfence_pgmq.stale_results.
+-- attempt's read gave it, and the layer's record holds no later read of it). Otherwise it is
+-- stale, and recorded in pgfence_pgmq.stale_results.
 -- One mechanism for one attempt and for a batch: archive(id) is this function over
 -- array[id]. Outcomes are returned in the order of the ids.
-create function pgfence_pgmq.finish(attempt_ids uuid[], kind text)
+create or replace function pgfence_pgmq.finish(attempt_ids uuid[], kind text)
 returns text[]
 language plpgsql
 security definer
@@ -52,32 +60,44 @@ declare
   v_count int;
   v_accepted int := 0;
   v_outcomes text[];
+  v_lock_wait text;
 begin
   perform pgfence.check_batch(finish.attempt_ids);
   if finish.kind is null or finish.kind not in ('archive', 'delete') then
     perform pgfence.invalid_argument('kind', 'must be archive or delete', finish.kind);
   end if;
+  -- Another session's attempt or message rows are waited for at most 5 s (55P03 then: the
+  -- clients send the result again), and this transaction, once it holds them, idles at most
+  -- 5 s: no worker, current or stale, keeps a message from its successor.
+  v_lock_wait := pgfence.limit_lock_wait();
   -- The attempts are locked, in attempt_id order, before anything is written: two calls of one
   -- attempt are decided one after the other, and two batches over overlapping attempts given
   -- in different orders cannot each hold one the other waits for (a deadlock). A message is
   -- written only through the one attempt whose read count it still has, so two finishers meet
   -- on a message row only through an attempt both hold, and the first of them to lock that
   -- attempt goes first; readers skip locked messages (SKIP LOCKED) and never wait for one.
+  -- An attempt whose message was read again since (a later read in the layer's record) holds
+  -- nothing, whatever the message's row says now: it is not among those to finish (open).
   select count(*),
          array_agg(l.attempt_id) filter (where l.outcome is not null),
-         array_agg(distinct l.queue) filter (where l.outcome is null),
-         array_agg(distinct l.lease_id) filter (where l.outcome is null),
-         array_agg(l.msg_id order by l.msg_id, l.read_ct desc) filter (where l.outcome is null),
-         array_agg(l.read_ct order by l.msg_id, l.read_ct desc) filter (where l.outcome is null),
-         array_agg(l.enqueued_at order by l.msg_id, l.read_ct desc) filter (where l.outcome is null),
-         array_agg(l.attempt_id order by l.msg_id, l.read_ct desc) filter (where l.outcome is null)
+         array_agg(distinct l.queue) filter (where l.open),
+         array_agg(distinct l.lease_id) filter (where l.open),
+         array_agg(l.msg_id order by l.msg_id, l.read_ct desc) filter (where l.open),
+         array_agg(l.read_ct order by l.msg_id, l.read_ct desc) filter (where l.open),
+         array_agg(l.enqueued_at order by l.msg_id, l.read_ct desc) filter (where l.open),
+         array_agg(l.attempt_id order by l.msg_id, l.read_ct desc) filter (where l.open)
     into v_found, v_finished, v_queues, v_leases, v_msg_ids, v_read_cts, v_enqueued, v_attempts
-    from (select a.attempt_id, a.outcome, a.queue, a.lease_id,
-                 a.msg_id, a.read_ct, a.enqueued_at
-            from pgfence_pgmq.attempts a
-           where a.attempt_id = any (finish.attempt_ids)
-           order by a.attempt_id
-             for update) l;
+    from (select l.*, l.outcome is null
+                      and not exists (select from pgfence_pgmq.attempts b
+                                       where b.queue = l.queue and b.msg_id = l.msg_id
+                                         and coalesce(b.read_order, 0) > coalesce(l.read_order, 0)) as open
+            from (select a.attempt_id, a.outcome, a.queue, a.lease_id,
+                         a.msg_id, a.read_ct, a.enqueued_at, a.read_order
+                    from pgfence_pgmq.attempts a
+                   where a.attempt_id = any (finish.attempt_ids)
+                   order by a.attempt_id
+                     for update) l) l;
+  perform pgfence.limit_idle();
   if v_found < v_n then
     perform pgfence.invalid_argument('attempt_id', 'is not an attempt id minted by pgfence_pgmq.read',
       (select u.a::text from unnest(finish.attempt_ids) with ordinality u(a, n)
@@ -93,7 +113,10 @@ begin
              array_agg(a.attempt_id order by a.msg_id, a.read_ct desc)
         into v_leases, v_msg_ids, v_read_cts, v_enqueued, v_attempts
         from pgfence_pgmq.attempts a
-       where a.attempt_id = any (finish.attempt_ids) and a.queue = v_queue and a.outcome is null;
+       where a.attempt_id = any (finish.attempt_ids) and a.queue = v_queue and a.outcome is null
+         and not exists (select from pgfence_pgmq.attempts b
+                          where b.queue = a.queue and b.msg_id = a.msg_id
+                            and coalesce(b.read_order, 0) > coalesce(a.read_order, 0));
     end if;
     v_table := pgfence_pgmq.queue_table(v_queue);
     -- What pgmq's own archive or delete would need of the caller's role.
@@ -102,7 +125,7 @@ begin
     -- guard of a protected queue table is shown their resources for this statement alone.
     v_was := null;
     foreach v_lease in array v_leases loop
-      v_mark := pgfence_pgmq.mark(v_table, v_lease);
+      v_mark := pgfence.mark_lease(v_lease, pg_catalog.to_regclass(format('pgmq.%I', v_table)));
       v_was := coalesce(v_was, v_mark);  -- the first: what was there before any of them
     end loop;
     -- The check and the write are one statement. A reader that holds a message's row (read,
@@ -155,6 +178,7 @@ begin
       v_accepted := v_accepted + v_count;
     end if;
   end loop;
+  perform set_config('lock_timeout', v_lock_wait, true);
   if v_accepted = v_n then
     return array_fill('accepted'::text, array[v_n]);
   end if;

@@ -11,12 +11,12 @@ set local lock_timeout = '5s';
 
 do $$
 begin
-  perform pgfence.set_kind('Hook', 'pgfence_pgmq.health()', 'pgfence_pgmq.in_flight(text[])',
+  perform pgfence.set_kind('Hook', 'pgfence_pgmq.health()', 'pgfence_pgmq.in_flight()',
                            'pgfence_pgmq.leases()', 'pgfence_pgmq.prune(interval)');
   perform pgfence.set_kind('Private',
                            'pgfence_pgmq.attempt_uuid(bigint, integer)',
                            'pgfence_pgmq.check_allowed(text, text, boolean)',
-                           'pgfence_pgmq.mark(text, uuid)',
+                           'pgfence_pgmq.open_reads()',
                            'pgfence_pgmq.queue_table(text)');
 end
 $$;

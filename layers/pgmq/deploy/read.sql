@@ -1,5 +1,8 @@
 -- Deploy pgfence_pgmq:read
 -- requires: attempts
+--
+-- Reworked in 0.3.0: the lease held and the transaction marked by the core's
+-- pgfence.hold_fenced, not by reading pgfence.leases and pgfence.signing_key here.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -8,14 +11,12 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
-create function pgfence_pgmq.read(lease_id uuid, queue text, vt interval, qty int default 1)
+create or replace function pgfence_pgmq.read(lease_id uuid, queue text, vt interval, qty int default 1)
 returns table (attempt_id uuid, msg_id bigint, read_ct int, enqueued_at timestamptz, message jsonb)
 language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
-declare
-  v_lease pgfence.leases;
 begin
   perform pgfence.check_not_null('lease_id', read.lease_id);
   perform pgfence_pgmq.check_allowed(pgfence_pgmq.queue_table(read.queue), 'update');
@@ -23,12 +24,12 @@ begin
   if read.qty is null or read.qty not between 1 and 1000 then
     perform pgfence.invalid_argument('qty', 'must be 1 to 1000', read.qty::text);
   end if;
-  -- What fence() does, in the transaction of the read (as claim): the lease row stays locked
-  -- until this transaction ends, so no successor is granted between the check and the read
-  -- (I2), and the transaction is marked fenced for the lease's resource, so the read's update
-  -- passes the guard of a protected queue table (and so does the rest of the transaction).
-  v_lease := pgfence.hold_current(read.lease_id);
-  perform pgfence.mark_fenced(v_lease.resource, k.hmac_key) from pgfence.signing_key k;
+  -- What fence() does, in the transaction of the read (as claim; the core's hold_fenced): the
+  -- lease row stays locked until this transaction ends, so no successor is granted between the
+  -- check and the read (I2), and the transaction is marked fenced for the lease's resource, so
+  -- the read's update passes the guard of a protected queue table (and so does the rest of the
+  -- transaction).
+  perform pgfence.hold_fenced(read.lease_id);
   -- pgmq's own read (visible messages in msg_id order, SKIP LOCKED so that readers never wait
   -- for each other; vt in whole seconds, as pgmq counts it, rounded up), each message
   -- recorded with its attempt id in the same statement.

@@ -1,0 +1,2 @@
+-- Verify pgfence_pgflow:pgflow_in_flight
+select 1 / count(*)::int from pgfence.layers where schema_name = 'pgfence_pgflow' and in_flight::regprocedure = 'pgfence_pgflow.in_flight(text[])'::regprocedure and leases::regprocedure = 'pgfence_pgflow.leases()'::regprocedure;

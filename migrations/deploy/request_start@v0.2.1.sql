@@ -1,0 +1,67 @@
+-- Deploy pgfence:request_start
+-- requires: limit_idle
+-- requires: lease_judgement
+-- requires: lock_resources
+-- requires: leases
+-- requires: invocations
+
+begin;
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+
+create or replace function pgfence.request_start(resource text, ttl interval default '1 minute')
+returns uuid
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_enabled boolean;
+  v_invocation_id uuid;
+  -- A pending invocation is judged by the latest expiry among its resource's unacknowledged
+  -- ones: one entry of invocations_pending_expiry, read from its end, however many expired
+  -- ones there are (an EXISTS with the clock in it walked them all, and a generic plan of it
+  -- scanned the table).
+  v_now timestamptz := clock_timestamp();
+begin
+  perform pgfence.check_name('resource', request_start.resource);
+  perform pgfence.check_interval('ttl', request_start.ttl);
+  -- The resource row serializes request_start with acquire and with other callers: of
+  -- concurrent callers exactly one finds nothing pending. A caller that finds the row held by
+  -- another session does not queue behind it (which may be a session that idles, or a
+  -- prepared transaction): it gets NULL, as for a start that is pending, and asks again later.
+  if not exists (select from pgfence.resources r where r.resource = request_start.resource) then
+    perform pgfence.resource_not_found(request_start.resource);
+  end if;
+  select r.enabled into v_enabled
+    from pgfence.resources r
+   where r.resource = request_start.resource
+     for no key update skip locked;
+  if not found then
+    return null;
+  end if;
+  perform pgfence.limit_idle();  -- the row stays locked to the transaction's end (limit_idle)
+  if not v_enabled
+     or exists (select from pgfence.leases l
+                 where l.resource = request_start.resource and pgfence.is_current(l.state, l.expires_at))
+     or (select max(i.expires_at) from pgfence.invocations i
+          where i.resource = request_start.resource and i.acknowledged_at is null) > v_now then
+    return null;
+  end if;
+  insert into pgfence.invocations (invocation_id, resource, requested_at, expires_at)
+  values (gen_random_uuid(), request_start.resource, clock_timestamp(), clock_timestamp() + request_start.ttl)
+  returning invocation_id into v_invocation_id;
+  return v_invocation_id;
+end
+$$;
+comment on function pgfence.request_start(text, interval) is
+  'Startup handshake: a new invocation id when the resource is enabled, has no current lease and no '
+  'unexpired pending invocation; otherwise NULL. The acquire that presents it acknowledges it. Raises PF002, 22023.';
+
+revoke all on function pgfence.request_start(text, interval) from public;
+grant execute on function pgfence.request_start(text, interval) to pgfence_worker, pgfence_operator;
+
+commit;

@@ -1,0 +1,2 @@
+-- Verify pgfence:finish_update
+select 'pgfence.finish_update(uuid)'::regprocedure;

@@ -1,0 +1,2 @@
+-- Verify pgfence:update_status
+select 'pgfence.update_status(uuid)'::regprocedure;
