@@ -49,6 +49,9 @@ TEMP = Path("/tmp")
 PREFIX = "pgf."
 LOOPBACK = "127.0.0.1"
 USER = "postgres"
+# Deno's own binary from npm's platform package (scripts/setup), not npm's .bin/deno shim: the
+# Deno client's tests and the workers bench run it beside a cluster.
+DENO = Path(__file__).resolve().parent.parent / ".tools/node_modules/@deno/linux-x64-glibc/deno"
 # How long a server or PgBouncer may take to start, or to die when killed, before it is called
 # broken: a bound for a failure only, long enough for any loaded machine.
 STARTED_WITHIN = 300

@@ -31,14 +31,13 @@ import pgfence.aio
 import pgfence.client
 from pgfence.connection import aconnect, connect
 from pgfence.releases import key
+from testkit.cluster import DENO as DENO  # the tests' Deno is the workers bench's
 from testkit.harness import Database, Lease
 
 ROOT = Path(__file__).resolve().parent.parent
 PGMQ_SQL = ROOT / ".tools/pgmq/pgmq.sql"  # pgmq's own install, put there by scripts/setup
 # pgflow's own migrations, as npm's @pgflow/core (pinned in .tools/package.json) ships them.
 PGFLOW_MIGRATIONS = ROOT / ".tools/node_modules/@pgflow/core/dist/supabase/migrations"
-# Deno's own binary from npm's platform package (scripts/setup), not npm's .bin/deno shim.
-DENO = ROOT / ".tools/node_modules/@deno/linux-x64-glibc/deno"
 # The Supabase CLI's own binary from npm's platform package, as npm's .bin/supabase (a Node
 # shim that spawns it with the same argv, stdio and environment) runs it: without the shim's
 # Node start, about 1.5 s of CPU less for each of the tests' hundreds of calls.

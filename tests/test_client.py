@@ -338,6 +338,31 @@ def test_the_worker_prepares_its_statements_on_a_direct_connection(
             4 * (n + 1)
 
 
+def test_a_worker_role_detects_without_reading_what_it_may_not(
+        db: Database, cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A login role with pgfence_worker alone may not read unix_socket_directories (42501 for
+    current_setting): detection (prepare=None) still connects, over TCP prepares (the server's
+    own address and port), over the socket it cannot tell and does not. The negative control
+    is the setting read unconditionally, as before: refused."""
+    role = f"w_{uuid.uuid4().hex[:8]}"
+    name = db.one("select current_database()")
+    db.sql(f"create role {role} login in role pgfence_worker")
+    try:
+        def threshold(dsn: str) -> int | None:
+            with connect(f"{dsn} user={role}", "detect", prepare=None) as conn:
+                return conn.prepare_threshold
+        assert threshold(cluster.tcp_dsn(name)) == 0
+        assert threshold(cluster.dsn(name)) is None
+        monkeypatch.setattr(pgfence.connection, "_ENDPOINT",
+                            "select host(inet_server_addr()), inet_server_port(), "
+                            "current_setting('port')::int, "
+                            "current_setting('unix_socket_directories')")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            threshold(cluster.dsn(name))
+    finally:
+        db.sql(f"drop role {role}")
+
+
 def prepared_by_a_worker(dsn: str) -> tuple[int | None, list[str]]:
     """A worker's two batches of two: its WORK connection's prepare_threshold and what the
     server holds prepared for it, seen from the second batch's last handler."""

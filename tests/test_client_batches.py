@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import pytest
 
+import pgfence._core
 import pgfence.aio
 import pgfence.client
 from pgfence._core import Call, Op
@@ -237,3 +238,27 @@ def test_negative_control_a_batch_without_extension_runs_handlers_twice(
     assert runs == Counter({("r1", 1): 1, ("r1", 2): 1, ("r1", 3): 1,
                             ("r2", 2): 1, ("r2", 3): 1})
     assert worker.verdicts == Counter({"accepted": 1, "stale": 2})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_batch_longer_than_a_day_claims_with_a_days_hold(
+        db: Database, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ten handlers of three hours each: the batch's hold would be 30 hours, more than the
+    longest visibility pgfence takes (22023). The claim asks for a day; the negative control,
+    the hold without that bound, is refused, and the worker stops with its task unclaimed."""
+    db.sql("select pgfence.register('r')")
+    db.sql("select pgfence.enqueue('q', '{\"n\": 1}')")
+    with client(kind, db) as c:
+        owner = c.owner(db.dsn, "r", owner="w", ttl=600, renew_every=3600)
+        assert c.call(owner.acquire())
+        worker = c.worker(owner, "q", lambda payload, ctx: None, effect=False, qty=10,
+                          handler_timeout=3 * 3600)
+        assert worker.hold == pgfence._core.DAY
+        c.call(worker.run(until_idle=True))
+        assert db.one("select count(*) from pgfence.tasks where state = 'completed'") == 1
+        monkeypatch.setattr(pgfence._core, "DAY", float("inf"))
+        assert worker.hold == 30 * 3600
+        db.sql("select pgfence.enqueue('q', '{\"n\": 1}')")
+        c.call(worker.run(until_idle=True))       # its claim refused (22023): the worker stops
+        assert not owner.valid
+        assert db.one("select count(*) from pgfence.tasks where state = 'queued'") == 1

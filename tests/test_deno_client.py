@@ -39,13 +39,14 @@ def deno(env: dict[str, str], *args: str, cwd: Path = CLIENT) -> subprocess.Comp
 
 
 def test_fmt_lint_and_check_are_clean(deno_env: dict[str, str]) -> None:
-    for args in (["fmt", "--check"], ["lint"],
+    bench = "../../bench/driver/deno_worker.ts"     # the workers bench's, with this config
+    for args in (["fmt", "--check"], ["lint"], ["fmt", "--check", bench], ["lint", bench],
                  ["check", "mod.ts", "pgflow.ts", "client_test.ts", "pgflow_test.ts",
                   "testdata/worker_process.ts",
                   "testdata/fault_worker.ts", "testdata/pgflow_worker_process.ts",
                   "testdata/edge_runtime.ts", "testdata/campaign_flow.ts",
                   "examples/pgflow_edge_function.ts", "examples/supabase_worker.ts",
-                  "pgmq_test.ts", "examples/pgmq_edge_function.ts"]):
+                  "pgmq_test.ts", "examples/pgmq_edge_function.ts", bench]):
         out = deno(deno_env, *args)
         assert out.returncode == 0, f"deno {' '.join(args)}:\n{out.stdout}{out.stderr}"
 

@@ -1,9 +1,10 @@
 """The Deno client's retry story under faults (issue 27): a worker as a process of its own
 (clients/deno/testdata/fault_worker.ts) works two tasks, one whose handler returns and one
 whose handler throws, while the test breaks its connection at one step of the cycle: acquire,
-renew, claim, the handler running, complete, fail, drain, release. The worker stops before
-each statement (and in each handler) until the test answers, so every fault lands at a chosen
-point, never at a time:
+renew, claim, the handler running, complete, fail, drain, release; and, for complete_many, a
+batch of three (two return: their results go in one complete_many; one throws: its fail goes
+at once). The worker stops before each statement (and in each handler) until the test answers,
+so every fault lands at a chosen point, never at a time:
 
 - ``terminate``: the step's statement is sent and waits for a lock the test holds; the test
   finds its backend by application name (``pg_blocking_pids``), terminates it
@@ -21,8 +22,9 @@ Every cell checks that each handler ran once and each task's result was applied 
 report answered ``accepted`` or ``duplicate``), that the worker released its lease, and that
 after the fault no claim was sent before a renewal passed. Each cell's path (what was sent
 again, what a lost answer left behind) is compared with FAULT_TABLE, which docs/deno.md shows.
-Negative controls: a worker that does not resend a report leaves the result unrecorded; one
-whose lease is not put in doubt claims again without a renewal.
+Negative controls: a worker that does not resend a report (a complete, or a batch's
+complete_many) leaves the results unrecorded; one whose lease is not put in doubt claims again
+without a renewal.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ from tests.support import DENO, HUNG, ROOT
 CLIENT = ROOT / "clients/deno"
 PERMISSIONS = ["--allow-net=" + LOOPBACK, "--allow-env", "--allow-read", "--allow-sys"]
 
-STEPS = ("acquire", "renew", "claim", "handler", "complete", "fail", "drain", "release")
+STEPS = ("acquire", "renew", "claim", "handler", "complete", "complete_many", "fail", "drain",
+         "release")
 FAULTS = (("direct", "terminate"), ("direct", "lose-answer"), ("pgbouncer", "terminate"),
           ("pgbouncer", "lose-answer"), ("pgbouncer", "restart"))
 
@@ -58,14 +61,19 @@ LOCKS = {
     "drain": "select from pgfence.leases where resource = %(resource)s for update",
     "release": "select from pgfence.leases where resource = %(resource)s for update",
     "complete": "select from pgfence.tasks where queue = %(queue)s for update",
+    "complete_many": "select from pgfence.tasks where queue = %(queue)s for update",
     "fail": "select from pgfence.tasks where queue = %(queue)s for update",
 }
 # What the relay watches for, for ``lose-answer``.
 STATEMENTS = {step: f"pgfence.{step}(" for step in LOCKS}
 
-# The cycle without faults: how often the worker stopped at each step.
+# The cycle without faults: how often the worker stopped at each step. One task a claim: two
+# tasks, two claims and an empty one. A batch (complete_many's runs): three tasks in one claim,
+# the two results in one complete_many, the failure's fail at once; then an empty claim.
 BASELINE = {"acquire": 1, "renew": 1, "claim": 3, "handler": 2, "complete": 1, "fail": 1,
             "requeue": 1, "drain": 1, "release": 1}
+BATCH_BASELINE = {"acquire": 1, "renew": 1, "claim": 2, "handler": 3, "complete_many": 1,
+                  "fail": 1, "requeue": 1, "drain": 1, "release": 1}
 
 
 @dataclass(frozen=True)
@@ -73,13 +81,13 @@ class Path:
     """A cell's path, beside what every cell checks. ``again``: the worker stopped at the
     broken step more often than without the fault (the statement sent again, or a new claim,
     or a new renewal); ``renewed``: more renewals than without it (the lease was in doubt);
-    ``duplicate``: reports answered duplicate; ``leases``: leases granted (2: the first one's
-    answer was lost); ``attempts``: the two tasks' last attempt numbers."""
+    ``duplicate``: results answered duplicate; ``leases``: leases granted (2: the first one's
+    answer was lost); ``attempts``: the tasks' last attempt numbers, None where each is 1."""
     again: bool
     renewed: bool
     duplicate: int = 0
     leases: int = 1
-    attempts: tuple[int, int] = (1, 1)
+    attempts: tuple[int, ...] | None = None
 
 
 # Broken in flight: sent again. A statement's copy that committed (lose-answer) shows in what
@@ -103,6 +111,8 @@ FAULT_TABLE: dict[str, dict[str, Path]] = {
                 "lose-answer": SILENT, "restart": SILENT},
     "complete": {"terminate": IN_FLIGHT, "lose-answer": Path(True, True, duplicate=1),
                  "restart": SILENT},
+    "complete_many": {"terminate": IN_FLIGHT, "lose-answer": Path(True, True, duplicate=2),
+                      "restart": SILENT},
     "fail": {"terminate": IN_FLIGHT, "lose-answer": Path(True, True, duplicate=1),
              "restart": SILENT},
     "drain": {"terminate": IN_FLIGHT, "lose-answer": IN_FLIGHT, "restart": SILENT},
@@ -132,12 +142,13 @@ class Outcome:
     fired: bool
     problems: list[str] = field(default_factory=list)
 
-    def path(self, step: str) -> Path:
+    def path(self, step: str, baseline: dict[str, int]) -> Path:
         steps = self.done["steps"]
-        return Path(again=steps.get(step, 0) > BASELINE[step],
-                    renewed=steps.get("renew", 0) > BASELINE["renew"],
+        attempts = tuple(int(task[2]) for task in self.tasks)
+        return Path(again=steps.get(step, 0) > baseline[step],
+                    renewed=steps.get("renew", 0) > baseline["renew"],
                     duplicate=self.done["verdicts"]["duplicate"], leases=len(self.leases),
-                    attempts=(self.tasks[0][2], self.tasks[1][2]))
+                    attempts=None if set(attempts) == {1} else attempts)
 
 
 class FaultRun:
@@ -145,9 +156,15 @@ class FaultRun:
 
     def __init__(self, db: Database, cluster: Cluster, bouncer: PgBouncer,
                  env: dict[str, str], target: str, fault: str | None, step: str | None,
-                 broken: str = "") -> None:
+                 broken: str = "", batch: bool | None = None) -> None:
         self.db, self.cluster, self.bouncer = db, cluster, bouncer
         self.target, self.fault, self.step = target, fault, step
+        # A batch of three for complete_many, one task a claim elsewhere.
+        self.batch = step == "complete_many" if batch is None else batch
+        self.baseline = BATCH_BASELINE if self.batch else BASELINE
+        self.payloads: list[dict[str, Any]] = [{"n": 1}, {"n": 2, "fail": True}]
+        if self.batch:
+            self.payloads.append({"n": 3})
         suffix = uuid.uuid4().hex[:8]
         self.resource, self.queue, self.app = f"r-{suffix}", f"q-{suffix}", f"fault-{suffix}"
         self.proxy: Relay | None = None
@@ -158,10 +175,11 @@ class FaultRun:
         name = conninfo_to_dict(db.dsn)["dbname"]
         assert isinstance(name, str)
         self.env = {**env, "DATABASE_URL": url(port, name), "RESOURCE": self.resource,
-                    "QUEUE": self.queue, "APP": self.app, "BROKEN": broken}
+                    "QUEUE": self.queue, "APP": self.app, "BROKEN": broken,
+                    "QTY": str(len(self.payloads) if self.batch else 1)}
         db.sql("select pgfence.register(%s)", (self.resource,))
-        db.sql("select pgfence.enqueue(%s, '{\"n\": 1}')", (self.queue,))
-        db.sql("select pgfence.enqueue(%s, '{\"n\": 2, \"fail\": true}')", (self.queue,))
+        for payload in self.payloads:
+            db.sql("select pgfence.enqueue(%s, %s)", (self.queue, json.dumps(payload)))
         self.fired = False
         self.timeline: list[str] = []
 
@@ -283,15 +301,18 @@ def check(run: FaultRun, outcome: Outcome) -> None:
     done = outcome.done
     assert done["error"] is None, f"{cell}: the worker failed: {done['error']}"
     assert outcome.fired or run.fault is None, f"{cell}: the fault did not happen"
-    assert done["runs"] == {"1": 1, "2": 1}, f"{cell}: handlers ran {done['runs']}"
-    (n1, state1, _, result1, _), (n2, state2, _, _, error2) = outcome.tasks
-    assert (n1, state1, result1) == (1, "completed", {"n": 1, "by": run.app}), \
-        f"{cell}: task 1 is {outcome.tasks[0]}"
-    assert (n2, state2, error2) == (2, "queued", {"error": "task 2 fails"}), \
-        f"{cell}: task 2 is {outcome.tasks[1]}"
+    assert done["runs"] == {str(p["n"]): 1 for p in run.payloads}, \
+        f"{cell}: handlers ran {done['runs']}"
+    for payload, (n, state, _, result, error) in zip(run.payloads, outcome.tasks, strict=True):
+        # A returned result completed its task, a thrown error failed it (back in the queue).
+        expected = ((n, "queued", None, {"error": f"task {n} fails"}) if payload.get("fail")
+                    else (n, "completed", {"n": n, "by": run.app}, None))
+        assert (n, state, result, error) == expected, \
+            f"{cell}: task {n} is {(state, result, error)}"
     assert outcome.stale == 0, f"{cell}: stale results"
     verdicts = done["verdicts"]
-    assert verdicts["stale"] == 0 and verdicts["accepted"] + verdicts["duplicate"] == 2, \
+    assert verdicts["stale"] == 0 and \
+        verdicts["accepted"] + verdicts["duplicate"] == len(run.payloads), \
         f"{cell}: verdicts {verdicts}"
     assert outcome.leases[-1] == "released" and set(outcome.leases) <= {"released", "superseded"}, \
         f"{cell}: leases {outcome.leases}"
@@ -308,7 +329,7 @@ def check(run: FaultRun, outcome: Outcome) -> None:
 def check_path(run: FaultRun, outcome: Outcome) -> None:
     step = str(run.step)
     expected = expected_path(run.target, str(run.fault), step)
-    path = outcome.path(step)
+    path = outcome.path(step, run.baseline)
     assert path == expected, f"{run.fault} at {step} ({run.target}): {path} != {expected}"
 
 
@@ -325,20 +346,23 @@ def own_bouncer(cluster: Cluster) -> Iterator[PgBouncer]:
 @pytest.fixture
 def faults(db: Database, cluster: Cluster, own_bouncer: PgBouncer,
            deno_env: dict[str, str]) -> Any:
-    def make(target: str, fault: str | None, step: str | None, broken: str = "") -> FaultRun:
-        return FaultRun(db, cluster, own_bouncer, deno_env, target, fault, step, broken)
+    def make(target: str, fault: str | None, step: str | None, broken: str = "",
+             batch: bool | None = None) -> FaultRun:
+        return FaultRun(db, cluster, own_bouncer, deno_env, target, fault, step, broken, batch)
     return make
 
 
 def test_the_cycle_without_faults(faults: Any) -> None:
-    """The control: the baseline every path is measured from."""
+    """The control: the baselines every path is measured from, one task a claim and a batch."""
     for target in ("direct", "pgbouncer"):
-        run = faults(target, None, None)
-        outcome = run.run()
-        check(run, outcome)
-        assert outcome.done["steps"] == BASELINE, outcome.done["steps"]
-        assert outcome.done["verdicts"] == {"accepted": 2, "duplicate": 0, "stale": 0}
-        assert outcome.leases == ["released"]
+        for batch in (False, True):
+            run = faults(target, None, None, batch=batch)
+            outcome = run.run()
+            check(run, outcome)
+            assert outcome.done["steps"] == run.baseline, outcome.done["steps"]
+            assert outcome.done["verdicts"] == {"accepted": len(run.payloads), "duplicate": 0,
+                                                "stale": 0}
+            assert outcome.leases == ["released"]
 
 
 @pytest.mark.parametrize(("target", "fault"), FAULTS, ids=[f"{t}-{f}" for t, f in FAULTS])
@@ -356,13 +380,16 @@ def test_every_result_applied_once_whatever_step_breaks(faults: Any, target: str
     assert not problems, "\n".join(problems)
 
 
-def test_negative_control_a_report_not_sent_again_is_lost(faults: Any) -> None:
-    run = faults("direct", "terminate", "complete", broken="no-resend")
+@pytest.mark.parametrize("step", ["complete", "complete_many"])
+def test_negative_control_a_report_not_sent_again_is_lost(faults: Any, step: str) -> None:
+    run = faults("direct", "terminate", step, broken="no-resend")
     outcome = run.run()
     assert "ConnectionLost" in str(outcome.done["error"]), outcome.done
     with pytest.raises(AssertionError, match="the worker failed"):
         check(run, outcome)
-    assert outcome.tasks[0][1] == "claimed"     # the result is nowhere; the task waits
+    # The results are nowhere; their tasks wait.
+    assert [state for (_, state, *_) in outcome.tasks if state != "queued"] == \
+        ["claimed"] * (2 if run.batch else 1)
 
 
 def test_negative_control_without_doubt_it_claims_again_unrenewed(faults: Any) -> None:
@@ -380,7 +407,9 @@ COLUMNS = (("direct", "terminate", "backend terminated"), ("direct", "lose-answe
            ("pgbouncer", "restart", "PgBouncer restarted"))
 AGAIN = {"acquire": "sent again", "renew": "renewed again at once",
          "claim": "not sent again; claimed anew after a renewal",
-         "complete": "sent again, same attempt id", "fail": "sent again, same attempt id",
+         "complete": "sent again, same attempt id",
+         "complete_many": "sent again, same attempt ids",
+         "fail": "sent again, same attempt id",
          "drain": "sent again", "release": "sent again"}
 
 
@@ -395,11 +424,11 @@ def phrase(step: str, path: Path) -> str:
     if path.renewed and step not in ("renew", "claim"):
         parts.append("the lease in doubt until renewed")
     if path.duplicate:
-        parts.append("answered duplicate")
+        parts.append("answered duplicate" if path.duplicate == 1 else "each id answered duplicate")
     if path.leases > 1:
         parts.append("the retry is told a lease is current: the one granted unseen, which "
                      "expires unused; then acquired anew")
-    if path.attempts[0] > 1:
+    if path.attempts is not None and path.attempts[0] > 1:
         parts.append("the task claimed unseen returns after its visibility: attempt 2")
     return "; ".join(parts)
 

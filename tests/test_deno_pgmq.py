@@ -25,8 +25,8 @@ def test_deno_pgmq_worker_tests_pass_directly_and_through_pgbouncer(
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     summary = re.search(r"^ok \| (\d+) passed \| 0 failed(?: \| (\d+) ignored)?", text, re.M)
-    # Six tests, each directly and through PgBouncer; none ignored.
-    assert summary and int(summary.group(1)) == 12 and summary.group(2) in (None, "0"), text
+    # Nine tests, each directly and through PgBouncer; none ignored.
+    assert summary and int(summary.group(1)) == 18 and summary.group(2) in (None, "0"), text
 
 
 def test_the_pgmq_example_follows_its_handshake(

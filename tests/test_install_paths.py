@@ -265,18 +265,21 @@ commit;
 
 
 def with_a_change_after_the_release(tmp_path: Path) -> Path:
-    """A copy of layers/pgmq whose plan has a change after its release's change (added with
-    `sqitch add`, its line left after release_X instead of moved above it), and the layer's
-    fingerprints: what scripts/bundle reads of a layer."""
+    """A copy of layers/pgmq whose plan, before its last release's tag, has a change after its
+    release's change (added with `sqitch add`, its line left after release_X instead of moved
+    above it), and the layer's fingerprints: what scripts/bundle reads of a layer."""
     root = tmp_path / "repo"
     shutil.copytree(ROOT / "layers/pgmq", root / "layers/pgmq")
     (root / "sql/releases").mkdir(parents=True)
     shutil.copy2(ROOT / "sql/releases/fingerprints-pgmq", root / "sql/releases")
     (root / "layers/pgmq/deploy/extra.sql").write_text(EXTRA)
     plan = root / "layers/pgmq/sqitch.plan"
-    last = plan.read_text().rstrip("\n").splitlines()[-1]
-    assert last.startswith("release_"), last
-    plan.write_text(plan.read_text() + "extra 2026-12-07T00:00:00Z pgfence <pgfence@localhost> "
+    # Before the release's tag (a released plan ends with it): its section still open.
+    lines = plan.read_text().rstrip("\n").splitlines()
+    while lines[-1].startswith("@"):
+        lines.pop()
+    assert lines[-1].startswith("release_"), lines[-1]
+    plan.write_text("\n".join(lines) + "\nextra 2026-12-07T00:00:00Z pgfence <pgfence@localhost> "
                                        "# a change after the release's\n")
     return root
 

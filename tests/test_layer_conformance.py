@@ -48,6 +48,7 @@ from testkit.layers import Layer
 from tests.support import ROOT, acquired, bundle_query
 from tests.test_upgrade import (
     HEAD,
+    LEGACY,
     RELEASES,
     UPGRADES,
     Databases,
@@ -828,7 +829,13 @@ def test_sqitch_reverts_the_layer_to_its_release_and_deploys_again(dbs: Database
     finish_after(dbs, name, layer, live.current, attempt)
 
 
-def layer_fingerprint(dbs: Databases, database: str, layer: Layer) -> str:
+def layer_fingerprint(dbs: Databases, database: str, layer: Layer,
+                      release: str | None = None) -> str:
+    """The fingerprint a layer upgrade from ``release`` checks: up to 0.2.1 the layer's
+    fingerprint.sql; from 0.3.0 on pgfence.schema_fingerprint of its schema."""
+    if release is not None and version_key(release) > version_key(LEGACY):
+        return dbs.psql(database, "-At", "-c",
+                        f"select pgfence.schema_fingerprint('{layer.schema}')").strip()
     return dbs.psql(database, "-At", "-c", bundle_query("fingerprint.sql", layer.schema)).strip()
 
 
@@ -843,7 +850,7 @@ def test_the_release_a_layer_upgrade_starts_from_has_its_fingerprint(
         dbs: Databases, layer: Layer, start: str) -> None:
     name = dbs.fresh("lprint")
     install_release_with_layer(dbs, name, layer, start)
-    found = layer_fingerprint(dbs, name, layer)
+    found = layer_fingerprint(dbs, name, layer, start)
     assert recorded(layer).get(start) == found, (
         f"record `{start} {found}` in sql/releases/fingerprints-{layer.name}")
 

@@ -19,7 +19,7 @@ from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database, Lease, Session, Step, sqlstate
 from tests.support import PGMQ_SQL, acquired
-from tests.test_upgrade import HEAD, RELEASES, Databases, version_key
+from tests.test_upgrade import RELEASES, Databases, version_key
 
 
 def queue(db: Database, messages: int = 3, resources: tuple[str, ...] = ("r1",)) -> None:
@@ -551,6 +551,8 @@ def test_negative_control_an_abandoned_read_pins_its_lease_for_ever(mq: Database
 
 MQ_STARTS = sorted((p.name.removeprefix("pgfence-pgmq--").removesuffix(".sql")
                     for p in RELEASES.glob("pgfence-pgmq--*.sql")), key=version_key)
+# The releases of the layer whose reads have no read order (0.3.0 added it).
+UNORDERED = [v for v in MQ_STARTS if version_key(v) < version_key("0.3.0")]
 
 
 @pytest.fixture
@@ -595,7 +597,7 @@ def reads_across_the_upgrade(dbs: Databases, start: str,
         db.close()
 
 
-@pytest.mark.parametrize("start", [v for v in MQ_STARTS if v != HEAD])
+@pytest.mark.parametrize("start", UNORDERED)
 def test_reads_recorded_before_the_read_order_are_judged_by_their_read_count(
         dbs: Databases, start: str) -> None:
     assert reads_across_the_upgrade(dbs, start) == (
@@ -604,7 +606,7 @@ def test_reads_recorded_before_the_read_order_are_judged_by_their_read_count(
 
 def test_negative_control_without_the_read_count_an_old_stale_read_archives(
         dbs: Databases) -> None:
-    _, one, _, later, _ = reads_across_the_upgrade(dbs, MQ_STARTS[-1],
+    _, one, _, later, _ = reads_across_the_upgrade(dbs, UNORDERED[-1],
                                                    "pgmq-finish-ignores-read-ct")
     assert (one, later[0]) == ("accepted", "stale"), "the stale read archived the later one's"
 

@@ -8,6 +8,8 @@ import os
 import platform
 from pathlib import Path
 
+from testkit import install
+
 from .run import BUNDLE, Server, run
 
 
@@ -31,13 +33,15 @@ def environment(server: Server) -> list[str]:
         "   and name not in ('port', 'unix_socket_directories')"
         " order by name",
     )
-    bundle = hashlib.sha256(BUNDLE.read_bytes()).hexdigest()[:16]
+    # What createdb installed: the head's one file, or --release's (sql/releases).
+    installed = BUNDLE if server.release is None else install.released("pgfence", server.release)
+    bundle = hashlib.sha256(installed.read_bytes()).hexdigest()[:16]
     lines = [
         f"- machine: {os.cpu_count()} CPUs (nproc), {mem} memory, CPU model: {cpu}; "
         f"{platform.system()} {platform.release()}",
         f"- server: {version}",
         f"- pgbench: {run([server.pgbench, '--version']).strip()}",
-        f"- installed: sql/pgfence.sql (sha256 {bundle}…)",
+        f"- installed: {installed.relative_to(install.ROOT)} (sha256 {bundle}…)",
         "- settings that are not PostgreSQL's defaults (all from testkit.cluster and initdb; the "
         "benchmark sets nothing else"
         + (f", except {', '.join(f'`{x}`' for x in server.settings)} (its options)"

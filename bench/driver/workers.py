@@ -1,13 +1,15 @@
 """The whole cycle through real workers (scripts/bench --only workers): a queue filled with
 no-op jobs, then 1 or 4 worker processes, each claiming ``qty`` at a time and finishing what it
-claimed, until the queue is empty. The rate is jobs / (the start signal -> the last worker's
-exit). Every system runs once per round, in an order rotated each round; a ratio is taken per
-round against the hand-written worker of the same round, then its median and range reported.
+claimed, until the queue is empty. The rate is jobs / (the start signal -> the database says
+every job is finished). Every system runs once per round, in an order rotated each round; a
+ratio is taken per round against the hand-written worker of the same round, then its median and
+range reported.
 
 Systems (``SYSTEMS``): the hand-written SKIP LOCKED worker (psycopg: claim qty with one UPDATE,
 complete each, as a careful user writes it), pgfence's Python workers (threads and asyncio,
-each process with a lease of its own on a resource of its own, all serving the queue), the
-pgmq layer's worker and pgmq itself (read qty, archive each). With --peers, procrastinate,
+each process with a lease of its own on a resource of its own, all serving the queue), its Deno
+workers (clients/deno's Worker and PgmqWorker, run by bench/driver/deno_worker.ts), the pgmq
+layer's Python worker and pgmq itself (read qty, archive each). With --peers, procrastinate,
 pgqueuer, graphile-worker and pg-boss too, run from the bench-only environment that
 bench/peers/setup installs (bench/.peers: never the tests' setup) by bench/peers/run.py and
 run.mjs, each with its documented settings.
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgfence.connection import connect
+from testkit.cluster import DENO, LOOPBACK
 
 from .report import fmt
 from .run import CHILDREN, ROOT, Options, Server, log
@@ -75,6 +78,12 @@ RAW = System(
     "truncate bench.jobs",
     "select count(*) from bench.jobs where state <> 'done'")
 
+# The Deno client's workers: deno_worker.ts KIND URL QTY INDEX, with the client's import map.
+DENO_WORKER = (str(DENO), "run", f"--allow-net={LOOPBACK}", "--allow-env", "--allow-read",
+               "--allow-sys", "--config", str(ROOT / "clients/deno/deno.json"),
+               str(ROOT / "bench/driver/deno_worker.ts"))
+DENO_KINDS = {"pgfence Deno Worker": "Worker", "pgfence Deno PgmqWorker": "PgmqWorker"}
+
 PEERS_DIR = ROOT / "bench/.peers"
 PY_PEER = (str(PEERS_DIR / "venv/bin/python"), str(ROOT / "bench/peers/run.py"))
 NODE_PEER = ("node", str(ROOT / "bench/peers/run.mjs"))
@@ -101,6 +110,8 @@ SYSTEMS: dict[str, tuple[System, bool]] = {
     "pgfence Python Worker (threads)": (PGFENCE, True),
     "pgfence Python Worker (asyncio)": (PGFENCE, True),
     "pgfence PgmqWorker": (PGMQ, True),
+    "pgfence Deno Worker": (PGFENCE, True),
+    "pgfence Deno PgmqWorker": (PGMQ, True),
     "pgmq raw (read qty, archive each)": (PGMQ, False),
 }
 BASELINE = next(iter(SYSTEMS))
@@ -170,7 +181,8 @@ def timed(server: Server, label: str, system: System, jobs: int, workers: int, q
     else:
         with server.connect("bench") as conn:
             conn.execute(system.fill, {"n": jobs})
-        argv = [sys.executable, "-m", "bench.driver", "--worker", label, dsn, str(qty)]
+        argv = ([*DENO_WORKER, DENO_KINDS[label], url, str(qty)] if label in DENO_KINDS
+                else [sys.executable, "-m", "bench.driver", "--worker", label, dsn, str(qty)])
     procs = [subprocess.Popen([*argv, str(i)], cwd=ROOT, env=server.env, text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL)
@@ -242,8 +254,8 @@ def workers_report(w: dict[str, object]) -> list[str]:
     labels: list[str] = w["labels"]  # type: ignore[assignment]
     lines = [
         f"{w['jobs']:,} no-op jobs per run, {w['rounds']} rounds; jobs/s from the start signal "
-        "to the last worker's exit, median over rounds (min-max); the ratio to the "
-        "hand-written worker is taken per round (median, min-max).",
+        "until the database says every job is finished, median over rounds (min-max); the "
+        "ratio to the hand-written worker is taken per round (median, min-max).",
         "",
         "| system | workers | qty | jobs/s | rounds | ratio to hand-written | per round |",
         "|---|---:|---:|---:|---|---:|---|",

@@ -17,9 +17,12 @@ import {
   type OwnerOptions,
   PgfenceError,
   pgfenceError,
+  prepares,
   ResourceDisabled,
   ResourceUnknown,
   SerializationFailure,
+  type Sql,
+  type Step,
   type Task,
   UnfencedWrite,
   type Verdict,
@@ -30,6 +33,7 @@ import {
   assertEquals,
   FakeClock,
   gate,
+  Recording,
   rejects,
   type Target,
   test,
@@ -793,10 +797,11 @@ class StartsAnyway extends Worker {
 }
 
 /**
- * Two resources serve one queue. Worker A claims both tasks (a batch of two, visibility 10 s);
- * its first handler is slow: while it runs, A's clock passes the visibility, the second task's
- * visibility runs out in the database, and replica B re-claims that task and handles it. Then
- * A's first handler returns. Returns how often each task's handler ran, and worker A.
+ * Two resources serve one queue. Worker A claims both tasks (a batch of two, each handler 10 s:
+ * the claim holds them 20 s); its first handler is slow: while it runs, A's clock passes the
+ * batch's hold, the second task's visibility runs out in the database, and replica B re-claims
+ * that task and handles it. Then A's first handler returns. Returns how often each task's
+ * handler ran, and worker A.
  */
 async function slowBatchBesideAReplica(
   t: Target,
@@ -822,7 +827,7 @@ async function slowBatchBesideAReplica(
   const workerB = new Worker({ owner: ownerB, queue: q, handler, visibility: 10 });
   const running = workerA.run({ maxTasks: 2, untilIdle: true });
   await t.waitUntil(() => Promise.resolve(runs[1] === 1), "A's first handler");
-  clock.now += 11; // A's first handler has run longer than the claim's visibility
+  clock.now += 21; // A's first handler has run longer than its batch's hold
   await t.admin`update pgfence.tasks set visible_until = clock_timestamp() - interval '1 ms'
                  where queue = ${q} and payload->>'n' = '2'`;
   await workerB.run({ maxTasks: 1 }).then(() => replicaDone.open());
@@ -853,7 +858,7 @@ class CountingExtends extends Worker {
   }
 }
 
-test("a later task of a batch with too little visibility left is extended first", async (t) => {
+test("a later task of a batch whose handlers ran long is extended first", async (t) => {
   const [r, q] = [t.name("r"), t.name("q")];
   await t.admin`select pgfence.register(${r})`;
   for (const n of [1, 2, 3]) await t.admin`select pgfence.enqueue(${q}, ${t.admin.json({ n })})`;
@@ -864,17 +869,236 @@ test("a later task of a batch with too little visibility left is extended first"
     owner,
     queue: q,
     qty: 3,
-    visibility: 30,
-    handlerTimeout: 15,
+    visibility: 10,
+    handlerTimeout: Infinity, // no deadline: each handler needs `visibility` left at its start
     handler: (payload) => {
-      clock.now += 8; // each handler takes 8 s of the batch's 30
+      clock.now += 12; // each handler takes 12 s of the batch's 30
       return payload;
     },
   });
   await worker.run({ maxTasks: 3 });
-  // Task 1: 30 s left; task 2: 22 s, enough for 15; task 3: 14 s, extended by 15 first.
-  assertEquals([worker.extended, worker.handled, worker.verdicts.accepted], [[15], 3, 3]);
+  // Task 1: 30 s left; task 2: 18 s, enough for 10; task 3: 6 s, extended by 10 first.
+  assertEquals([worker.extended, worker.handled, worker.verdicts.accepted], [[10], 3, 3]);
 });
+
+// --- a batch: one claim for its handlers' time, one statement for its results -----------------
+
+/** Broken on purpose, as the client was: a claim holds its batch for one handler's time. */
+class HeldForOne extends Worker {
+  override get hold(): number {
+    return this.visibility;
+  }
+}
+
+/** Broken on purpose, as the client was: each result reported on its own. */
+class OneByOne extends Worker {
+  protected override async reportMany(results: { task: Task; body: unknown }[]): Promise<void> {
+    for (const { task, body } of results) await this.report("complete", task.attemptId, body);
+  }
+}
+
+/**
+ * Five tasks claimed as one batch (`qty` 5, each handler 10 s) by a worker whose handlers each
+ * take `takes` seconds of the owner's clock; odd tasks return `{ n }`, even ones nothing. Checks
+ * that every task completed once with its own result; returns the steps the worker sent and
+ * the time each handler had left at its start.
+ */
+async function batchOfFive(
+  t: Target,
+  takes: number,
+  options: { cls?: typeof Worker; reportWithin?: number } = {},
+): Promise<[Step[], number[]]> {
+  const [r, q] = [t.name("r"), t.name("q")];
+  await t.admin`select pgfence.register(${r})`;
+  for (let n = 1; n <= 5; n++) await t.admin`select pgfence.enqueue(${q}, ${t.admin.json({ n })})`;
+  const clock = new FakeClock();
+  const owner = new Recording({
+    sql: t.sql,
+    resource: r,
+    ttl: 600, // the batch's handlers take up to 50 s of the owner's clock
+    renewEvery: 3600,
+    clock: clock.read,
+  });
+  assert(await owner.acquire());
+  owner.steps = [];
+  const left: number[] = [];
+  const worker = new (options.cls ?? Worker)({
+    owner,
+    queue: q,
+    qty: 5,
+    visibility: 10,
+    reportWithin: options.reportWithin,
+    handler: (payload, { deadline }) => {
+      left.push(deadline - clock.now);
+      clock.now += takes;
+      const n = (payload as { n: number }).n;
+      return n % 2 === 1 ? { n } : undefined;
+    },
+  });
+  await worker.run({ untilIdle: true });
+  assertEquals(worker.verdicts, { accepted: 5, duplicate: 0, stale: 0 });
+  assertEquals(
+    await t.rows(t.admin`select state, result from pgfence.tasks where queue = ${q}
+                           order by task_id`),
+    [1, 2, 3, 4, 5].map((n) => ({ state: "completed", result: n % 2 === 1 ? { n } : null })),
+  );
+  return [owner.steps, left];
+}
+
+const AFTER = ["claim", "requeue", "drain", "release"]; // the empty queue, then leaving
+
+test("a batch of handlers within their deadlines: one claim, no extend, one complete_many", async (t) => {
+  const [steps, left] = await batchOfFive(t, 9.5, { reportWithin: 50 });
+  assertEquals(steps, ["claim", "complete_many", ...AFTER]);
+  assertEquals(left, [10, 10, 10, 10, 10]); // each handler had its whole deadline
+});
+
+test("negative control: a claim held for one handler extends the rest of its batch", async (t) => {
+  const [steps] = await batchOfFive(t, 9.5, { cls: HeldForOne, reportWithin: 50 });
+  assertEquals(steps, ["claim", "extend", "extend", "extend", "extend", "complete_many", ...AFTER]);
+});
+
+test("quick handlers: the batch's five results in one statement", async (t) => {
+  const [steps] = await batchOfFive(t, 0);
+  assertEquals(steps, ["claim", "complete_many", ...AFTER]);
+});
+
+test("negative control: a worker that reports each result alone sends five", async (t) => {
+  const [steps] = await batchOfFive(t, 0, { cls: OneByOne });
+  assertEquals(steps, [
+    "claim",
+    "complete",
+    "complete",
+    "complete",
+    "complete",
+    "complete",
+    ...AFTER,
+  ]);
+});
+
+test("a result waits no longer than reportWithin: slow handlers' go one by one", async (t) => {
+  const [steps] = await batchOfFive(t, 2, { reportWithin: 1 });
+  assertEquals(steps, [
+    "claim",
+    "complete",
+    "complete",
+    "complete",
+    "complete",
+    "complete",
+    ...AFTER,
+  ]);
+});
+
+// --- prepared statements --------------------------------------------------------------------
+
+/** pgfence's statements the server holds prepared for the session of a one-connection pool. */
+async function preparedIn(sql: Sql): Promise<string[]> {
+  const rows = await sql`select statement from pg_prepared_statements
+                          where statement like '%pgfence.%' order by statement`;
+  return rows.map((r) => r.statement as string);
+}
+
+test("prepared statements on a direct connection, none through PgBouncer", async (t) => {
+  const [r, q] = [t.name("r"), t.name("q")];
+  await t.admin`select pgfence.register(${r})`;
+  for (let n = 0; n < 4; n++) await t.admin`select pgfence.enqueue(${q}, ${t.admin.json({ n })})`;
+  const sql = connect(t.url, { max: 1, onnotice: () => {} }); // detected (the default)
+  try {
+    const owner = new Owner({ sql, resource: r, renewEvery: 3600 });
+    assert(await owner.acquire());
+    const seen: string[][] = [];
+    // Between the worker's statements, on its one connection: the second batch's handlers see
+    // what the first batch's claim and complete_many left prepared.
+    const worker = new Worker({
+      owner,
+      queue: q,
+      qty: 2,
+      handler: async () => {
+        seen.push(await preparedIn(sql));
+      },
+    });
+    await worker.run({ maxTasks: 4 });
+    const statements = seen[seen.length - 1];
+    if (t.target === "direct") {
+      assert(await prepares(sql));
+      assert(statements.some((s) => s.includes("pgfence.claim(")), String(statements));
+      assert(statements.some((s) => s.includes("pgfence.complete_many(")), String(statements));
+    } else {
+      assertEquals([await prepares(sql), statements], [false, []]);
+    }
+    assertEquals(worker.verdicts.accepted, 4);
+  } finally {
+    await sql.end();
+  }
+});
+
+testDirect("detection needs no privilege: a worker role's pool is found direct", async (t) => {
+  const role = t.name("worker").replaceAll("-", "_");
+  await t.admin.unsafe(`create role ${role} login in role pgfence_worker`);
+  try {
+    const url = new URL(t.url);
+    url.username = role;
+    const sql = connect(url.href, { max: 1, onnotice: () => {} });
+    try {
+      // What detection reads only over a unix socket: the server's socket directories, which
+      // a role without pg_read_all_settings may not read.
+      await rejects(
+        sql`select current_setting('unix_socket_directories')`,
+        (e) => (e as { code?: string }).code === "42501",
+      );
+      assert(await prepares(sql));
+    } finally {
+      await sql.end();
+    }
+  } finally {
+    await t.admin.unsafe(`drop role ${role}`);
+  }
+});
+
+testDirect(
+  "why they are detected: through a transaction pooler, a pool that prepares fails",
+  async (t) => {
+    // Two fenced transactions through PgBouncer, while another client holds the server connection
+    // the first one prepared its fence on: PgBouncer runs the second on another server connection,
+    // where that statement is missing (26000, in a transaction, which postgres.js cannot retry),
+    // when the pool prepares (the detector broken: every connection taken for direct). Detected,
+    // nothing is prepared and both pass.
+    const r = t.name("r");
+    await t.admin`select pgfence.register(${r})`;
+    const bouncer = t.bouncerUrl;
+    assert(bouncer !== undefined, "PGFENCE_DENO_BOUNCER_URL is not set");
+    const fencedTwice = async (prepare: boolean | "detect") => {
+      const sql = connect(bouncer, { max: 1, prepare, onnotice: () => {} });
+      const holder = connect(bouncer, { max: 1, prepare: false });
+      const owner = new Owner({ sql, resource: r, renewEvery: 3600 });
+      try {
+        assert(await owner.acquire());
+        await owner.fenced(async (tx) => await tx`select 1`);
+        const [inside, held] = [gate(), gate()];
+        const holding = holder.begin(async (tx) => {
+          await tx`select 1`; // PgBouncer hands it the server connection used last
+          inside.open();
+          await held.promise;
+          await tx`deallocate all`; // what the pool left prepared there
+        });
+        await inside.promise;
+        try {
+          return await owner.fenced((_, generation) => Promise.resolve(generation));
+        } finally {
+          held.open();
+          await holding;
+        }
+      } finally {
+        await owner.release();
+        await sql.end();
+        await holder.end();
+      }
+    };
+    const generation = await fencedTwice("detect");
+    assert(typeof generation === "bigint" && generation > 0n, String(generation));
+    await rejects(fencedTwice(true), (e) => (e as { code?: string }).code === "26000");
+  },
+);
 
 // --- past its local deadline unrenewed, the worker leaves ----------------------------------
 

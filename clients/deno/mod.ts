@@ -17,9 +17,9 @@
  * a statement that lost its connection is sent again only where a second copy cannot change the
  * outcome, and after any lost connection the lease is trusted again only once a renewal passes.
  *
- * Every call is one statement, or one `sql.begin` transaction, on a postgres.js client made
- * with `prepare: false` and no session state: it works through PgBouncer or Supavisor in
- * transaction pooling mode.
+ * Every call is one statement, or one `sql.begin` transaction, with no session state: it works
+ * through PgBouncer or Supavisor in transaction pooling mode. Statements are prepared only where
+ * the connection reaches the server itself (`connect`'s `prepare`, detected by default).
  *
  * @module
  */
@@ -30,8 +30,14 @@ import type { Options, PendingQuery as PendingQueryOf } from "postgres";
 export type Sql = postgres.Sql;
 /** The transaction of `sql.begin`: `fence` and the writes it protects must share one. */
 export type TransactionSql = postgres.TransactionSql;
-/** postgres.js's options of a client (`connect`). */
-export type ConnectOptions = Options<Record<string, never>>;
+/**
+ * postgres.js's options of a client (`connect`), but `prepare`: `"detect"` (the default) prepares
+ * statements once the server has said that the connection reaches it directly (`prepares`),
+ * `false` never, `true` always (a pooler that keeps prepared statements itself).
+ */
+export type ConnectOptions = Omit<Options<Record<string, never>>, "prepare"> & {
+  prepare?: boolean | "detect";
+};
 /** A row of a result. */
 export type Row = postgres.Row;
 /** A statement built on a pool and not sent yet (postgres.js sends it when awaited). */
@@ -43,8 +49,13 @@ export type Clock = () => number;
 export const monotonic: Clock = (): number => performance.now() / 1000;
 
 /**
- * A postgres.js client that keeps no session state a transaction pooler could lose: no
- * prepared statements. `options` are postgres.js's, except `prepare`, which stays false.
+ * A postgres.js client that keeps no session state a transaction pooler could lose. Prepared
+ * statements (`options.prepare`) save postgres.js a round trip per statement (without them it
+ * sends each statement with parameters twice: to learn their types, then to run it), but live
+ * in one server session, and behind a transaction pooler the next statement may run in another,
+ * where it is missing: `"detect"` (the default) prepares none until the pool is found direct
+ * (`prepares`, which the Owner asks before its first acquire), `false` none, `true` every one.
+ * The other `options` are postgres.js's.
  *
  * An empty or missing `url` is refused (TypeError): postgres.js would take it for
  * localhost:5432 and connect to whatever listens there, typically because `DATABASE_URL` was
@@ -58,7 +69,106 @@ export function connect(url: string, options: ConnectOptions = {}): Sql {
         "postgres.js would connect to localhost:5432 instead",
     );
   }
-  return postgres(url, { ...options, prepare: false });
+  const { prepare = "detect", ...rest } = options;
+  const sql = postgres(url, { ...rest, prepare: prepare === true });
+  preparing.set(sql.options, prepare);
+  return sql;
+}
+
+/** The pools `connect` made, by their options: whether they prepare statements, or `"detect"`
+ * until `prepares` has asked (then its answer, on its way). */
+const preparing = new WeakMap<object, boolean | "detect" | Promise<boolean>>();
+
+/**
+ * Whether `sql` prepares its statements. A pool `connect` made with `prepare: "detect"` asks the
+ * server once where the connection ends, and prepares from then on if it reaches the server
+ * directly (`direct`); a refusal (a role that may not read the socket directories) is a no,
+ * a lost connection no answer: asked again next time. A pool of another making: its `prepare`.
+ */
+export async function prepares(sql: Sql): Promise<boolean> {
+  // postgres.js reads its options object at each statement it sends: the pool's own.
+  const options = sql.options as { prepare: boolean };
+  const mode = preparing.get(options);
+  if (mode === undefined) return options.prepare;
+  if (mode !== "detect") return await mode;
+  const asked = direct(sql).then(
+    (yes) => {
+      options.prepare = yes;
+      preparing.set(options, yes);
+      return yes;
+    },
+    (e) => {
+      preparing.set(options, e instanceof postgres.PostgresError ? false : "detect");
+      return false;
+    },
+  );
+  preparing.set(options, asked);
+  return await asked;
+}
+
+/**
+ * Whether the pool reaches the server itself, by what the server says of the connection's end
+ * (as the Python client's `pgfence.connection.direct`): the address and port the pool connects
+ * to, or a socket in one of the server's socket directories with the server's port. A pooler or
+ * proxy in between (PgBouncer, Supavisor, a port mapping) is reached at another address or port
+ * than the server's, so anything unsure (several hosts, a name that does not resolve, a socket
+ * of the caller's making, a setting the role may not read) counts as not direct.
+ */
+async function direct(sql: Sql): Promise<boolean> {
+  const { host, port, path, socket } = sql.options as unknown as {
+    host: string[];
+    port: number[];
+    path?: string | false;
+    socket?: unknown;
+  };
+  if (socket !== undefined || host.length !== 1) return false;
+  const [end] = await sql`select host(inet_server_addr()) as addr, inet_server_port() as port,
+                                 current_setting('port')::int as server_port,
+                                 case when inet_server_addr() is null
+                                      then current_setting('unix_socket_directories') end as dirs`;
+  if (end.server_port !== port[0]) return false;
+  if (path) {
+    const dir = String(path).replace(/\/[^/]*$/, "");
+    return end.addr === null && String(end.dirs).split(",").some((d) => d.trim() === dir);
+  }
+  if (end.addr === null || end.port !== port[0]) return false;
+  const server = address(end.addr as string);
+  return (await addresses(host[0])).some((a) => address(a) === server && server !== null);
+}
+
+/** The addresses a host name stands for: itself if it is one, loopback's for localhost, else
+ * what DNS answers (none where Deno may not ask). */
+async function addresses(host: string): Promise<string[]> {
+  const name = host.replace(/^\[|\]$/g, "");
+  if (address(name) !== null) return [name];
+  if (name === "localhost") return ["127.0.0.1", "::1"];
+  const found: string[] = [];
+  for (const kind of ["A", "AAAA"] as const) {
+    // (A runtime without Deno.resolveDns, or without the permission: no answer.)
+    found.push(...await Promise.resolve().then(() => Deno.resolveDns(name, kind)).catch(() => []));
+  }
+  return found;
+}
+
+/** An IPv4 or IPv6 address as eight hexadecimal groups (IPv4 as IPv4-mapped IPv6), so that two
+ * spellings of one address compare equal; null for anything else. */
+function address(text: string): string | null {
+  let s = text.toLowerCase();
+  if (/^[\d.]+$/.test(s)) s = `::ffff:${s}`;
+  const quad = /^(.*:)(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(s);
+  if (quad) {
+    const b = quad.slice(2).map(Number);
+    if (b.some((x) => x > 255)) return null;
+    s = `${quad[1]}${(b[0] << 8 | b[1]).toString(16)}:${(b[2] << 8 | b[3]).toString(16)}`;
+  }
+  const halves = s.split("::").map((h) => h === "" ? [] : h.split(":"));
+  if (halves.length > 2) return null;
+  const [head, tail] = halves;
+  const zeros = 8 - head.length - (tail?.length ?? 0);
+  if (tail !== undefined && zeros < 0) return null;
+  const groups = tail === undefined ? head : [...head, ...Array(zeros).fill("0"), ...tail];
+  if (groups.length !== 8 || !groups.every((g) => /^[0-9a-f]{1,4}$/.test(g))) return null;
+  return groups.map((g) => parseInt(g, 16).toString(16)).join(":");
 }
 
 // --- errors -------------------------------------------------------------------------------
@@ -267,6 +377,7 @@ export type Step =
   | "claim"
   | "extend"
   | "complete"
+  | "complete_many"
   | "fail"
   | "requeue"
   | "drain"
@@ -329,7 +440,8 @@ function watchCloses(sql: Sql, fn: () => void): () => void {
 
 /** The settings of an `Owner`. */
 export interface OwnerOptions {
-  /** A client made with `prepare: false` (`connect`); the Owner never ends it. */
+  /** A client made by `connect` (or a postgres.js client with `prepare: false`); the Owner
+   * never ends it. */
   sql: Sql;
   /** The resource to hold. */
   resource: string;
@@ -395,9 +507,13 @@ export class Owner {
   /** An owner of `options.resource`; nothing is sent before `acquire`. */
   constructor(options: OwnerOptions) {
     // Named prepared statements live in one server session: behind a transaction pooler the
-    // next statement may run in another, and fail.
-    if (options.sql.options.prepare) {
-      throw new TypeError("pgfence: the Owner needs a postgres.js client with prepare: false");
+    // next statement may run in another, and fail. postgres.js prepares by default; connect()'s
+    // pools only where they were told to, or found the connection direct.
+    if (options.sql.options.prepare && !preparing.has(options.sql.options)) {
+      throw new TypeError(
+        "pgfence: the Owner needs a client made by connect(), or a postgres.js client with " +
+          "prepare: false",
+      );
     }
     this.sql = options.sql;
     this.resource = options.resource;
@@ -594,6 +710,7 @@ export class Owner {
     if (this.#renewer !== null) {
       throw new Error("pgfence: this Owner holds a lease; release it first");
     }
+    await prepares(this.sql); // whether the pool may prepare statements, asked once
     this.#losses = 0;
     this.#doubt = false;
     let sent = this.clock();
@@ -1014,10 +1131,15 @@ export interface LoopOptions {
   owner: Owner;
   /** Tasks per claim (default 1). */
   qty?: number;
-  /** Seconds a claimed task stays the attempt's (default 30). */
+  /** Seconds a claimed task stays the attempt's for its handler (default 30); a `Worker`'s claim
+   * holds its batch `qty` handlers' time (`Worker.hold`). */
   visibility?: number;
   /** Seconds to wait when the queue is empty (default 1). */
   idleWait?: number;
+  /** Seconds a handler's result may wait for the rest of its batch's (default 1): results in
+   * hand go in one statement when the batch's handlers are done, or before the next handler
+   * starts once this has passed since the first of them began. */
+  reportWithin?: number;
   /** Seconds (real time) the task in hand gets after a shutdown signal (`installShutdown`)
    * before it is handed back (default 5). */
   shutdownGrace?: number;
@@ -1086,17 +1208,24 @@ function permanent(e: unknown): boolean {
  * (`Owner.renewUntil`), and aborts `context.signal`: a hung promise cannot keep the lease alive
  * forever. The worker then starts no other handler; when the hung one returns, its result is
  * reported (accepted if nobody re-claimed the task, stale otherwise) and the term ends.
- * `verdicts` counts the database's answers to the reports.
+ *
+ * A batch's results go in one statement where the protocol has one (`reportManyStatement`):
+ * when the batch's handlers are done, or before the next handler starts once `reportWithin`
+ * has passed since the first result in hand began; whatever ends the term, before the lease is
+ * given up. A failure is reported on its own, at once. `verdicts` counts the database's answers
+ * to the reports.
  */
 export abstract class WorkerLoop<T extends Attempt> {
   /** The owner of the lease. */
   readonly owner: Owner;
   /** Tasks per claim. */
   readonly qty: number;
-  /** Seconds a claimed task stays the attempt's. */
+  /** Seconds a claimed task stays the attempt's for its handler. */
   readonly visibility: number;
   /** Seconds to wait when the queue is empty. */
   readonly idleWait: number;
+  /** Seconds a result may wait for the rest of its batch's. */
+  readonly reportWithin: number;
   /** Seconds the task in hand gets after a shutdown signal. */
   readonly shutdownGrace: number;
   /** The backoff after a refusal. */
@@ -1125,6 +1254,10 @@ export abstract class WorkerLoop<T extends Attempt> {
   #graceTimer: ReturnType<typeof setTimeout> | undefined;
   #running = false;
   #wake: (() => void) | null = null;
+  /** When the last claim was sent, on the owner's clock. */
+  #claimSent = 0;
+  /** Results in hand, not reported yet; `started`: when the handler began. */
+  #pending: { task: T; started: number; body: unknown }[] = [];
 
   /** A worker under `options.owner`; nothing runs before `run` or `supervise`. */
   constructor(options: LoopOptions) {
@@ -1132,6 +1265,7 @@ export abstract class WorkerLoop<T extends Attempt> {
     this.qty = options.qty ?? 1;
     this.visibility = options.visibility ?? 30;
     this.idleWait = options.idleWait ?? 1;
+    this.reportWithin = options.reportWithin ?? 1;
     this.shutdownGrace = options.shutdownGrace ?? 5;
     this.backoff = Object.freeze({
       base: options.backoff?.base ?? 1,
@@ -1159,7 +1293,8 @@ export abstract class WorkerLoop<T extends Attempt> {
     return Number.isFinite(timeout) ? timeout : this.granted(task);
   }
 
-  /** Seconds of visibility the claim gave `task` (default: `visibility`). */
+  /** Seconds of visibility a claim of `task` alone gives it (default: `visibility`): what its
+   * handler needs left without a deadline. */
   protected granted(_task: T): number {
     return this.visibility;
   }
@@ -1284,17 +1419,30 @@ export abstract class WorkerLoop<T extends Attempt> {
           // After a shutdown, or a handler past its deadline, start no other: the rest of the
           // batch returns to the queue when its visibility runs out.
           if (this.#stop) break;
+          // Quick handlers' results wait for their batch's; once a result's handler began
+          // reportWithin ago, what is in hand goes first.
+          const first = this.#pending[0];
+          if (first !== undefined && owner.clock() - first.started >= this.reportWithin) {
+            await this.#sendResults();
+          }
           // Fresh: the claim's first task, started right after its answer, without waiting.
           const fresh = i === 0 && owner.valid;
           if (!(await this.#trusted()) || late(task)) break;
           await this.#inHand(task, fresh);
         }
+        await this.#sendResults();
       }
     } finally {
       this.#running = false;
       clearTimeout(this.#graceTimer);
       this.#graceTimer = undefined;
-      await this.leave();
+      // Results in hand are reported whatever ended the term (a lost lease too: a result is
+      // judged by its attempt, I5), before the lease is given up.
+      try {
+        await this.#sendResults();
+      } finally {
+        await this.leave();
+      }
     }
   }
 
@@ -1348,7 +1496,7 @@ export abstract class WorkerLoop<T extends Attempt> {
     let rows: Row[];
     try {
       rows = await owner.query("claim", (sql) => {
-        sent = owner.clock();
+        sent = this.#claimSent = owner.clock();
         return this.claimStatement(sql);
       });
     } catch (e) {
@@ -1377,14 +1525,16 @@ export abstract class WorkerLoop<T extends Attempt> {
   /**
    * Before a handler starts: true if the task's remaining visibility covers the handler's
    * deadline, extending it first when it does not; false when the attempt no longer holds it
-   * (the extend answered NULL: superseded, or its task requeued). The first task of a claim,
-   * started right after the claim's answer (`fresh`), has what the claim just gave it
-   * (`granted`), which covers a deadline no longer than that: it starts without a round trip.
+   * (the extend answered NULL: superseded, or its task requeued). A handler's time counts from
+   * the claim for the first task of a claim, started right after the claim's answer (`fresh`),
+   * from now for the others. A claim that holds its batch for its handlers' time (`Worker.hold`)
+   * covers them all while each keeps to its deadline: only a handler that ran long (one that
+   * extended itself, or had no deadline) makes a later task need an extend.
    */
   protected async stillHeld(task: T, fresh: boolean): Promise<boolean> {
     const needed = this.needed(task);
-    if (fresh && needed <= this.granted(task)) return true;
-    if (task.visibleUntil - this.owner.clock() >= needed) return true;
+    const from = fresh ? this.#claimSent : this.owner.clock();
+    if (task.visibleUntil - from >= needed) return true;
     return await this.#extend(task, needed) !== null;
   }
 
@@ -1396,13 +1546,14 @@ export abstract class WorkerLoop<T extends Attempt> {
   }
 
   /** One task (`fresh`: the first of its claim): the visibility check, the handler under its
-   * deadline, the report. */
+   * deadline; its result waits for the batch's (`reportMany`), a failure is reported at once. */
   protected async handle(task: T, fresh = false): Promise<void> {
     if (!(await this.stillHeld(task, fresh))) {
       this.skipped += 1;
       return;
     }
     const owner = this.owner;
+    const started = owner.clock();
     const timeout = this.handlerTimeout(task);
     // Never past the task's visibility: the handler stops (its signal aborts, the lease is
     // drained) before anyone else may start the task.
@@ -1418,21 +1569,59 @@ export abstract class WorkerLoop<T extends Attempt> {
       deadline,
       extend: (visibility) => this.#extend(task, visibility),
     };
-    let kind: "complete" | "fail" = "complete";
+    let failed = false;
     let body: unknown;
     try {
       body = await this.call(task, context);
     } catch (e) {
       if (e instanceof LeaseLost) throw e; // the handler saw the lease go: nothing to report
-      kind = "fail";
+      failed = true;
       body = this.failure(e);
     } finally {
       owner.renewUntil(null);
     }
     if (this.#halt.signal.aborted) return; // handed back at a shutdown: not reported
-    await this.report(kind, task.attemptId, body);
     this.handled += 1;
+    if (failed) {
+      await this.report("fail", task.attemptId, body);
+      return;
+    }
+    this.#pending.push({ task, started, body });
+    if (this.reportManyStatement === undefined) await this.#sendResults(); // no batch to wait for
   }
+
+  /** The results in hand, reported (`reportMany`). */
+  async #sendResults(): Promise<void> {
+    const pending = this.#pending;
+    this.#pending = [];
+    if (pending.length > 0) await this.reportMany(pending);
+  }
+
+  /**
+   * Reports the results of a batch's handlers (`task`, `body`) in one statement
+   * (`reportManyStatement`), or one by one (`report`) where there is none or one result. Sent
+   * again with the same attempt ids after a lost connection, until answered (or a shutdown's
+   * grace runs out), as `report` is: each id's verdict (I5) is counted in `verdicts`, and a copy
+   * that was applied answers `duplicate`. If no answer comes, the error is thrown and the results
+   * are not sent again: their tasks come back when their visibility runs out.
+   */
+  protected async reportMany(results: { task: T; body: unknown }[]): Promise<void> {
+    const many = this.reportManyStatement;
+    if (many === undefined || results.length === 1) {
+      for (const { task, body } of results) await this.report("complete", task.attemptId, body);
+      return;
+    }
+    const rows = await this.owner.query(
+      "complete_many",
+      (sql) => many.call(this, sql, results),
+      { resend: true, signal: this.#halt.signal },
+    );
+    for (const row of rows) this.verdicts[row.verdict as Verdict] += 1;
+  }
+
+  /** The statement of a batch's results (rows of `verdict`, one per result), where the
+   * protocol has one. */
+  protected reportManyStatement?(sql: Sql, results: { task: T; body: unknown }[]): PendingQuery;
 
   /** Calls the task's handler; its result is the task's. */
   protected abstract call(task: T, context: HandlerContext<T>): unknown;
@@ -1497,18 +1686,29 @@ export abstract class WorkerLoop<T extends Attempt> {
   }
 }
 
+/** The attempt ids of results as an array literal (uuids need no quoting): no array type of
+ * postgres.js's, which it learns from the server only when it fetches types. */
+function attemptIds(results: { task: Attempt }[]): string {
+  return `{${results.map(({ task }) => task.attemptId).join(",")}}`;
+}
+
 /** JSON for postgres.js: serialized once (a string passed for jsonb would be encoded again, as
  * a JSON string); null and undefined are SQL NULL. */
 function json(sql: Sql, body: unknown) {
   return body === undefined || body === null ? null : sql.json(body as postgres.JSONValue);
 }
 
+/** The longest visibility the database grants (pgfence.check_interval): a day. */
+const DAY = 86400;
+
 /**
  * Claims and handles tasks of one pgfence queue while its Owner is valid (the loop:
  * `WorkerLoop`). Each handler call runs under `handlerTimeout` seconds on the owner's clock
- * (default: `visibility`, after which the task may be handed to someone else anyway). No
- * handler starts unless its task's remaining visibility covers that deadline: the worker
- * extends the task first, and skips it when the extend finds the attempt superseded.
+ * (default: `visibility`, after which the task may be handed to someone else anyway). A claim
+ * holds its batch for its handlers one after another (`hold`), so that handlers within their
+ * deadlines need no extend. No handler starts unless its task's remaining visibility covers its
+ * deadline: the worker extends the task first, and skips it when the extend finds the attempt
+ * superseded. A batch's results go in one `pgfence.complete_many`.
  */
 export class Worker extends WorkerLoop<Task> {
   /** The queue worked. */
@@ -1530,21 +1730,32 @@ export class Worker extends WorkerLoop<Task> {
     return this.#handlerTimeout;
   }
 
+  /**
+   * Seconds of visibility a claim asks for: its batch's handlers one after another, each within
+   * its deadline (`qty` × `handlerTimeout`, or × `visibility` without one), so that none needs
+   * an extend before it starts; at most a day, the most the database grants. The price is
+   * liveness: the tasks of a worker that dies come back when its batch's hold runs out.
+   */
+  get hold(): number {
+    const timeout = this.handlerTimeout();
+    return Math.min(this.qty * (Number.isFinite(timeout) ? timeout : this.visibility), DAY);
+  }
+
   /** The claim: rows of task_id, attempt_id, attempt, payload (`PgmqWorker` reads pgmq). */
   protected claimStatement(sql: Sql): PendingQuery {
     return sql`select task_id, attempt_id, attempt, payload
                  from pgfence.claim(${this.owner.leaseId}::uuid, ${this.queue}, ${this.qty},
-                                    make_interval(secs => ${this.visibility}))`;
+                                    make_interval(secs => ${this.hold}))`;
   }
 
-  /** The claim's rows as tasks, each visible for `visibility` from when the claim was sent. */
+  /** The claim's rows as tasks, each visible for `hold` from when the claim was sent. */
   protected claimed(rows: Row[], sent: number): Task[] {
     return rows.map((r) => ({
       taskId: BigInt(r.task_id as string),
       attemptId: r.attempt_id as string,
       attempt: r.attempt as number,
       payload: r.payload,
-      visibleUntil: sent + this.visibility,
+      visibleUntil: sent + this.hold,
     }));
   }
 
@@ -1579,6 +1790,21 @@ export class Worker extends WorkerLoop<Task> {
       : sql`select pgfence.fail(${attemptId}::uuid, ${json(sql, body)}) as verdict`;
   }
 
+  /** `pgfence.complete_many`: one row per result, `verdict`. The results go as one JSON array
+   * (a handler's null or undefined as SQL NULL, as `complete` sends it). */
+  protected override reportManyStatement(
+    sql: Sql,
+    results: { task: Task; body: unknown }[],
+  ): PendingQuery {
+    const bodies = results.map(({ body }) => body ?? null) as postgres.JSONValue;
+    return sql`select outcome as verdict
+                 from pgfence.complete_many(${attemptIds(results)}::uuid[],
+                        array(select nullif(r.value, 'null')
+                                from jsonb_array_elements(${sql.json(bodies)}::jsonb)
+                                     with ordinality r(value, n)
+                               order by r.n))`;
+  }
+
   /** `pgfence.extend`: one row, `visible_until` (null when the attempt no longer holds it). */
   protected extendStatement(sql: Sql, attemptId: string, visibility: number): PendingQuery {
     return sql`select pgfence.extend(${attemptId}::uuid, make_interval(secs => ${visibility}))
@@ -1594,11 +1820,12 @@ export interface PgmqWorkerOptions extends WorkerOptions {
 
 /**
  * A `Worker` of a pgmq queue, through the pgmq layer (schema `pgfence_pgmq`, docs/pgmq.md): the
- * same rules, over `pgfence_pgmq.read` / `set_vt` / `archive` (or `delete`). A task is a
- * message: `taskId` is its `msg_id` (every read of it shares it), `attempt` its `read_ct`.
- * pgmq keeps no result and no failure: a handler's return value is dropped, and a message
- * whose handler threw is left hidden until its visibility runs out, then read again (counted
- * in `failed`). pgmq has nothing to requeue: a message comes back by itself.
+ * same rules, over `pgfence_pgmq.read` / `set_vt` / `archive` (or `delete`; a batch's in one
+ * `archive_many` or `delete_many`). A task is a message: `taskId` is its `msg_id` (every read of
+ * it shares it), `attempt` its `read_ct`. pgmq keeps no result and no failure: a handler's return
+ * value is dropped, and a message whose handler threw is left hidden until its visibility runs
+ * out, then read again (counted in `failed`). pgmq has nothing to requeue: a message comes back by
+ * itself.
  */
 export class PgmqWorker extends Worker {
   /** What a handler's return does to its message. */
@@ -1617,7 +1844,7 @@ export class PgmqWorker extends Worker {
     return sql`select msg_id as task_id, attempt_id, read_ct as attempt, message as payload
                  from pgfence_pgmq.read(${this.owner.leaseId}::uuid, ${this.queue},
                                         qty => ${this.qty},
-                                        vt => make_interval(secs => ${this.visibility}))`;
+                                        vt => make_interval(secs => ${this.hold}))`;
   }
 
   /** Nothing to requeue: a pgmq message comes back when its visibility runs out. */
@@ -1658,5 +1885,17 @@ export class PgmqWorker extends Worker {
     return this.finish === "delete"
       ? sql`select pgfence_pgmq.delete(${attemptId}::uuid) as verdict`
       : sql`select pgfence_pgmq.archive(${attemptId}::uuid) as verdict`;
+  }
+
+  /** `archive_many` (or `delete_many`): one row per message, `verdict`. */
+  protected override reportManyStatement(
+    sql: Sql,
+    results: { task: Task; body: unknown }[],
+  ): PendingQuery {
+    return this.finish === "delete"
+      ? sql`select outcome as verdict from pgfence_pgmq.delete_many(${attemptIds(results)}::uuid[])`
+      : sql`select outcome as verdict from pgfence_pgmq.archive_many(${
+        attemptIds(results)
+      }::uuid[])`;
   }
 }

@@ -8,7 +8,15 @@
  * @module
  */
 import { Owner, PgmqWorker, type Task } from "./mod.ts";
-import { assert, assertEquals, FakeClock, gate, type Target, test } from "./test_support.ts";
+import {
+  assert,
+  assertEquals,
+  FakeClock,
+  gate,
+  Recording,
+  type Target,
+  test,
+} from "./test_support.ts";
 
 /** A pgmq queue of this test's own (pgmq names: no hyphen), with `messages` messages. */
 async function queue(t: Target, messages: number): Promise<string> {
@@ -105,8 +113,9 @@ class StartsAnyway extends PgmqWorker {
   }
 }
 
-/** Two resources on one queue; A reads both messages (visibility 10 s) and its first handler is
- * slow: meanwhile the second message's visibility runs out and B reads and handles it. */
+/** Two resources on one queue; A reads both messages (each handler 10 s: the read hides them
+ * 20 s) and its first handler is slow, past its batch's hold: meanwhile the second message's
+ * visibility runs out and B reads and handles it. */
 async function slowBatchBesideAReplica(
   t: Target,
   cls: typeof PgmqWorker,
@@ -129,7 +138,7 @@ async function slowBatchBesideAReplica(
   const workerB = new PgmqWorker({ owner: ownerB, queue: q, handler, visibility: 10 });
   const running = workerA.run({ maxTasks: 2, untilIdle: true });
   await t.waitUntil(() => Promise.resolve(runs[1] === 1), "A's first handler");
-  clock.now += 11;
+  clock.now += 21;
   await t.admin.unsafe(
     `update pgmq.q_${q} set vt = clock_timestamp() - interval '1 ms' where message->>'n' = '2'`,
   );
@@ -149,4 +158,81 @@ test("negative control: a pgmq worker that starts every message runs a handler t
   const [runs, worker] = await slowBatchBesideAReplica(t, StartsAnyway);
   assertEquals(runs, { 1: 1, 2: 2 });
   assertEquals([worker.handled, worker.verdicts.stale], [2, 1]);
+});
+
+// --- a batch: one read for its handlers' time, one statement for its messages ----------------
+
+/** Broken on purpose, as the worker was: a read hides its batch for one handler's time. */
+class HeldForOne extends PgmqWorker {
+  override get hold(): number {
+    return this.visibility;
+  }
+}
+
+/** Broken on purpose, as the worker was: each message archived on its own. */
+class OneByOne extends PgmqWorker {
+  protected override async reportMany(results: { task: Task; body: unknown }[]): Promise<void> {
+    for (const { task, body } of results) await this.report("complete", task.attemptId, body);
+  }
+}
+
+/** Three messages read as one batch (`qty` 3, each handler 10 s) by a worker whose handlers
+ * each take `takes` seconds of the owner's clock; all archived once. The steps it sent. */
+async function batchOfThree(
+  t: Target,
+  takes: number,
+  cls: typeof PgmqWorker = PgmqWorker,
+): Promise<string[]> {
+  const r = t.name("r");
+  await t.admin`select pgfence.register(${r})`;
+  const q = await queue(t, 3);
+  const clock = new FakeClock();
+  const owner = new Recording({
+    sql: t.sql,
+    resource: r,
+    ttl: 600, // the batch's handlers take up to 30 s of the owner's clock
+    renewEvery: 3600,
+    clock: clock.read,
+  });
+  assert(await owner.acquire());
+  owner.steps = [];
+  const worker = new cls({
+    owner,
+    queue: q,
+    qty: 3,
+    visibility: 10,
+    reportWithin: 50,
+    handler: () => {
+      clock.now += takes;
+    },
+  });
+  await worker.run({ untilIdle: true });
+  assertEquals([worker.verdicts.accepted, await counts(t, q)], [3, [0, 3]]);
+  return owner.steps;
+}
+
+const AFTER = ["claim", "drain", "release"]; // the empty queue, then leaving
+
+test("a batch within its handlers' deadlines: one read, no set_vt, one archive_many", async (t) => {
+  assertEquals(await batchOfThree(t, 9.5), ["claim", "complete_many", ...AFTER]);
+});
+
+test("negative control: a read held for one handler sets the rest's visibility", async (t) => {
+  assertEquals(await batchOfThree(t, 9.5, HeldForOne), [
+    "claim",
+    "extend",
+    "extend",
+    "complete_many",
+    ...AFTER,
+  ]);
+});
+
+test("negative control: a worker that archives each message alone sends three", async (t) => {
+  assertEquals(await batchOfThree(t, 0, OneByOne), [
+    "claim",
+    "complete",
+    "complete",
+    "complete",
+    ...AFTER,
+  ]);
 });

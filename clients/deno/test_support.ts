@@ -10,7 +10,7 @@
  *
  * @module
  */
-import { connect, type Sql } from "./mod.ts";
+import { connect, Owner, type Sql, type Step } from "./mod.ts";
 
 // --- assertions (Deno's std comes from JSR, which this machine cannot reach) ------------------
 
@@ -59,8 +59,14 @@ export async function rejects(
 }
 
 export interface Target {
+  /** `direct` or `pgbouncer`. */
+  target: string;
   /** The client's connection: direct or through the pooler. */
   sql: Sql;
+  /** Its URL. */
+  url: string;
+  /** The database through PgBouncer, if the tests were given it. */
+  bouncerUrl: string | undefined;
   /** Direct, for setup, checks and the test helpers (expire). */
   admin: Sql;
   /** A name of this test's own (resource, queue, owner). */
@@ -92,24 +98,31 @@ export function test(name: string, fn: (t: Target) => Promise<void>): void {
     Deno.test({
       name: `${name} [${target}]`,
       ignore: url === undefined,
-      fn: () => withTarget(url!, fn),
+      fn: () => withTarget(target, url!, fn),
     });
   }
 }
 
 /** Defines the test once, directly: for what a pooler cannot change (local deadlines). */
 export function testDirect(name: string, fn: (t: Target) => Promise<void>): void {
-  Deno.test(name, () => withTarget(TARGETS[0][1]!, fn));
+  Deno.test(name, () => withTarget("direct", TARGETS[0][1]!, fn));
 }
 
-async function withTarget(url: string, fn: (t: Target) => Promise<void>): Promise<void> {
+async function withTarget(
+  target: string,
+  url: string,
+  fn: (t: Target) => Promise<void>,
+): Promise<void> {
   const quiet = { onnotice: () => {} };
   const sql = connect(url, quiet);
   const admin = connect(TARGETS[0][1]!, quiet);
   const suffix = crypto.randomUUID().slice(0, 8);
   try {
     await fn({
+      target,
       sql,
+      url,
+      bouncerUrl: TARGETS[1][1],
       admin,
       name: (base) => `${base}-${suffix}`,
       rows: async (q) => (await q).map((r) => ({ ...r })),
@@ -140,4 +153,12 @@ export function gate<T = void>(): { promise: Promise<T>; open: (value: T) => voi
   let open!: (value: T) => void;
   const promise = new Promise<T>((resolve) => (open = resolve));
   return { promise, open };
+}
+
+/** An Owner that notes the step of each statement it sends (renewals aside). */
+export class Recording extends Owner {
+  steps: Step[] = [];
+  protected override beforeStep(step: Step): void {
+    if (step !== "renew") this.steps.push(step);
+  }
 }

@@ -99,6 +99,8 @@ Finish = Literal["archive", "delete"]     # what a pgmq handler's return does to
 Verdict = Literal["accepted", "duplicate", "stale"]
 RECORDED = ("accepted", "duplicate")    # the result is in the database, exactly once
 
+DAY = 86400.0   # seconds: the longest ttl or visibility pgfence takes (checks.sql)
+
 
 class LeaseLost(Exception):
     """Ownership is lost or in doubt: stop claiming and writing at once."""
@@ -622,8 +624,9 @@ class WorkerCore:
     @property
     def hold(self) -> float:
         """The visibility a claim asks for: its batch's handlers in a row, each within its
-        deadline, so that none needs an extend before it starts."""
-        return self.qty * self.budget
+        deadline, so that none needs an extend before it starts; at most a day, the longest
+        interval pgfence takes (a longer batch extends its later tasks as they start)."""
+        return min(self.qty * self.budget, DAY)
 
     def _run(self, max_tasks: int | None, until_idle: bool) -> Steps[None]:
         try:

@@ -14,8 +14,13 @@ AsyncConnection = psycopg.AsyncConnection[tuple[Any, ...]]
 # server's port, and the directories of its sockets. A connection is direct when the client
 # reached that very address and port, or a socket in one of those directories with that port.
 # A pooler or proxy in between (PgBouncer, Supavisor, a port mapping) connects from elsewhere.
+# unix_socket_directories is readable by superusers and pg_read_all_settings only: for any
+# other role over a socket it stays NULL, and the connection counts as not direct.
 _ENDPOINT = ("select host(inet_server_addr()), inet_server_port(), "
-             "current_setting('port')::int, current_setting('unix_socket_directories')")
+             "current_setting('port')::int, "
+             "case when inet_server_addr() is null and (pg_has_role('pg_read_all_settings', "
+             "'usage') or (select rolsuper from pg_roles where rolname = current_user)) "
+             "then current_setting('unix_socket_directories') end")
 PREPARE_AFTER = 0   # psycopg's prepare_threshold on a direct connection: from the first call
 
 
@@ -35,6 +40,8 @@ def direct(info: psycopg.ConnectionInfo, endpoint: tuple[Any, ...]) -> bool:
     if info.port != server_port:
         return False
     if addr is None:    # a unix socket: in a directory the server listens in
+        if socket_dirs is None:     # not the caller's to read: unsure, so not direct
+            return False
         dirs = {d.strip() for d in str(socket_dirs).split(",")}
         return info.host in dirs
     try:

@@ -1,8 +1,8 @@
 /**
  * A worker for tests/test_deno_faults.py, which breaks its connection at one step of the
  * cycle. It works queue $QUEUE of $RESOURCE at $DATABASE_URL, connecting as application $APP:
- * acquire, one renewal, then `run({ untilIdle: true })`, which claims, handles, reports,
- * drains and releases. Before each statement it sends (`Owner.beforeStep`), and in each handler
+ * acquire, one renewal, then `run({ untilIdle: true })`, which claims $QTY tasks at a time,
+ * handles them, reports (a batch's results in one complete_many), drains and releases. Before each statement it sends (`Owner.beforeStep`), and in each handler
  * call, it prints `{"at": step, "n": k}` (the k-th time at that step) and waits for a line on
  * stdin: there the test breaks the connection, or not, and answers. It prints, awaiting no
  * answer, `{"at": "renewed"}` after each renewal that passed and `{"at": "closed"}` when
@@ -16,9 +16,10 @@
  * $BROKEN names a deliberately broken variant, for the negative controls:
  * - `no-doubt`: a lost connection does not put the lease in doubt (no renewal before the next
  *   claim);
- * - `no-resend`: a report whose connection broke is not sent again.
+ * - `no-resend`: a report (a complete, a fail, a batch's complete_many) whose connection broke
+ *   is not sent again.
  */
-import { connect, Owner, type Step, type Verdict, Worker } from "pgfence";
+import { connect, Owner, type Step, type Task, type Verdict, Worker } from "pgfence";
 
 function env(name: string): string {
   const value = Deno.env.get(name);
@@ -106,6 +107,16 @@ class SteppedWorker extends Worker {
       return verdict;
     });
   }
+
+  protected override async reportMany(results: { task: Task; body: unknown }[]): Promise<void> {
+    // One result goes as a complete (`report`, above).
+    if (broken !== "no-resend" || results.length === 1) return await super.reportMany(results);
+    const rows = await this.owner.query(
+      "complete_many",
+      (sql) => this.reportManyStatement(sql, results),
+    );
+    for (const row of rows) this.verdicts[row.verdict as Verdict] += 1;
+  }
 }
 
 const owner = new SteppedOwner({
@@ -120,7 +131,9 @@ const runs: Record<string, number> = {};
 const worker = new SteppedWorker({
   owner,
   queue: env("QUEUE"),
+  qty: Number(env("QTY")),
   visibility: 600,
+  reportWithin: 3600, // a batch's results wait for it, however long the test takes per step
   handler: async (payload) => {
     const { n, fail } = payload as { n: number; fail?: boolean };
     runs[n] = (runs[n] ?? 0) + 1;

@@ -1,3 +1,3 @@
--- Verify pgfence_pgflow:pgflow_start_tasks
-select 'pgfence_pgflow.start_tasks(uuid, text, text, interval, int)'::regprocedure,
-       'pgfence_pgflow.worker_id(uuid, bytea)'::regprocedure;
+-- Verify pgfence_pgflow:pgflow_start_tasks (release 0.2.0's instance; also run by `sqitch deploy
+-- --log-only` over a later release, where pgfence.owner_ref replaced worker_id)
+select 'pgfence_pgflow.start_tasks(uuid, text, text, interval, int)'::regprocedure;

@@ -1,0 +1,28 @@
+/**
+ * A worker process of the Deno client for scripts/bench --only workers (bench/driver/workers.py),
+ * as the Python ones are `python -m bench.driver --worker`:
+ *
+ *   deno run ... deno_worker.ts Worker|PgmqWorker URL QTY INDEX
+ *
+ * acquires resource bench-wINDEX at URL, prints "ready", and on a line of stdin works queue wq
+ * (pgfence's, or the pgmq queue through the pgmq layer) QTY tasks at a time with a no-op handler
+ * until it is empty; then it drains, releases and exits. The client's defaults otherwise: a
+ * claim held for the batch, its results in one statement, statements prepared where the
+ * connection is direct (detected).
+ */
+import { connect, Owner, PgmqWorker, Worker } from "pgfence";
+
+const [kind, url, qty, index] = Deno.args;
+const sql = connect(url, { onnotice: () => {} });
+const owner = new Owner({ sql, resource: `bench-w${index}`, ttl: 60 });
+if (!(await owner.acquire())) {
+  throw new Error(`bench-w${index} is held by another owner`);
+}
+console.log("ready");
+await Deno.stdin.readable.getReader().read();
+const cls = kind === "PgmqWorker" ? PgmqWorker : Worker;
+await new cls({ owner, queue: "wq", qty: Number(qty), handler: () => {} }).run({
+  untilIdle: true,
+});
+await sql.end();
+Deno.exit(0);
