@@ -296,6 +296,9 @@ def test_a_worker_role_that_is_not_the_owner_needs_the_grants_migration(
     finally:
         worker.kill()
         worker.wait()
+        # A login role is the cluster's: left behind, it fails "roles confined" of every
+        # database checked later (test_doctor's, in the same group).
+        cluster.psql("postgres", "-c", f"drop role {WORKER_LOGIN}")
     completed = cluster.psql(supabase_like, "-At", "-c", "select count(*) from pgfence.tasks "
                                                          "where state = 'completed'").strip()
     if grants:

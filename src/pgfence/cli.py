@@ -488,7 +488,7 @@ class Cli:
             rows.append({"check": f"{x.name} layer release", "ok": None, **{
                 "up_to_date": {"status": "ok", "detail": f"{x.name} layer {x.release}"},
                 "upgrade_available": {"status": "warning", "detail": (
-                    f"{x.name} layer {x.release}; {newest} available "
+                    f"{x.name} layer {x.release}; {doc['available']} available "
                     f"({', '.join(doc['upgrade_files'])}): {upgrade}")},
                 "no_upgrade_path": {"status": "failed", "detail": (
                     f"{x.name} layer {x.release}, left behind pgfence {v}: its upgrade files run "
@@ -790,13 +790,16 @@ class Cli:
         """One installed layer against the package: up_to_date, upgrade_available (its files),
         no_upgrade_path (stranded behind pgfence ``core``), or drifted (its schema is no
         release this package records, or differs from the database's record of it)."""
-        files = [] if layer.release is None else [u.name for u in self.layer_chain(layer,
-                                                                                    newest)]
+        chain = [] if layer.release is None else self.layer_chain(layer, newest)
+        files = [u.name for u in chain]
         stuck = (None if layer.release is None or core is None or not VERSION.fullmatch(core)
                  else self.stranded(layer, core, newest))
         state = ("drifted" if layer.drifted else "no_upgrade_path" if stuck is not None else
                  "upgrade_available" if files else "up_to_date")
+        # The layer's newest release: the last file's (a release that does not change a layer
+        # ships none, so it may be older than pgfence's newest).
         return {"layer": layer.name, "installed": layer.release, "state": state,
+                "available": chain[-1].target if chain else layer.release,
                 "upgrade_files": files, "sqitch_registry": layer.sqitch,
                 "fingerprint": layer.fingerprint, "drift": layer.drift}
 
@@ -818,7 +821,7 @@ class Cli:
         lines = [f"target:    {d['target']}", f"installed: {installed}"]
         for x in d["layers"]:
             said = {"up_to_date": f"{x['installed']}",
-                    "upgrade_available": f"{x['installed']}; {d['package']} available",
+                    "upgrade_available": f"{x['installed']}; {x['available']} available",
                     "no_upgrade_path": (f"{x['installed']}, left behind pgfence "
                                         f"{d['installed']}: its upgrade files run only on the "
                                         "pgfence release they come with, which this database "
