@@ -1218,9 +1218,9 @@ function permanent(e: unknown): boolean {
  * reported (accepted if nobody re-claimed the task, stale otherwise) and the term ends.
  *
  * A batch's results go in one statement where the protocol has one (`reportManyStatement`):
- * when the batch's handlers are done, or before the next handler starts once `reportWithin`
- * has passed since the first result in hand began; whatever ends the term, before the lease is
- * given up. A failure is reported on its own, at once. `verdicts` counts the database's answers
+ * when the batch's handlers are done (with the next claim, in one statement, where the worker
+ * has `claimWithResults`), or before the next handler starts once `reportWithin` has passed
+ * since the first result in hand began; whatever ends the term, before the lease is given up. A failure is reported on its own, at once. `verdicts` counts the database's answers
  * to the reports.
  */
 export abstract class WorkerLoop<T extends Attempt> {
@@ -1757,7 +1757,8 @@ const DAY = 86400;
  * holds its batch for its handlers one after another (`hold`), so that handlers within their
  * deadlines need no extend. No handler starts unless its task's remaining visibility covers its
  * deadline: the worker extends the task first, and skips it when the extend finds the attempt
- * superseded. A batch's results go in one `pgfence.complete_many`.
+ * superseded. A batch's results go in one `pgfence.complete_many`, in the statement of the next
+ * claim (`claimWithResults`).
  */
 export class Worker extends WorkerLoop<Task> {
   /** The queue worked. */

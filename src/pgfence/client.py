@@ -272,8 +272,9 @@ class Worker(_core.WorkerCore):
     theirs need no extend. Before a handler starts, its task is extended if its visibility
     would end before that deadline (an attempt found stale is skipped), so no handler runs on
     a task that someone else may claim. A batch's results are sent in one ``complete_many``
-    when its handlers are done, or before the next handler once ``report_within`` seconds
-    passed since the first result in hand began; a failure is sent at once.
+    when its handlers are done, in one transaction with the next claim (one round trip, one
+    commit), or before the next handler once ``report_within`` seconds passed since the first
+    result in hand began; a failure is sent at once.
 
     A handler still running at its deadline makes the owner stop renewing and drain
     (``Owner.renew_until``) and sets ``context.cancelled``: a hung handler cannot keep the
