@@ -239,3 +239,33 @@ def test_a_rolled_back_batch_and_claim_go_again_one_by_one() -> None:
     with pytest.raises(StopIteration) as done:
         steps.send([(2, uuid.uuid4(), 1, {})])
     assert len(done.value.value) == 1 and core.verdicts["accepted"] == 1 and owner.confirmed
+
+
+class NeverWoken(Owner):
+    """Broken on purpose: a handler's deadline never wakes the renewer (it sleeps past it)."""
+
+    def renew_until(self, deadline: float | None, why: str = "a progress deadline") -> None:
+        self._progress = None if deadline is None else (deadline, why)
+
+
+def woken_by(owner: Owner) -> list[str]:
+    """Which deadlines wake a renewer asleep until its next renewal, 10 s away: set after it,
+    lifted, set before it."""
+    owner.lease_id, owner.generation, owner._stopping = uuid.uuid4(), 1, False
+    steps = owner._renew_loop()
+    assert isinstance(next(steps), Sleep)
+    woken = []
+    for name, deadline in (("after", 20.0), ("lifted", None), ("before", 5.0)):
+        owner.renew_until(deadline)
+        if owner._wake.is_set():
+            woken.append(name)
+            owner._wake.clear()
+    return woken
+
+
+def test_the_renewer_is_woken_only_for_a_deadline_it_would_sleep_past() -> None:
+    assert woken_by(Owner("", "r", ttl=30, renew_every=10, clock=lambda: 0.0)) == ["before"]
+
+
+def test_negative_control_a_renewer_that_sleeps_past_a_deadline() -> None:
+    assert woken_by(NeverWoken("", "r", ttl=30, renew_every=10, clock=lambda: 0.0)) == []
