@@ -20,7 +20,7 @@ import pytest
 import pgfence._core
 import pgfence.aio
 import pgfence.client
-from pgfence._core import Call, Op
+from pgfence._core import Call, Op, Together
 from testkit.harness import Database
 from tests.support import KINDS, LONG, AnyContext, Client, Clock, client, later
 
@@ -53,23 +53,34 @@ class NoExtensionAsync(Unchecked, pgfence.aio.Worker):
     pass
 
 
+def steps_of(op: Op) -> list[str]:
+    """The steps of the statements an operation sends (a results' statement and the claim it
+    rides with: both)."""
+    return [op.step] if isinstance(op, Call) else \
+        [c.step for c in op.calls] if isinstance(op, Together) else []
+
+
 class Recording(pgfence.client.Worker):
-    """A worker that notes the step of each statement it sends."""
+    """A worker that notes the step of each statement it sends, and which went together."""
 
     steps: list[str]
+    sends: list[list[str]]
 
     def _perform(self, op: Op) -> Any:
-        if isinstance(op, Call):
-            self.steps.append(op.step)
+        if steps := steps_of(op):
+            self.steps += steps
+            self.sends.append(steps)
         return super()._perform(op)
 
 
 class RecordingAsync(pgfence.aio.Worker):
     steps: list[str]
+    sends: list[list[str]]
 
     async def _perform(self, op: Op) -> Any:
-        if isinstance(op, Call):
-            self.steps.append(op.step)
+        if steps := steps_of(op):
+            self.steps += steps
+            self.sends.append(steps)
         return await super()._perform(op)
 
 
@@ -185,7 +196,7 @@ def batch_of_five(db: Database, kind: str, takes: float, broken: bool = False, *
                else (RecordingAsync if c.aio else Recording))
         worker = c.worker(owner, "q", busy, cls=cls, effect=False, qty=5,
                           visibility=VISIBILITY, **kwargs)
-        worker.steps = []
+        worker.steps, worker.sends = [], []
         c.call(worker.run(until_idle=True))
     assert [t for t, _ in calls] == [1, 2, 3, 4, 5]
     assert worker.verdicts == Counter({"accepted": 5})
@@ -218,6 +229,9 @@ def test_a_batchs_results_wait_for_it_at_most_report_within(db: Database, kind: 
     """Quick handlers: the five results in one statement once the batch is done."""
     _, worker = batch_of_five(db, kind, 0.0)
     assert worker.steps == ["claim", "complete_many", "claim", "requeue", "drain", "release"]
+    # The results ride with the next claim: one round trip, one transaction.
+    assert worker.sends == [["claim"], ["complete_many", "claim"], ["requeue"], ["drain"],
+                            ["release"]]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -140,6 +140,9 @@ def test_fault_at_each_step_applies_every_result_once(scene: Scene, step: str) -
         acquired = c.call(owner.acquire())
     assert acquired
     generation = owner.generation
+    # One at a time, a result rides with the next claim: a complete's lost answer loses that
+    # claim's too.
+    lost_claim = lost_answer and step in ("claim", "complete")
 
     def pre(payload: Any, ctx: AnyContext) -> Any:
         scene.record(payload, ctx, generation)
@@ -149,10 +152,11 @@ def test_fault_at_each_step_applies_every_result_once(scene: Scene, step: str) -
         if step == "handler" and first:
             scene.kill()                     # every connection of the client, mid-handler
             scene.relay.fired.set()
-        if step == "claim" and lost_answer and first:
-            # The lost claim's task: its visibility runs out when the queue is next found
-            # empty (time passes, as the test says).
-            assert scene.relay.dropped.is_set()
+        if lost_claim and scene.relay.dropped.is_set() and not scene.fired[1:]:
+            # The lost claim's task (a complete's is lost with the claim it rode with): its
+            # visibility runs out when the queue is next found empty (time passes, as the test
+            # says).
+            scene.fired.append("requeue")
             def time_passes(_: Link, held: int = ctx.task.task_id) -> None:
                 db.sql("update pgfence.tasks set visible_until = clock_timestamp() - "
                        "interval '1 ms' where state = 'claimed' and task_id <> %s", (held,))
@@ -181,8 +185,10 @@ def test_fault_at_each_step_applies_every_result_once(scene: Scene, step: str) -
     # (A kill's action may still be returning in the relay's thread when the client has
     # already noticed the dead connection and gone on.)
     assert scene.relay.fired.wait(HANG) and scene.relay.errors == [], "the fault never fired"
-    # Exactly once: one handler call per task, every result applied once, nothing stale.
-    assert scene.runs == Counter({1: 1, 2: 1, 3: 1})
+    # Exactly once: one handler call per task, every result applied once, nothing stale. The
+    # claim lost with task 1's result took task 2, whose one attempt ran out unhandled.
+    spent = lost_claim and step == "complete"
+    assert scene.runs == (Counter({1: 1, 3: 1}) if spent else Counter({1: 1, 2: 1, 3: 1}))
     assert db.sql("select task_id, state from pgfence.tasks order by 1") == [
         (1, "completed"), (2, "failed"), (3, "completed")]
     assert db.sql("select task_id, generation from effects order by 1") == [
@@ -197,7 +203,8 @@ def test_fault_at_each_step_applies_every_result_once(scene: Scene, step: str) -
     assert renewer is not None and (renewer.done() if c.aio else not renewer.is_alive())
     # The row of the fault table.
     duplicates = {"complete": 1, "fail": 1, "complete_many": 2}.get(step, 0) if lost_answer else 0
-    assert worker.verdicts == Counter({"accepted": 3 - duplicates, "duplicate": duplicates}
+    assert worker.verdicts == Counter({"accepted": 3 - duplicates - spent,
+                                       "duplicate": duplicates}
                                       if duplicates else {"accepted": 3})
     assert generation == (2 if step == "acquire" and lost_answer else 1)
     attempts = dict(db.sql("select task_id, attempt from pgfence.tasks"))

@@ -1,6 +1,7 @@
 """The client's rules alone (pgfence._core), without a database: the backoff, what a failure
-is, and the steps of a report and a claim when their connection is lost. The same steps run
-against real faults in tests/test_client_faults.py."""
+is, the steps of a report and a claim when their connection is lost, and of a batch's results
+that ride with the next claim. The same steps run against real faults in
+tests/test_client_faults.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgfence._core import Call, Failure, Held, Retry, Sleep, Task, classify, redact
+from pgfence._core import (
+    Call,
+    Failure,
+    Held,
+    Retry,
+    Sleep,
+    Steps,
+    Task,
+    Together,
+    classify,
+    redact,
+)
 from pgfence.client import Owner, Worker
 
 
@@ -143,3 +155,117 @@ def test_a_report_refused_after_its_bounded_lock_wait_is_sent_again() -> None:
     with pytest.raises(StopIteration) as done:
         steps.send([("accepted",)])
     assert done.value.value == "accepted"
+
+
+class ResultsGoWithTheirClaim(Worker):
+    """Broken on purpose: results whose claim's answer was lost are not sent again (the
+    claim's rule applied to both)."""
+
+    def _send_results(self) -> Steps[None]:
+        self._pending = []
+        yield from ()
+
+
+def results_in_hand(core: Worker, held: Held) -> Steps[list[Held] | None]:
+    core.owner._valid_until, core.owner._stopping = float("inf"), False
+    core._pending = [(held, 0.0, {"ok": True})]
+    return core._claim()
+
+
+def test_a_batchs_results_ride_with_the_next_claim() -> None:
+    """One transaction, one round trip: the results' statement, then the claim."""
+    _, core, held = worker()
+    steps = results_in_hand(core, held)
+    together = next(steps)
+    assert isinstance(together, Together)
+    assert [c.step for c in together.calls] == ["complete", "claim"]
+    assert together.calls[0].params[0] == held.task.attempt_id
+    with pytest.raises(StopIteration) as done:
+        steps.send([[("accepted",)], [(2, uuid.uuid4(), 1, {})]])
+    assert [h.task.task_id for h in done.value.value] == [2]
+    assert core.verdicts["accepted"] == 1 and not core._pending
+
+
+def sent(op: Any) -> Any:
+    """What a statement sends (a Jsonb parameter compared by its value), or op itself."""
+    if not isinstance(op, Call):
+        return op
+    return (op.step, op.query, tuple(getattr(p, "obj", p) for p in op.params))
+
+
+def lost_together(core: Worker, held: Held) -> tuple[Together, list[Any]]:
+    """The results and the claim sent together, their answer lost; what the worker sends
+    after (answered duplicate), and what its claim returns."""
+    steps = results_in_hand(core, held)
+    together = next(steps)
+    assert isinstance(together, Together)
+    after: list[Any] = []
+    try:
+        op = steps.throw(error(None))
+        while True:
+            after.append(op)
+            op = steps.send([("duplicate",)] if isinstance(op, Call) else None)
+    except StopIteration as done:
+        after.append(done.value)
+    return together, after
+
+
+def test_a_lost_answer_sends_the_results_again_alone_and_not_the_claim() -> None:
+    owner, core, held = worker()
+    together, after = lost_together(core, held)
+    # The results' statement again, alone, with the same attempt id (reconnected; its own
+    # retries back off); no claim: None.
+    assert [sent(op) for op in after] == [sent(together.calls[0]), None]
+    assert core.verdicts["duplicate"] == 1 and not owner.confirmed
+
+
+def test_negative_control_results_lost_with_their_claim() -> None:
+    owner, core, held = worker()
+    core = ResultsGoWithTheirClaim(owner, "q", lambda p, ctx: p)
+    together, after = lost_together(core, held)
+    assert sent(together.calls[0]) not in map(sent, after)
+    assert sum(core.verdicts.values()) == 0
+
+
+def test_a_rolled_back_batch_and_claim_go_again_one_by_one() -> None:
+    """A refusal or a rollback undid both: the results go alone, then the claim alone."""
+    owner, core, held = worker()
+    steps = results_in_hand(core, held)
+    together = next(steps)
+    assert isinstance(together, Together)
+    assert sent(steps.throw(psycopg.errors.DeadlockDetected("40P01"))) == \
+        sent(together.calls[0])
+    assert steps.send([("accepted",)]) == together.calls[1]
+    with pytest.raises(StopIteration) as done:
+        steps.send([(2, uuid.uuid4(), 1, {})])
+    assert len(done.value.value) == 1 and core.verdicts["accepted"] == 1 and owner.confirmed
+
+
+class NeverWoken(Owner):
+    """Broken on purpose: a handler's deadline never wakes the renewer (it sleeps past it)."""
+
+    def renew_until(self, deadline: float | None, why: str = "a progress deadline") -> None:
+        self._progress = None if deadline is None else (deadline, why)
+
+
+def woken_by(owner: Owner) -> list[str]:
+    """Which deadlines wake a renewer asleep until its next renewal, 10 s away: set after it,
+    lifted, set before it."""
+    owner.lease_id, owner.generation, owner._stopping = uuid.uuid4(), 1, False
+    steps = owner._renew_loop()
+    assert isinstance(next(steps), Sleep)
+    woken = []
+    for name, deadline in (("after", 20.0), ("lifted", None), ("before", 5.0)):
+        owner.renew_until(deadline)
+        if owner._wake.is_set():
+            woken.append(name)
+            owner._wake.clear()
+    return woken
+
+
+def test_the_renewer_is_woken_only_for_a_deadline_it_would_sleep_past() -> None:
+    assert woken_by(Owner("", "r", ttl=30, renew_every=10, clock=lambda: 0.0)) == ["before"]
+
+
+def test_negative_control_a_renewer_that_sleeps_past_a_deadline() -> None:
+    assert woken_by(NeverWoken("", "r", ttl=30, renew_every=10, clock=lambda: 0.0)) == []

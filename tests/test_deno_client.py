@@ -190,6 +190,9 @@ def test_a_paused_worker_process_resumes_claims_nothing_and_its_result_is_stale(
 def test_sigterm_drains_a_worker_process(db: Database, worker_process: WorkerProcess) -> None:
     worker_process.said()                                  # a handler in hand
     worker_process.proc.send_signal(signal.SIGTERM)
+    # Taken before the handler returns (a signal and the handler's end in the same turn of the
+    # event loop come in either order; the results ride with the next claim at once).
+    assert worker_process.said() == {"stopping": "SIGTERM"}
     worker_process.unblock()
     said = worker_process.finish()
     assert said["verdicts"]["accepted"] == 1 and said["handled"] == 1, said

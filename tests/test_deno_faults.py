@@ -94,7 +94,8 @@ class Path:
 # the retry is told: duplicate (complete, fail), or another lease is current (acquire: the
 # worker stands by until the lease it was granted unseen expires, moved by the test). A claim is
 # never sent again: after a renewal, a new claim, and a claim whose answer was lost had taken
-# task 1, which comes back from requeue_expired after its visibility (moved by the test).
+# task 1, which comes back from requeue_expired after its visibility (moved by the test); so
+# does task 2, taken by the claim that task 1's result rode with, when that answer is lost.
 # Between statements (the handler's step, and PgBouncer's restart): the next statement
 # reconnects silently, the lease in doubt until a renewal passes; a server backend behind
 # PgBouncer that dies between transactions is not seen at all.
@@ -109,7 +110,8 @@ FAULT_TABLE: dict[str, dict[str, Path]] = {
               "restart": SILENT},
     "handler": {"terminate": SILENT, "terminate behind PgBouncer": Path(False, False),
                 "lose-answer": SILENT, "restart": SILENT},
-    "complete": {"terminate": IN_FLIGHT, "lose-answer": Path(True, True, duplicate=1),
+    "complete": {"terminate": IN_FLIGHT,
+                 "lose-answer": Path(True, True, duplicate=1, attempts=(1, 2)),
                  "restart": SILENT},
     "complete_many": {"terminate": IN_FLIGHT, "lose-answer": Path(True, True, duplicate=2),
                       "restart": SILENT},
@@ -430,6 +432,9 @@ def phrase(step: str, path: Path) -> str:
                      "expires unused; then acquired anew")
     if path.attempts is not None and path.attempts[0] > 1:
         parts.append("the task claimed unseen returns after its visibility: attempt 2")
+    if path.attempts is not None and path.attempts[1] > 1:
+        parts.append("the claim it rode with is not sent again: the next task, claimed unseen, "
+                     "returns after its visibility: attempt 2")
     return "; ".join(parts)
 
 

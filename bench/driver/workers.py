@@ -18,6 +18,7 @@ run.mjs, each with its documented settings.
 from __future__ import annotations
 
 import asyncio
+import resource
 import statistics
 import subprocess
 import sys
@@ -162,16 +163,42 @@ def worker_main(system: str, dsn: str, qty: int, index: int) -> None:
         cls(owner, QUEUE, noop, qty=qty).run(until_idle=True)
 
 
+@dataclass(frozen=True)
+class Cost:
+    """What one run cost per job, over the whole run (the workers' start and leaving included):
+    the CPU of the worker processes (user + system), of the server's backends (the workers' and
+    the driver's poll's, counted once they exited), the transactions committed (the poll's
+    excepted) and the WAL written. Steadier than the rate on a shared machine."""
+
+    client_us: float
+    server_us: float
+    commits: float
+    wal_bytes: float
+
+
+COUNTERS = ("select xact_commit, pg_current_wal_lsn() from pg_stat_database "
+            "where datname = current_database()")
+OTHERS = ("select count(*) from pg_stat_activity where datname = current_database() "
+          "and backend_type = 'client backend' and pid <> pg_backend_pid()")
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 @dataclass
 class Run:
     rates: dict[tuple[str, int, int], list[float]] = field(default_factory=dict)
+    costs: dict[tuple[str, int, int], list[Cost]] = field(default_factory=dict)
 
 
 def timed(server: Server, label: str, system: System, jobs: int, workers: int, qty: int,
-          dsn: str) -> float:
+          dsn: str) -> tuple[float, Cost]:
     """One run: the queue filled, the workers started and ready, then told to go; timed until
     the database says every job is finished (polled), so that no worker's way of stopping (a
-    drain, a release, a peer's shutdown) counts. Then they are stopped."""
+    drain, a release, a peer's shutdown) counts. Then they are stopped. Its rate, and what it
+    cost (``Cost``)."""
     url = f"postgres://{server.cluster.env().get('PGUSER', 'postgres')}@127.0.0.1:" \
           f"{server.cluster.port}/bench"
     if system.runner:
@@ -183,6 +210,16 @@ def timed(server: Server, label: str, system: System, jobs: int, workers: int, q
             conn.execute(system.fill, {"n": jobs})
         argv = ([*DENO_WORKER, DENO_KINDS[label], url, str(qty)] if label in DENO_KINDS
                 else [sys.executable, "-m", "bench.driver", "--worker", label, dsn, str(qty)])
+    # The driver's own statements in the window are subtracted from its commits: each one
+    # commits a transaction (this connection's, counted when it ends, and the poll's). Three
+    # are not counted in the loops: the last of each, and COUNTERS.
+    polls = 3
+    with server.connect("bench") as conn:
+        while conn.execute(OTHERS).fetchone() != (0,):   # the fill's backend counted before
+            polls += 1
+            time.sleep(0.01)
+        commits, lsn = conn.execute(COUNTERS).fetchone() or (0, "0/0")
+    server_cpu, client_cpu = server.reaped_cpu(), children_cpu()
     procs = [subprocess.Popen([*argv, str(i)], cwd=ROOT, env=server.env, text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL)
@@ -200,6 +237,7 @@ def timed(server: Server, label: str, system: System, jobs: int, workers: int, q
                 p.stdin.write("go\n")
                 p.stdin.flush()
             while (conn.execute(system.left).fetchone() or (0,))[0]:
+                polls += 1
                 if any(p.poll() not in (None, 0) for p in procs):
                     raise RuntimeError(f"{label}: a worker failed")
                 if time.monotonic() - started > HUNG:
@@ -220,8 +258,16 @@ def timed(server: Server, label: str, system: System, jobs: int, workers: int, q
                 p.kill()
         CHILDREN.difference_update(procs)
     with server.connect("bench") as conn:
+        while conn.execute(OTHERS).fetchone() != (0,):   # every backend of the run has exited
+            time.sleep(0.01)
+        commits_after, wal = conn.execute(
+            "select xact_commit, pg_wal_lsn_diff(pg_current_wal_lsn(), %s) from pg_stat_database "
+            "where datname = current_database()", (lsn,)).fetchone() or (0, 0)
+        cost = Cost(1e6 * (children_cpu() - client_cpu) / jobs,
+                    1e6 * (server.reaped_cpu() - server_cpu) / jobs,
+                    (commits_after - commits - polls) / jobs, float(wal) / jobs)
         conn.execute(system.clear)
-    return jobs / elapsed
+    return jobs / elapsed, cost
 
 
 def workers(opts: Options, server: Server) -> dict[str, object]:
@@ -242,11 +288,14 @@ def workers(opts: Options, server: Server) -> dict[str, object]:
         for n_workers in (1, 4):
             for qty in (1, 10):
                 for label in order:
-                    rate = timed(server, label, chosen[label][0], jobs, n_workers, qty, dsn)
+                    rate, cost = timed(server, label, chosen[label][0], jobs, n_workers, qty,
+                                       dsn)
                     run.rates.setdefault((label, n_workers, qty), []).append(rate)
+                    run.costs.setdefault((label, n_workers, qty), []).append(cost)
                     log(f"  round {rnd + 1}, {n_workers} worker(s), qty {qty}: {label}: "
                         f"{rate:,.0f} jobs/s")
-    return {"jobs": jobs, "rounds": opts.rounds, "rates": run.rates, "labels": labels}
+    return {"jobs": jobs, "rounds": opts.rounds, "rates": run.rates, "costs": run.costs,
+            "labels": labels}
 
 
 def workers_report(w: dict[str, object]) -> list[str]:
@@ -270,4 +319,24 @@ def workers_report(w: dict[str, object]) -> list[str]:
                     f"| {label} | {n_workers} | {qty} | {fmt(statistics.median(r))} | "
                     f"{fmt(min(r))}-{fmt(max(r))} | {statistics.median(ratios):.2f} | "
                     f"{min(ratios):.2f}-{max(ratios):.2f} |")
+    costs: dict[tuple[str, int, int], list[Cost]] = w["costs"]  # type: ignore[assignment]
+    lines += [
+        "",
+        "Cost per job, median over rounds: CPU of the worker processes and of the server's "
+        "backends (the driver's poll's too), transactions committed (the poll's excepted), "
+        "WAL written; the whole run, the workers' start and leaving included.",
+        "",
+        "| system | workers | qty | client CPU µs | server CPU µs | commits | WAL bytes |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label in labels:
+        for n_workers in (1, 4):
+            for qty in (1, 10):
+                c = costs[label, n_workers, qty]
+                lines.append(
+                    f"| {label} | {n_workers} | {qty} | "
+                    f"{fmt(statistics.median(x.client_us for x in c))} | "
+                    f"{fmt(statistics.median(x.server_us for x in c))} | "
+                    f"{statistics.median(x.commits for x in c):.2f} | "
+                    f"{fmt(statistics.median(x.wal_bytes for x in c))} |")
     return lines

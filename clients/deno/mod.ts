@@ -498,6 +498,8 @@ export class Owner {
   #renewer: Promise<void> | null = null;
   #stopped = true;
   #wake: (() => void) | null = null;
+  /** When the renewer's sleep ends by itself, on `clock`; Infinity while it is not asleep. */
+  #wakesAt = Infinity;
   /** Lost connections seen: a renewal restores trust only if none was lost since it was sent. */
   #losses = 0;
   #doubt = false;
@@ -623,15 +625,15 @@ export class Owner {
    * typed (`pgfenceError`). For workers built on the Owner (pgmq, pgflow) as well.
    */
   async query(
-    step: Step,
-    make: (sql: Sql) => PendingQuery,
+    step: Step | readonly Step[],
+    make: (sql: Sql) => PendingQuery | Promise<Row[]>,
     options: QueryOptions = {},
   ): Promise<Row[]> {
     let conflicts = 0;
     let losses = 0;
     const giveUp = monotonic() + this.retry.giveUp;
     for (;;) {
-      await this.beforeStep(step);
+      for (const s of typeof step === "string" ? [step] : step) await this.beforeStep(s);
       try {
         return await this.#answer(make(this.sql));
       } catch (e) {
@@ -669,7 +671,7 @@ export class Owner {
 
   /** The statement's answer, or ConnectionLost when none came within a ttl (postgres.js can
    * leave a query unanswered forever when its connection broke as it was sent). */
-  async #answer(pending: PendingQuery): Promise<Row[]> {
+  async #answer(pending: PendingQuery | Promise<Row[]>): Promise<Row[]> {
     // A ttl the database will refuse (22023) still gets its answer.
     const seconds = this.ttl > 0 && Number.isFinite(this.ttl) ? Math.max(1, this.ttl) : 30;
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -776,7 +778,11 @@ export class Owner {
    */
   renewUntil(deadline: number | null, why = "a progress deadline"): void {
     this.#progress = deadline === null ? null : { deadline, why };
-    this.#wake?.();
+    // The renewer is woken only when it would otherwise sleep past the deadline (a handler's
+    // deadline is set and lifted around every handler). A lifted one needs no wake-up: woken at
+    // it, the renewer finds it gone. A clock moved past the renewer's wake-up (a test's) wakes it.
+    const wakesAt = this.#wakesAt;
+    if (deadline !== null && (deadline < wakesAt || this.clock() >= wakesAt)) this.#wake?.();
   }
 
   async #renewLoop(): Promise<void> {
@@ -818,10 +824,12 @@ export class Owner {
       const done = () => {
         clearTimeout(timer); // a woken sleep leaves no timer behind (Deno's test sanitizer)
         this.#wake = null;
+        this.#wakesAt = Infinity;
         resolve();
       };
       const timer = setTimeout(done, seconds * 1000);
       this.#wake = done;
+      this.#wakesAt = this.clock() + seconds;
     });
   }
 
@@ -1210,9 +1218,9 @@ function permanent(e: unknown): boolean {
  * reported (accepted if nobody re-claimed the task, stale otherwise) and the term ends.
  *
  * A batch's results go in one statement where the protocol has one (`reportManyStatement`):
- * when the batch's handlers are done, or before the next handler starts once `reportWithin`
- * has passed since the first result in hand began; whatever ends the term, before the lease is
- * given up. A failure is reported on its own, at once. `verdicts` counts the database's answers
+ * when the batch's handlers are done (with the next claim, in one statement, where the worker
+ * has `claimWithResults`), or before the next handler starts once `reportWithin` has passed
+ * since the first result in hand began; whatever ends the term, before the lease is given up. A failure is reported on its own, at once. `verdicts` counts the database's answers
  * to the reports.
  */
 export abstract class WorkerLoop<T extends Attempt> {
@@ -1403,6 +1411,9 @@ export abstract class WorkerLoop<T extends Attempt> {
     this.#running = true;
     try {
       while (!this.#stop && (maxTasks === undefined || this.handled - start < maxTasks)) {
+        // A batch's results ride with the next claim (`claimWithResults`), but are not held back
+        // while the lease is in doubt.
+        if (this.#pending.length > 0 && !owner.valid) await this.#sendResults();
         if (!(await this.#trusted()) || late()) break;
         const tasks = await this.claim();
         if (tasks === null) continue; // the claim's answer was lost: its tasks come back
@@ -1430,7 +1441,7 @@ export abstract class WorkerLoop<T extends Attempt> {
           if (!(await this.#trusted()) || late(task)) break;
           await this.#inHand(task, fresh);
         }
-        await this.#sendResults();
+        if (this.claimWithResults === undefined) await this.#sendResults();
       }
     } finally {
       this.#running = false;
@@ -1492,14 +1503,36 @@ export abstract class WorkerLoop<T extends Attempt> {
    */
   protected async claim(): Promise<T[] | null> {
     const owner = this.owner;
+    const results = this.#pending;
+    this.#pending = [];
+    const riding = this.claimWithResults;
     let sent = owner.clock();
     let rows: Row[];
     try {
-      rows = await owner.query("claim", (sql) => {
-        sent = this.#claimSent = owner.clock();
-        return this.claimStatement(sql);
-      });
+      if (results.length === 0 || riding === undefined) {
+        rows = await owner.query("claim", (sql) => {
+          sent = this.#claimSent = owner.clock();
+          return this.claimStatement(sql);
+        });
+      } else {
+        // (Its steps: the claim, then the results, the statement a fault test breaks.)
+        rows = await owner.query(
+          ["claim", results.length === 1 ? "complete" : "complete_many"],
+          (sql) => {
+            sent = this.#claimSent = owner.clock();
+            return riding.call(this, sql, results);
+          },
+        );
+        for (const verdict of rows[0].verdicts as Verdict[]) this.verdicts[verdict] += 1;
+        rows = rows.filter((row) => row.task_id !== null);
+      }
     } catch (e) {
+      if (results.length > 0) {
+        // Rolled back, or its answer lost: the results go again by themselves, by their rules (a
+        // lost answer's are answered duplicate); the claim goes again only if it was rolled back.
+        await this.resendResults(results, e);
+        if (!(e instanceof ConnectionLost)) return await this.claim();
+      }
       if (e instanceof LeaseNotCurrent || e instanceof UnfencedWrite) {
         owner.markLost(`claim under ${owner.name} refused: ${e.message}`);
         return [];
@@ -1509,6 +1542,22 @@ export abstract class WorkerLoop<T extends Attempt> {
     }
     return await this.claimed(rows, sent);
   }
+
+  /** Results whose statement with the next claim failed (`error`): sent again by themselves,
+   * by `reportMany`'s rules. (A fault test's broken worker throws `error` instead.) */
+  protected resendResults(results: { task: T; body: unknown }[], _error: unknown): Promise<void> {
+    return this.reportMany(results);
+  }
+
+  /**
+   * Where a worker has it, the statement that sends the results in hand and claims the next
+   * batch: one statement, so one transaction and one commit where the results alone and then
+   * the claim took two (a postgres.js transaction would cost round trips, and a connection
+   * broken inside one can throw out of postgres.js). Rows of the claim's columns (null where it
+   * took nothing: one row) and `verdicts`, a JSON array of the results' verdicts in order. Where
+   * it is missing, a batch's results go when its handlers are done.
+   */
+  protected claimWithResults?(sql: Sql, results: { task: T; body: unknown }[]): PendingQuery;
 
   /** The claim statement, on the owner's pool. */
   protected abstract claimStatement(sql: Sql): PendingQuery;
@@ -1708,7 +1757,8 @@ const DAY = 86400;
  * holds its batch for its handlers one after another (`hold`), so that handlers within their
  * deadlines need no extend. No handler starts unless its task's remaining visibility covers its
  * deadline: the worker extends the task first, and skips it when the extend finds the attempt
- * superseded. A batch's results go in one `pgfence.complete_many`.
+ * superseded. A batch's results go in one `pgfence.complete_many`, in the statement of the next
+ * claim (`claimWithResults`).
  */
 export class Worker extends WorkerLoop<Task> {
   /** The queue worked. */
@@ -1805,6 +1855,31 @@ export class Worker extends WorkerLoop<Task> {
                                order by r.n))`;
   }
 
+  /** `pgfence.complete_many` of the results in hand and the next claim, in one statement (the
+   * two touch different rows: their order within it does not matter). */
+  protected override claimWithResults(
+    sql: Sql,
+    results: { task: Task; body: unknown }[],
+  ): PendingQuery {
+    const bodies = results.map(({ body }) => body ?? null) as postgres.JSONValue;
+    // One result as `complete`: `complete_many`'s statements are planned anew on every call.
+    const [{ task, body }] = results;
+    const done = results.length === 1
+      ? sql`select jsonb_build_array(pgfence.complete(${task.attemptId}::uuid,
+                                                      ${json(sql, body)})) as verdicts`
+      : sql`select jsonb_agg(d.outcome order by d.n) as verdicts
+              from pgfence.complete_many(${attemptIds(results)}::uuid[],
+                     array(select nullif(r.value, 'null')
+                             from jsonb_array_elements(${sql.json(bodies)}::jsonb)
+                                  with ordinality r(value, n)
+                            order by r.n)) with ordinality d(attempt_id, outcome, n)`;
+    return sql`with done as materialized (${done})
+               select d.verdicts, c.task_id, c.attempt_id, c.attempt, c.payload
+                 from done d
+                 left join pgfence.claim(${this.owner.leaseId}::uuid, ${this.queue}, ${this.qty},
+                                         make_interval(secs => ${this.hold})) c on true`;
+  }
+
   /** `pgfence.extend`: one row, `visible_until` (null when the attempt no longer holds it). */
   protected extendStatement(sql: Sql, attemptId: string, visibility: number): PendingQuery {
     return sql`select pgfence.extend(${attemptId}::uuid, make_interval(secs => ${visibility}))
@@ -1885,6 +1960,27 @@ export class PgmqWorker extends Worker {
     return this.finish === "delete"
       ? sql`select pgfence_pgmq.delete(${attemptId}::uuid) as verdict`
       : sql`select pgfence_pgmq.archive(${attemptId}::uuid) as verdict`;
+  }
+
+  /** `archive_many` (or `delete_many`) of the results in hand and the next read, in one
+   * statement. */
+  protected override claimWithResults(
+    sql: Sql,
+    results: { task: Task; body: unknown }[],
+  ): PendingQuery {
+    const ids = attemptIds(results);
+    const finished = this.finish === "delete"
+      ? sql`pgfence_pgmq.delete_many(${ids}::uuid[])`
+      : sql`pgfence_pgmq.archive_many(${ids}::uuid[])`;
+    return sql`with done as materialized (
+                 select jsonb_agg(d.outcome order by d.n) as verdicts
+                   from ${finished} with ordinality d(attempt_id, outcome, n))
+               select d.verdicts, c.msg_id as task_id, c.attempt_id, c.read_ct as attempt,
+                      c.message as payload
+                 from done d
+                 left join pgfence_pgmq.read(${this.owner.leaseId}::uuid, ${this.queue},
+                                             qty => ${this.qty},
+                                             vt => make_interval(secs => ${this.hold})) c on true`;
   }
 
   /** `archive_many` (or `delete_many`): one row per message, `verdict`. */

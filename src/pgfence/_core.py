@@ -5,6 +5,8 @@ Sans-I/O, as psycopg's own generators are: every operation of an owner or a work
 generator that yields what it needs done, and gets the answer sent back or the error thrown in:
 
     Call(link, step, query, params)   one statement on one of the owner's connections -> rows
+    Together(calls)                   statements on one connection sent at once and committed
+                                      together (one round trip, one commit) -> their rows
     Sleep(seconds, wake)              a pause that ``wake`` (the driver's event) may end early
     Handle(held)                      the user's handler for one task -> its result
     StartRenewer(), StopRenewer()     the background renewal, started after acquire, stopped
@@ -42,6 +44,11 @@ The retry rules (docs/python.md, "Faults"):
   each); a failure is sent on its own (``fail``), as soon as its handler raised.
   The rule of a lost answer is the same for a batch: sent again with the same attempt ids,
   each id's verdict taken.
+- A batch's results ride with the next claim (``Together``: one round trip, one commit, where
+  sending them alone and then claiming took two of each). If that transaction fails, nothing
+  of it was applied, or (a lost answer) all of it may have been: the results are sent again by
+  themselves, by the rules above; the claim is sent again only when it was rolled back, never
+  after a lost answer. A run that ends, or a lease in doubt, sends its results alone first.
 - Capabilities (lease ids, attempt ids) never appear in a log line or an exception message of
   the client: a lease is named by its resource and generation.
 """
@@ -135,6 +142,15 @@ class Call:
 
 
 @dataclass(frozen=True)
+class Together:
+    calls: tuple[Call, ...]   # on one link; an error rolls back all of them
+
+    @property
+    def link(self) -> Link:
+        return self.calls[0].link
+
+
+@dataclass(frozen=True)
 class Sleep:
     seconds: float
     wake: Event | None = None     # ends the pause early when set
@@ -162,7 +178,7 @@ class Notify:
     detail: str           # the lease (resource and generation), or why it stepped down
 
 
-Op = Call | Sleep | Handle | StartRenewer | StopRenewer | Notify
+Op = Call | Together | Sleep | Handle | StartRenewer | StopRenewer | Notify
 Steps = Generator[Op, Any, T]
 
 
@@ -271,6 +287,9 @@ class LeaseCore:
     _progress: tuple[float, str] | None = field(default=None, init=False, repr=False)
     _stopping: bool = field(default=True, init=False, repr=False)
     _wake: Event = field(init=False, repr=False)           # the renewer: stop, or a deadline
+    # When the renewer wakes by itself, on `clock`; infinity while it is not asleep (then any
+    # deadline wakes it: it may have read the progress before it was set).
+    _wakes_at: float = field(default=math.inf, init=False, repr=False)
     _lost_signal: Event = field(init=False, repr=False)    # set when the lease is given up
 
     def __post_init__(self) -> None:
@@ -346,7 +365,13 @@ class LeaseCore:
         proxy. Nothing is killed: the late holder runs on, its fences are refused, and what it
         reports is judged by the database (I5)."""
         self._progress = None if deadline is None else (deadline, why)
-        self._wake.set()
+        # Woken only when it would otherwise sleep past the deadline (a handler's deadline is
+        # set and lifted around every handler: two wake-ups a task that cost a thread switch or
+        # a task of the loop each). A lifted one needs none: woken at it, the renewer finds it
+        # gone. A clock moved past the renewer's wake-up (a test's) wakes it too.
+        wakes_at = self._wakes_at
+        if deadline is not None and (deadline < wakes_at or self.clock() >= wakes_at):
+            self._wake.set()
 
     def _refused(self, e: psycopg.Error, what: str) -> LeaseLost | None:
         """A fence refused (PF001, PF007) marks the lease lost; the error to raise instead."""
@@ -471,7 +496,10 @@ class LeaseCore:
             if progress is not None:
                 wait = min(wait, progress[0] - self.clock())
             if wait > 0:
-                yield Sleep(wait, self._wake, clear=True)   # then read the state again
+                self._wakes_at = self.clock() + wait
+                if self._progress is progress:   # else set meanwhile: read it again
+                    yield Sleep(wait, self._wake, clear=True)   # then read the state again
+                self._wakes_at = math.inf
                 continue
             if progress is not None and self.clock() >= progress[0]:
                 # Checked before every renewal: none is sent for a holder past its deadline.
@@ -631,9 +659,11 @@ class WorkerCore:
     def _run(self, max_tasks: int | None, until_idle: bool) -> Steps[None]:
         try:
             while not self.stop.is_set() and (max_tasks is None or self.handled < max_tasks):
+                if self._pending and not self.owner.confirmed:
+                    yield from self._send_results()   # not held back while the lease is doubted
                 if not (yield from self.owner._trust(Link.WORK, self.stop)):
                     break                    # ownership lost or in doubt: claim nothing more
-                batch = yield from self._claim()
+                batch = yield from self._claim()     # with the last batch's results
                 if batch is None:
                     continue                 # the connection was lost: trust, then claim anew
                 if not batch:
@@ -654,7 +684,6 @@ class WorkerCore:
                         break                # the rest returns when its visibility runs out
                     if start == "start":
                         yield from self._handle(held)
-                yield from self._send_results()
         finally:
             # Results in hand are sent whatever ended the run (a lost lease too: a result is
             # judged by its attempt, I5), before the lease is given up.
@@ -664,12 +693,34 @@ class WorkerCore:
                 yield from self._leave()
 
     def _claim(self) -> Steps[list[Held] | None]:
+        """The next batch; the results in hand go in the same transaction. None when the
+        claim's answer was lost or the lease was refused."""
         owner = self.owner
+        claim = (owner.lease_id, self.queue, self.qty, self.hold)
+        pending, self._pending = self._pending, []
         sent = owner.clock()
+        if pending:
+            try:
+                done, rows = yield Together((self._results_call(pending),
+                                             Call(Link.WORK, "claim", self.claim_sql, claim)))
+            except psycopg.Error as e:
+                # Rolled back, or its answer lost: the results go again by themselves (a
+                # lost answer's are answered duplicate); a claim that may have run is not
+                # sent again, its tasks come back when their visibility runs out.
+                lost = classify(e) is Failure.CONNECTION
+                if lost:
+                    owner.doubt()
+                self._pending = pending
+                yield from self._send_results()
+                if lost:
+                    return None
+                sent = owner.clock()
+            else:
+                self._take_verdicts(pending, done)
+                return self._held(rows, sent)
         try:
             rows = yield from owner._call(
-                Link.WORK, "claim", self.claim_sql,
-                (owner.lease_id, self.queue, self.qty, self.hold),
+                Link.WORK, "claim", self.claim_sql, claim,
                 reconnect=False, keep_going=owner._locally_current, wake=self.stop)
         except psycopg.Error as e:
             failure = classify(e)
@@ -681,6 +732,9 @@ class WorkerCore:
                 # visibility runs out, and are claimed again by a new attempt.
                 return None
             raise
+        return self._held(rows, sent)
+
+    def _held(self, rows: list[Row], sent: float) -> list[Held]:
         return [Held(Task(int(r[0]), r[1], int(r[2]), r[3]), sent, sent + self.hold,
                      fresh=i == 0) for i, r in enumerate(rows)]
 
@@ -780,14 +834,23 @@ class WorkerCore:
         raised and the results are not sent again: their tasks come back when their visibility
         runs out."""
         pending, self._pending = self._pending, []
+        if pending:
+            call = self._results_call(pending)
+            rows = yield from self.owner._call(call.link, call.step, call.query, call.params)
+            self._take_verdicts(pending, rows)
+
+    def _results_call(self, pending: list[tuple[Held, float, Any]]) -> Call:
+        """The statement of the results in hand: ``complete`` for one, else one for all."""
         if len(pending) == 1:
             held, _, body = pending[0]
-            yield from self._report(held, "complete", body)
-        elif pending:
-            step, query, params = self._results_statement([(h, b) for h, _, b in pending])
-            rows = yield from self.owner._call(Link.WORK, step, query, params)
-            for (held, _, _), row in zip(pending, rows, strict=True):
-                self._count(held, "complete", str(row[0]))
+            query, params = self._report_statement("complete", held, body)
+            return Call(Link.WORK, "complete", query, params)
+        step, query, params = self._results_statement([(h, b) for h, _, b in pending])
+        return Call(Link.WORK, step, query, params)
+
+    def _take_verdicts(self, pending: list[tuple[Held, float, Any]], rows: list[Row]) -> None:
+        for (held, _, _), row in zip(pending, rows, strict=True):
+            self._count(held, "complete", str(row[0]))
 
     def _results_statement(self, results: list[tuple[Held, Any]]
                            ) -> tuple[str, str, tuple[Any, ...]]:

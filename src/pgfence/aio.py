@@ -57,6 +57,7 @@ from pgfence._core import (
     StopRenewer,
     T,
     Task,
+    Together,
 )
 from pgfence.connection import AsyncConnection, aconnect
 from pgfence.errors import typed
@@ -120,19 +121,25 @@ class _Links:
         self._conns: dict[Link, AsyncConnection] = {}
         self._locks = {link: asyncio.Lock() for link in Link}
 
-    async def execute(self, call: Call) -> list[_core.Row]:
-        async with self._locks[call.link]:
-            conn = self._conns.get(call.link)
+    async def execute(self, op: Call | Together) -> Any:
+        """A Call's rows, or a Together's list of them (``pgfence.client``'s, awaited)."""
+        async with self._locks[op.link]:
+            conn = self._conns.get(op.link)
             if conn is None or conn.closed:
-                conn = self._conns[call.link] = await aconnect(
-                    self.dsn, self.name + call.link.value, prepare=self.prepare)
+                conn = self._conns[op.link] = await aconnect(
+                    self.dsn, self.name + op.link.value, prepare=self.prepare)
             try:
-                cursor = await conn.execute(call.query, call.params)
-                return await cursor.fetchall()
+                if isinstance(op, Call):
+                    cursor = await conn.execute(op.query, op.params)
+                    return await cursor.fetchall()
+                async with conn.pipeline() if psycopg.AsyncPipeline.is_supported() else \
+                        conn.transaction():
+                    cursors = [await conn.execute(c.query, c.params) for c in op.calls]
+                return [await c.fetchall() for c in cursors]
             except psycopg.Error as e:
                 if conn.broken or conn.closed or _core.classify(e) is _core.Failure.CONNECTION:
                     await conn.close()
-                    del self._conns[call.link]
+                    del self._conns[op.link]
                 raise
 
     async def close(self, *links: Link) -> None:
@@ -258,7 +265,7 @@ class Worker(_core.WorkerCore):
         return await drive(self._perform, steps)
 
     async def _perform(self, op: Op) -> Any:
-        if isinstance(op, Call) and op.link is Link.WORK:
+        if isinstance(op, Call | Together) and op.link is Link.WORK:
             return await self._links.execute(op)
         if isinstance(op, Sleep):
             return await _sleep(op)

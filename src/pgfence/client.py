@@ -55,6 +55,7 @@ from pgfence._core import (
     StopRenewer,
     T,
     Task,
+    Together,
     reason,
 )
 from pgfence.connection import Connection, connect
@@ -125,18 +126,26 @@ class _Links:
         self._conns: dict[Link, Connection] = {}
         self._locks = {link: threading.Lock() for link in Link}
 
-    def execute(self, call: Call) -> list[_core.Row]:
-        with self._locks[call.link]:
-            conn = self._conns.get(call.link)
+    def execute(self, op: Call | Together) -> Any:
+        """A Call's rows, or a Together's list of them."""
+        with self._locks[op.link]:
+            conn = self._conns.get(op.link)
             if conn is None or conn.closed:
-                conn = self._conns[call.link] = connect(self.dsn, self.name + call.link.value,
-                                                        prepare=self.prepare)
+                conn = self._conns[op.link] = connect(self.dsn, self.name + op.link.value,
+                                                      prepare=self.prepare)
             try:
-                return conn.execute(call.query, call.params).fetchall()
+                if isinstance(op, Call):
+                    return conn.execute(op.query, op.params).fetchall()
+                # One pipeline and one Sync: one round trip, one implicit transaction. (A
+                # libpq without pipelines: the same transaction, a round trip a statement.)
+                with conn.pipeline() if psycopg.Pipeline.is_supported() else \
+                        conn.transaction():
+                    cursors = [conn.execute(c.query, c.params) for c in op.calls]
+                return [c.fetchall() for c in cursors]
             except psycopg.Error as e:
                 if conn.broken or conn.closed or _core.classify(e) is _core.Failure.CONNECTION:
                     conn.close()
-                    del self._conns[call.link]
+                    del self._conns[op.link]
                 raise
 
     def close(self, *links: Link) -> None:
@@ -263,8 +272,9 @@ class Worker(_core.WorkerCore):
     theirs need no extend. Before a handler starts, its task is extended if its visibility
     would end before that deadline (an attempt found stale is skipped), so no handler runs on
     a task that someone else may claim. A batch's results are sent in one ``complete_many``
-    when its handlers are done, or before the next handler once ``report_within`` seconds
-    passed since the first result in hand began; a failure is sent at once.
+    when its handlers are done, in one transaction with the next claim (one round trip, one
+    commit), or before the next handler once ``report_within`` seconds passed since the first
+    result in hand began; a failure is sent at once.
 
     A handler still running at its deadline makes the owner stop renewing and drain
     (``Owner.renew_until``) and sets ``context.cancelled``: a hung handler cannot keep the
@@ -301,7 +311,7 @@ class Worker(_core.WorkerCore):
         return drive(self._perform, steps)
 
     def _perform(self, op: Op) -> Any:
-        if isinstance(op, Call) and op.link is Link.WORK:
+        if isinstance(op, Call | Together) and op.link is Link.WORK:
             return self._links.execute(op)
         if isinstance(op, Sleep):
             return _sleep(op)

@@ -117,6 +117,14 @@ class SteppedWorker extends Worker {
     );
     for (const row of rows) this.verdicts[row.verdict as Verdict] += 1;
   }
+
+  protected override async resendResults(
+    results: { task: Task; body: unknown }[],
+    error: unknown,
+  ): Promise<void> {
+    if (broken === "no-resend") throw error; // the results rode with a claim: not sent again
+    await super.resendResults(results, error);
+  }
 }
 
 const owner = new SteppedOwner({

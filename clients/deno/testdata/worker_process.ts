@@ -1,7 +1,8 @@
 /**
  * A worker as a process of its own, for tests/test_deno_client.py (pause, SIGTERM): it works
  * queue `q` of $RESOURCE at $DATABASE_URL; each handler call prints `{"started": attemptId}`
- * and waits for a line on stdin before it returns. At the end it prints what it saw.
+ * and waits for a line on stdin before it returns; on SIGTERM it prints `{"stopping": reason}`.
+ * At the end it prints what it saw.
  */
 import { connect, Owner, Worker } from "pgfence";
 
@@ -24,6 +25,12 @@ const worker = new Worker({
   },
 });
 worker.installShutdown();
+// Said once the worker has taken the signal (its listener was added first): a test unblocks the
+// handler in hand only then, so that the worker stops before it would claim again.
+Deno.addSignalListener(
+  "SIGTERM",
+  () => console.log(JSON.stringify({ stopping: worker.stoppedBy })),
+);
 try {
   if (!(await owner.acquire())) throw new Error("not acquired");
   await worker.run({ untilIdle: true });
