@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 
 import pgfence
 from pgfence.connection import connect
+from pgfence.releases import key as version_key
 from testkit import conformance, install, layers
 from testkit.cluster import Cluster, ClusterError
 from testkit.harness import Database
@@ -32,10 +33,6 @@ from tests.test_install import schema_dump as dump
 RELEASES = ROOT / "sql/releases"
 UPGRADES = ROOT / "sql/upgrades"
 HEAD = re.match(r"-- pgfence (\S+):", (ROOT / "sql/pgfence.sql").read_text()).group(1)  # type: ignore[union-attr]
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("."))
 
 
 # Releases up to this one are fingerprinted by migrations/fingerprint.sql; later ones by
