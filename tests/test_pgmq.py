@@ -730,7 +730,8 @@ def protected_reads_across_the_core_upgrade(dbs: Databases,
     db = Database(dbs.dsn(name))
     try:
         queue(db, 3)
-        db.sql("select pgfence.protect('pgmq.q_jobs', array['r1'], 'enforce', consumers_only => true)")
+        db.sql("select pgfence.protect('pgmq.q_jobs', array['r1'], 'enforce', "
+               "consumers_only => true)")
         w = db.session("before")
         lease = acquired(w.acquire("r1"))
         attempts = [a for a, _, _ in read(w, lease, 3)]
