@@ -39,6 +39,7 @@ from typing import Any
 
 import pytest
 
+from pgfence.releases import key as version_key
 from testkit import install, layers
 from testkit.cluster import Cluster, ClusterError
 from testkit.conformance import Call, driver
@@ -57,7 +58,6 @@ from tests.test_upgrade import (
     make_live_state,
     refused,
     schema_dump,
-    version_key,
 )
 
 LAYERS = layers.discover()

@@ -15,11 +15,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from pgfence.releases import key as version_key
 from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database, Lease, Session, Step, sqlstate
 from tests.support import PGMQ_SQL, acquired
-from tests.test_upgrade import HEAD, RELEASES, Databases, version_key
+from tests.test_upgrade import HEAD, RELEASES, Databases
 
 
 def queue(db: Database, messages: int = 3, resources: tuple[str, ...] = ("r1",)) -> None:
