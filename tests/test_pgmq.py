@@ -20,7 +20,7 @@ from testkit import install
 from testkit.cluster import Cluster
 from testkit.harness import Database, Lease, Session, Step, sqlstate
 from tests.support import PGMQ_SQL, acquired
-from tests.test_upgrade import RELEASES, Databases
+from tests.test_upgrade import HEAD, RELEASES, Databases
 
 
 def queue(db: Database, messages: int = 3, resources: tuple[str, ...] = ("r1",)) -> None:
@@ -713,3 +713,54 @@ def test_negative_control_set_vt_judged_by_the_message_alone_keeps_a_revived_mes
     mq.install_mutant("pgmq-set-vt-ignores-later-read")
     a, stale, _ = revived(mq)
     assert a.one("select pgfence_pgmq.set_vt(%s, '1 hour')", (stale,)) is not None
+
+
+# -- reads in flight on a protected queue when pgfence goes to 0.3.1 (its mark_lease reworked) ---
+
+def protected_reads_across_the_core_upgrade(dbs: Databases,
+                                            mutant: str | None = None) -> tuple[object, ...]:
+    """Release 0.3.0 with its pgmq layer; queue jobs protected (enforce, consumers only) for r1;
+    three messages read under r1's lease, which then expires. pgfence upgraded by file (the
+    layer is unchanged: its 0.3.0 goes on, calling the reworked pgfence.mark_lease); the
+    results of the reads made before: set_vt of one, archive of it, delete_many of the other
+    two; then what the protection recorded and how many messages are left."""
+    name = dbs.fresh("mqprot")
+    install.prerequisites(dbs.cluster, name, ["pgmq"])
+    dbs.install_release(name, "0.3.0")
+    dbs.psql(name, "--single-transaction", "-f", RELEASES / "pgfence-pgmq--0.3.0.sql")
+    db = Database(dbs.dsn(name))
+    try:
+        queue(db, 3)
+        db.sql("select pgfence.protect('pgmq.q_jobs', array['r1'], 'enforce', "
+               "consumers_only => true)")
+        w = db.session("before")
+        lease = acquired(w.acquire("r1"))
+        attempts = [a for a, _, _ in read(w, lease, 3)]
+        # The lease runs out: the late results are authorized by their attempts (I5).
+        db.sql("update pgfence.leases set expires_at = clock_timestamp() - interval '1 second' "
+               "where lease_id = %s", (lease.lease_id,))
+        dbs.upgrade_by_file(name, "0.3.0", ("pgmq",))
+        assert dbs.version(name) == HEAD
+        if mutant:
+            db.install_mutant(mutant)
+        after = db.session("after")
+        kept = after.one("select pgfence_pgmq.set_vt(%s, '1 hour') is not null", (attempts[0],))
+        one = finish(after, "archive", attempts[0])
+        many = [str(o) for _, o in after.run(
+            "select * from pgfence_pgmq.delete_many(%s::uuid[])", (attempts[1:],))]
+        return (kept, one, many, int(db.one("select count(*) from pgfence.unfenced_writes")),
+                int(db.one("select count(*) from pgmq.q_jobs")),
+                int(db.one("select count(*) from pgmq.a_jobs")))
+    finally:
+        db.close()
+
+
+def test_reads_on_a_protected_queue_finish_after_pgfence_is_upgraded(dbs: Databases) -> None:
+    assert protected_reads_across_the_core_upgrade(dbs) == (
+        True, "accepted", ["accepted", "accepted"], 0, 0, 1)
+
+
+def test_negative_control_unmarked_results_are_refused_by_the_guard(dbs: Databases) -> None:
+    with pytest.raises(psycopg.Error) as refused:
+        protected_reads_across_the_core_upgrade(dbs, "mark-lease-marks-nothing")
+    assert refused.value.sqlstate == "PF007", "the guard refused the write the mark would allow"

@@ -7,6 +7,9 @@
 -- this schema, free to change). The layers mark theirs (Hook, Private) with pgfence.set_kind
 -- in their own kinds change. tests/test_function_kinds.py holds each kind to the facts.
 -- A new function that is not the API is added to the list of its kind here (rework kinds).
+--
+-- Reworked in 0.3.1, unchanged, to follow layer_api's rework: a fresh install creates the
+-- layers' functions there, and their comments, written again by it, get their kind here.
 
 begin;
 set local search_path = pg_catalog, pg_temp;

@@ -9,6 +9,10 @@
 -- changes none of them. None is granted to a worker: a layer's SECURITY DEFINER functions run
 -- as the installer, who owns these; lease_facts alone is the monitors' too (the layers' views
 -- call it as their reader).
+--
+-- Reworked in 0.3.1: mark_lease is PL/pgSQL, so its statements are planned once per session
+-- (as a LANGUAGE sql function that is not inlined, it was planned again on every call: 50 µs of
+-- every pgmq archive). A whole definition (a fresh install runs only this one).
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -17,12 +21,14 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
+do $$ begin perform pgfence.expect_release('pgfence', '0.3.0'); end $$;
+
 -- What fence does, for a layer's read under a lease (pgfence_pgmq.read, and so pgflow's
 -- start): the lease held current to the end of the transaction (hold_current: FOR KEY SHARE,
 -- its idle time bounded by what the lease has left) and the transaction marked fenced for its
 -- resource, so the read's own writes pass the guards of a protected queue. On the read's hot
 -- path: no SET, every name qualified.
-create function pgfence.hold_fenced(lease_id uuid)
+create or replace function pgfence.hold_fenced(lease_id uuid)
 returns pgfence.lease
 language plpgsql
 as $$
@@ -42,16 +48,24 @@ comment on function pgfence.hold_fenced(uuid) is
 -- NULL) is shown the attempt's lease's resource. Returns the markers as they were, for the
 -- caller to put back after that one write (set_config('pgfence.fenced', ..., true)); NULL when
 -- nothing was marked (tbl is not protected, or the lease is gone), and the keyed hash is then
--- not spent. On the results' hot path: no SET, every name qualified.
-create function pgfence.mark_lease(lease_id uuid, tbl regclass default null)
+-- not spent. On the results' hot path: no SET, every name qualified, and PL/pgSQL, whose
+-- statements keep their plans (a LANGUAGE sql function with a FROM is planned on every call).
+create or replace function pgfence.mark_lease(lease_id uuid, tbl regclass default null)
 returns text
-language sql
+language plpgsql
 as $$
-  select pgfence.mark_fenced(l.resource, k.hmac_key)
+declare
+  v_was text;
+begin
+  if mark_lease.tbl is not null
+     and not exists (select from pgfence.protections p where p.tbl operator(pg_catalog.=) mark_lease.tbl) then
+    return null;
+  end if;
+  select pgfence.mark_fenced(l.resource, k.hmac_key) into v_was
     from pgfence.leases l, pgfence.signing_key k
-   where l.lease_id operator(pg_catalog.=) mark_lease.lease_id
-     and (mark_lease.tbl is null
-          or exists (select from pgfence.protections p where p.tbl operator(pg_catalog.=) mark_lease.tbl));
+   where l.lease_id operator(pg_catalog.=) mark_lease.lease_id;
+  return v_was;
+end
 $$;
 comment on function pgfence.mark_lease(uuid, regclass) is
   'For a write an attempt authorizes: marks the transaction fenced for its lease''s resource where tbl is protected '
@@ -60,7 +74,7 @@ comment on function pgfence.mark_lease(uuid, regclass) is
 -- A third party's maintenance that writes protected tables for every resource at once (pgflow's
 -- stalled-task recovery, its worker pruning): the transaction is marked fenced for every
 -- resource whose protection covers one of tables. Returns the markers to put back.
-create function pgfence.mark_guards(tables regclass[])
+create or replace function pgfence.mark_guards(tables regclass[])
 returns text
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -82,7 +96,7 @@ comment on function pgfence.mark_guards(regclass[]) is
 -- What a layer and its monitors may know of the leases its attempts name: no capability but
 -- the ids it was given. status as pgfence.lease_status names it; live: active or draining and
 -- not expired (pgfence.is_live), the lease may still renew and finish what it holds.
-create function pgfence.lease_facts(lease_ids uuid[])
+create or replace function pgfence.lease_facts(lease_ids uuid[])
 returns table (lease_id uuid, resource text, owner text, generation bigint, status text, live boolean)
 language sql
 stable
@@ -105,7 +119,7 @@ comment on function pgfence.lease_facts(uuid[]) is
 -- resource and owner, encoded so that no two pairs meet (resource 'a/b' with owner 'c' and
 -- resource 'a' with owner 'b/c' are two owners). A third party's worker row is keyed by it
 -- (pgflow.workers: a worker that acquires again keeps its row). On the start's hot path.
-create function pgfence.owner_ref(lease_id uuid, purpose text, out resource text, out ref uuid)
+create or replace function pgfence.owner_ref(lease_id uuid, purpose text, out resource text, out ref uuid)
 language plpgsql
 stable
 as $$
@@ -127,7 +141,7 @@ comment on function pgfence.owner_ref(uuid, text) is
 -- 55P03, which the clients retry. Every function that locks rows others need bounds its idle
 -- time (limit_idle), so a holder lets go within that bound and a retry gets through. Returns
 -- the setting to put back once the locks are taken.
-create function pgfence.limit_lock_wait()
+create or replace function pgfence.limit_lock_wait()
 returns text
 language plpgsql
 as $$
@@ -153,7 +167,7 @@ comment on function pgfence.limit_lock_wait() is
 -- judgement) and was started (the column named started) before the bound: an abandoned one
 -- (its worker died, or was taken over) goes too, so its lease is no longer kept either. An
 -- attempt with stale results left is kept until they go.
-create function pgfence.prune_attempts(attempts regclass, stale_results regclass, started name,
+create or replace function pgfence.prune_attempts(attempts regclass, stale_results regclass, started name,
                                        older_than interval, live uuid[])
 returns table (what text, rows bigint)
 language plpgsql

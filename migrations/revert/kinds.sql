@@ -1,20 +1,8 @@
--- Revert pgfence:kinds: the kinds it wrote go from the comments (seal, lockdown and the other
--- installer functions say "Installer:" in their own scripts, and keep it), then set_kind
+-- Revert pgfence:kinds from 0.3.1: nothing. The kinds are the ones 0.3.0 wrote, and stay
+-- (layer_api's revert keeps the comment of the function it puts back).
 
 begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
-
-do $$
-begin
-  perform pgfence.set_kind(null, variadic array_agg(p.oid::regprocedure))
-     from pg_proc p
-    where p.pronamespace = 'pgfence'::regnamespace
-      and obj_description(p.oid, 'pg_proc') ~ '^(Layers|Private):';
-  perform pgfence.set_kind(null, 'pgfence.installed_release(name)', 'pgfence.schema_drift(name)',
-                           'pgfence.schema_fingerprint(name)');
-end
-$$;
-drop function pgfence.set_kind(text, regprocedure[]);
 
 commit;
