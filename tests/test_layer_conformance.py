@@ -796,6 +796,46 @@ def test_upgrade_keeps_live_state_of_the_core_and_the_layer(dbs: Databases, laye
     check_live_state(dbs, name, live)
 
 
+@pytest.mark.parametrize("path", ["file", "sqitch"])
+def test_pgflow_tasks_started_under_0_3_0_complete_in_one_batch_after_the_upgrade(
+        dbs: Databases, path: str) -> None:
+    """The pgflow layer's batch (0.3.1, complete_many) takes the results of tasks a worker
+    started under 0.3.0, as its single complete_task does: each accepted once, its resend a
+    duplicate for each, pgflow's tasks completed with their outputs."""
+    layer, flow = layers.layer("pgflow"), "conformance_flow"  # the driver's flow
+    name = dbs.fresh("lbatch")
+    install_release_with_layer(dbs, name, layer, "0.3.0")
+    live = make_live_state(dbs, name)
+    db = Database(dbs.dsn(name))
+    try:
+        s = db.session("before")
+        started = [a for (a,) in s.run("select attempt_id from pgfence_pgflow.start_tasks("
+                                       "%s, %s, %s, '1 hour', 3)", (live.current, flow, flow))]
+        assert len(started) == 3
+        if path == "file":
+            dbs.upgrade_by_file(name, "0.3.0", ("pgmq", "pgflow"))
+        else:
+            sqitch("deploy", "--log-only", "--to", "@v0.3.0", f"db:pg:{name}")
+            sqitch("deploy", f"db:pg:{name}")
+            for each in ("pgmq", "pgflow"):
+                sqitch("deploy", "--log-only", "--to", "@v0.3.0", f"db:pg:{name}", layer=each)
+                sqitch("deploy", f"db:pg:{name}", layer=each)
+        assert db.one("select pgfence.installed_release('pgfence_pgflow')") == HEAD
+        after = db.session("after")
+        batch = ("select array_agg(outcome order by n) from pgfence_pgflow.complete_many("
+                 "%s::uuid[], array(select jsonb_build_object('i', i) "
+                 "from generate_series(1, 3) i)) with ordinality m(attempt_id, outcome, n)")
+        assert after.one(batch, (started,)) == ["accepted"] * 3
+        assert after.one(batch, (started,)) == ["duplicate"] * 3
+        assert sorted(db.sql("select st.output ->> 'i' from pgflow.step_tasks st "
+                             "join pgfence_pgflow.attempts a using (run_id, step_slug, task_index)"
+                             " where a.attempt_id = any(%s) and st.status = 'completed'",
+                             (started,))) == [("1",), ("2",), ("3",)]
+    finally:
+        db.close()
+    check_live_state(dbs, name, live)
+
+
 @pytest.mark.parametrize(("layer", "start"), STARTS)
 def test_sqitch_reverts_the_layer_to_its_release_and_deploys_again(dbs: Databases,
                                                                    layer: Layer,
