@@ -634,12 +634,17 @@ def test_only_pgfence_worker_may_call_the_layer(flow: Database) -> None:
         # Issue 25's maintenance and registration (operator's, not the workers').
         ("pgfence_pgflow.as_maintenance(text,interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.check_allowed(regprocedure)", False, False, False, []),
+        # Issue 45's batch: complete_many and fail_many over finish_many (each finish's rule).
+        ("pgfence_pgflow.complete_many(uuid[],jsonb[])", False, True, False, []),
         ("pgfence_pgflow.complete_task(uuid,jsonb)", False, True, False, []),
         ("pgfence_pgflow.cron_commands()", False, False, False, SEARCH_PATH),
         ("pgfence_pgflow.enabled_changed(text[])", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.ensure_workers()", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.fail_many(uuid[],text[])", False, True, False, []),
         ("pgfence_pgflow.fail_task(uuid,text)", False, True, False, []),
         ("pgfence_pgflow.finish(uuid,text,jsonb,text)", False, True, True,
+         ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.finish_many(uuid[],text,jsonb[],text[])", False, True, True,
          ["search_path=pg_catalog, pg_temp"]),
         ("pgfence_pgflow.follow_resource()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.health()", False, False, True, SEARCH_PATH),

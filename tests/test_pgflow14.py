@@ -508,6 +508,11 @@ def window_over_a_plain_function(db: Database, cluster: Cluster) -> uuid.UUID:
     return token
 
 
+# The layer's newest release: its plan's last release change, the first step of its revert.
+LAYER_RELEASE = [line.split()[0] for line in (ROOT / "layers/pgflow/sqitch.plan").read_text()
+                 .splitlines() if line.startswith("release_")][-1].removeprefix("release_")
+
+
 def test_the_layers_revert_refuses_first_while_a_window_holds_a_function(
         flow14: Database, cluster14: Cluster) -> None:
     db = flow14
@@ -518,7 +523,7 @@ def test_the_layers_revert_refuses_first_while_a_window_holds_a_function(
     assert "would strand an open update window; nothing was reverted" in said, said
     assert "plain" in said, said
     # Nothing reverted: the release's seal and every change after pgflow_windows are there.
-    assert db.one("select pgfence.installed_release('pgfence_pgflow')") == "0.3.0"
+    assert db.one("select pgfence.installed_release('pgfence_pgflow')") == LAYER_RELEASE
     assert db.one(LAYER_DEPLOYED) is True
     db.sql("select * from pgfence.finish_update(%s)", (token,))
     sqitch14(cluster14, "revert", "-y", layer="pgflow")
@@ -527,15 +532,17 @@ def test_the_layers_revert_refuses_first_while_a_window_holds_a_function(
 
 def test_negative_control_without_the_first_steps_check_the_revert_is_half_done(
         flow14: Database, cluster14: Cluster, tmp_path: Path) -> None:
-    """The layer's project copied, its release's revert without the check: refused at
+    """The layer's project copied, its releases' reverts without the check: refused at
     pgflow_windows, after the changes above it were reverted (the cron record gone)."""
     db = flow14
     window_over_a_plain_function(db, cluster14)
     project = tmp_path / "pgflow"
     shutil.copytree(ROOT / "layers/pgflow", project)
-    first = project / "revert/release_0.3.0.sql"
-    text = first.read_text()
-    first.write_text(text[:text.index("do $$\ndeclare")] + text[text.index("do $$ begin perform"):])
+    # Each release's revert without it (an older release's would refuse at its own step).
+    for first in project.glob("revert/release_*.sql"):
+        text = first.read_text()
+        first.write_text(text[:text.index("do $$\ndeclare")]
+                         + text[text.index("do $$ begin perform"):])
     out = subprocess.run(["sqitch", "revert", "-y", f"db:pg:{CRON_DATABASE}"], cwd=project,
                          capture_output=True, text=True,
                          env={**cluster14.env(), **install.SQITCH_ENV})
