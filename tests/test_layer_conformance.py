@@ -163,7 +163,8 @@ def changes(layer: Layer) -> list[str]:
     return re.split(r"(?m)^(?=-- change: )", layer.bundle.read_text())[1:]
 
 
-LOCKS_DOWN_CALL = re.compile(r"pgfence\.(seal|lockdown)\('pgfence_\w+'[^)]*\)")
+# (And the guard of a section's first change, which expects the release a seal records.)
+LOCKS_DOWN_CALL = re.compile(r"pgfence\.(seal|lockdown|expect_release)\('pgfence_\w+'[^)]*\)")
 
 
 def test_lockdown_is_the_layers_last_change(cluster: Cluster, layer: Layer) -> None:
@@ -918,8 +919,10 @@ def test_negative_control_a_layer_upgrade_missing_a_change_is_caught(
         dbs.upgrade_by_file(name, target(step), (*below, layer.name))
     except ClusterError as e:
         # The next layer upgrade file's own check found the layer is not the release it
-        # starts from.
-        assert f"the {layer.schema} schema differs from the {layer.name} layer" in str(e), e
+        # starts from (from 0.3.0 on, pgfence.check_release: not as released).
+        assert (f"the {layer.schema} schema differs from the {layer.name} layer" in str(e)
+                or f"schema {layer.schema} is not release {target(step)} as released"
+                in str(e)), e
         return
     assert schema_dump(name) != schema_dump(head_with_layer(dbs, layer))
 
@@ -948,8 +951,11 @@ def test_a_layer_upgrade_refuses_a_layer_changed_by_hand(dbs: Databases, layer: 
     finally:
         db.close()
     err = refusal(name, step)
-    assert (f"the {layer.schema} schema differs from the {layer.name} layer of release "
-            f"{start}") in err, err
+    # Up to 0.2.1 the layer's fingerprint.sql; from 0.3.0 on pgfence.check_release.
+    said = (f"the {layer.schema} schema differs from the {layer.name} layer of release {start}"
+            if version_key(start) <= version_key(LEGACY)
+            else f"schema {layer.schema} differs from its release {start} as installed")
+    assert said in err, err
 
 
 @pytest.mark.parametrize(("layer", "start"), FILES)
