@@ -24,6 +24,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from pgfence.releases import key
 from testkit import layers
 from testkit.cluster import Cluster, ClusterError
 
@@ -62,8 +63,6 @@ def released(name: str, release: str) -> Path:
     """The one-file install of pgfence (name "pgfence") or of a layer ("pgfence-NAME") as
     release ``release`` shipped it: a layer unchanged in that release is its newest earlier one
     (sql/releases, scripts/bundle)."""
-    def key(version: str) -> tuple[int, ...]:
-        return tuple(int(x) for x in version.split("."))
     found = {p.name.removeprefix(f"{name}--").removesuffix(".sql"): p
              for p in (ROOT / "sql/releases").glob(f"{name}--*.sql")}
     older = [v for v in found if key(v) <= key(release)]

@@ -169,6 +169,8 @@ GROUPS: dict[str, tuple[str, str]] = {
                                 "cluster, which its own case and the Supabase tests create"),
     "test_doctor.py": ("roles", "prints test_health's checks, \"roles confined\" among them"),
     "reads_cluster_roles": ("roles", "its doctor judges \"roles confined\", as test_doctor's"),
+    "bare_role": ("roles", "a login role of the cluster's, which \"roles confined\" of the "
+                           "cases above would count while it lives"),
     "test_idle_bound.py": ("idle", "its cases wait for the idle bound together: one batch"),
     "cron_ran": ("cron", "pg_cron runs jobs on the minute: the module's jobs share one wait"),
     "password_role": ("hba", "rewrites pg_hba.conf and reloads the server"),

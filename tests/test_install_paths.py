@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from typing import Any
 import pytest
 
 from pgfence.connection import connect
-from pgfence.releases import Files
+from pgfence.releases import Files, key
 from testkit import install
 from testkit.cluster import Cluster
 from testkit.install import SQITCH_ENV
@@ -195,7 +196,7 @@ def test_a_one_file_database_refuses_sqitch_deploy_and_keeps_working(make: Any) 
 
 RELEASED = sorted((p.name.removeprefix("pgfence--").removesuffix(".sql")
                    for p in (ROOT / "sql/releases").glob("pgfence--*.sql")),
-                  key=lambda v: tuple(int(n) for n in v.split(".")))
+                  key=key)
 
 
 @pytest.mark.parametrize("release", sorted({*RELEASED, HEAD}))
@@ -285,10 +286,12 @@ def with_a_change_after_the_release(tmp_path: Path) -> Path:
 
 
 def layer_files_of(rules: Any, root: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """scripts/bundle's files of the pgmq layer under ``root``."""
+    """scripts/bundle's files of the pgmq layer under ``root``, bundled as the pgfence release
+    its open section would ship with (the one it seals: the repository's head may be later)."""
     monkeypatch.setattr(rules, "ROOT", root)
     monkeypatch.setattr(rules, "SQL", root / "sql")
-    head = rules.version_of(rules.read_plan(), len(rules.read_plan()))
+    plan = (root / "layers/pgmq/sqitch.plan").read_text()
+    head = re.findall(r"(?m)^release_(\S+) ", plan)[-1]
     return rules.layer_files("pgmq", head)
 
 

@@ -15,4 +15,4 @@ The protocol lives in SQL (schema ``pgfence``); this package holds the Python si
 See docs/python.md for the clients and docs/cli.md for the command.
 """
 
-__version__ = "0.3.0"
+__version__ = "0.3.1"

@@ -18,9 +18,8 @@ AsyncConnection = psycopg.AsyncConnection[tuple[Any, ...]]
 # other role over a socket it stays NULL, and the connection counts as not direct.
 _ENDPOINT = ("select host(inet_server_addr()), inet_server_port(), "
              "current_setting('port')::int, "
-             "case when inet_server_addr() is null and (pg_has_role('pg_read_all_settings', "
-             "'usage') or (select rolsuper from pg_roles where rolname = current_user)) "
-             "then current_setting('unix_socket_directories') end")
+             "case when inet_server_addr() is null and pg_has_role('pg_read_all_settings', "
+             "'usage') then current_setting('unix_socket_directories') end")  # a superuser too
 PREPARE_AFTER = 0   # psycopg's prepare_threshold on a direct connection: from the first call
 
 
