@@ -13,5 +13,6 @@ def test_bench_quick_runs_every_pair() -> None:
     out = subprocess.run([str(ROOT / "scripts/bench"), "--quick"],
                          capture_output=True, text=True, timeout=HUNG)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    for section in ("renew", "claim", "complete", "takeover latency", "completed history"):
+    for section in ("renew", "claim", "complete", "takeover latency", "completed history",
+                    "pgflow workers"):
         assert section in out.stdout, section

@@ -33,9 +33,9 @@ import json
 import subprocess
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict
@@ -180,10 +180,27 @@ class FaultRun:
                     "QUEUE": self.queue, "APP": self.app, "BROKEN": broken,
                     "QTY": str(len(self.payloads) if self.batch else 1)}
         db.sql("select pgfence.register(%s)", (self.resource,))
-        for payload in self.payloads:
-            db.sql("select pgfence.enqueue(%s, %s)", (self.queue, json.dumps(payload)))
+        self.seed()
         self.fired = False
         self.timeline: list[str] = []
+
+    # What the test locks for ``terminate``, and what the relay watches for, by step.
+    locks: ClassVar[Mapping[str, str]] = LOCKS
+    statements: ClassVar[Mapping[str, str]] = STATEMENTS
+
+    def seed(self) -> None:
+        """The work: a task of the queue per payload."""
+        for payload in self.payloads:
+            self.db.sql("select pgfence.enqueue(%s, %s)", (self.queue, json.dumps(payload)))
+
+    def results(self) -> tuple[list[tuple[Any, ...]], int]:
+        """Each task's (n, state, attempt, result, error), and the stale results."""
+        tasks = self.db.sql("select (payload->>'n')::int, state, attempt, result, error "
+                            "from pgfence.tasks where queue = %s order by task_id",
+                            (self.queue,))
+        stale = self.db.one("select count(*) from pgfence.stale_results s "
+                            "join pgfence.tasks using (task_id) where queue = %s", (self.queue,))
+        return tasks, int(stale)
 
     def run(self) -> Outcome:
         proc = subprocess.Popen([str(DENO), "run", *PERMISSIONS, "testdata/fault_worker.ts"],
@@ -227,11 +244,7 @@ class FaultRun:
                 proc.wait()
             if self.proxy is not None:
                 self.proxy.close()
-        tasks = self.db.sql("select (payload->>'n')::int, state, attempt, result, error "
-                            "from pgfence.tasks where queue = %s order by task_id",
-                            (self.queue,))
-        stale = self.db.one("select count(*) from pgfence.stale_results s "
-                            "join pgfence.tasks using (task_id) where queue = %s", (self.queue,))
+        tasks, stale = self.results()
         leases = [s for (s,) in self.db.sql(
             "select status from pgfence.lease_status where resource = %s order by generation",
             (self.resource,))]
@@ -261,12 +274,12 @@ class FaultRun:
             self._go(proc)
         elif fault == "lose-answer":
             assert self.proxy is not None
-            self.proxy.arm(STATEMENTS[str(step)])
+            self.proxy.arm(self.statements[str(step)])
             self._go(proc)
         else:
             holder = self.db.session(f"holder-{self.app}")
             holder.begin()
-            holder.run(LOCKS[str(step)], {"resource": self.resource, "queue": self.queue})
+            holder.run(self.locks[str(step)], {"resource": self.resource, "queue": self.queue})
             self._go(proc)
             self.db.wait_until("select exists (select from pg_stat_activity where "
                                "application_name = %s and wait_event_type = 'Lock')", (self.app,))
@@ -454,3 +467,100 @@ def test_docs_show_the_fault_table() -> None:
     assert start in doc and end in doc, "docs/deno.md has no fault table"
     shown = doc[doc.index(start) + len(start):doc.index(end)]
     assert shown == fault_table(), f"docs/deno.md's fault table should be:\n{fault_table()}"
+
+
+# --- the pgflow worker's batch: complete_many of pgfence_pgflow -------------------------------
+
+class FlowFaultRun(FaultRun):
+    """The same worker process as a FlowWorker (fault_worker.ts, $FLOW) of a pgflow flow of one
+    step, `only`, three runs of it started with the payloads (max_attempts 1: the thrown error
+    fails its task for good), taken in one batch: the two results in one
+    pgfence_pgflow.complete_many, which the fault breaks; the failure's fail_task at once."""
+
+    locks: ClassVar[Mapping[str, str]] = {
+        "complete_many": "select from pgflow.runs where flow_slug = %(queue)s for update"}
+    statements: ClassVar[Mapping[str, str]] = {"complete_many": "pgfence_pgflow.complete_many("}
+
+    def __init__(self, db: Database, cluster: Cluster, bouncer: PgBouncer,
+                 env: dict[str, str], target: str, fault: str | None,
+                 broken: str = "") -> None:
+        self.flow = f"f_{uuid.uuid4().hex[:8]}"
+        super().__init__(db, cluster, bouncer, {**env, "FLOW": self.flow}, target, fault,
+                         "complete_many" if fault else None, broken, batch=True)
+        self.queue = self.env["QUEUE"] = self.flow
+
+    def seed(self) -> None:
+        self.db.sql("select pgflow.create_flow(%s, max_attempts => 1, timeout => 600)",
+                    (self.flow,))
+        self.db.sql("select pgflow.add_step(%s, 'only')", (self.flow,))
+        for payload in self.payloads:
+            self.db.sql("select pgflow.start_flow(%s, %s)", (self.flow, json.dumps(payload)))
+
+    def results(self) -> tuple[list[tuple[Any, ...]], int]:
+        """Each task's (n, status, attempts_count, output, error_message), and the stale
+        results of the flow's attempts."""
+        tasks = self.db.sql("select (r.input->>'n')::int, st.status, st.attempts_count, "
+                            "st.output, st.error_message from pgflow.step_tasks st "
+                            "join pgflow.runs r using (run_id) where st.flow_slug = %s "
+                            "order by 1", (self.flow,))
+        stale = self.db.one("select count(*) from pgfence_pgflow.stale_results s "
+                            "join pgfence_pgflow.attempts a using (attempt_id) "
+                            "where a.flow_slug = %s", (self.flow,))
+        return tasks, int(stale)
+
+
+def check_flow(run: FlowFaultRun, outcome: Outcome) -> None:
+    """What every run of the flow must show: each handler ran once, each result applied once
+    (the returned ones completed their tasks, the thrown error failed its task), nothing
+    stale, every report answered accepted or duplicate, the lease released."""
+    cell = f"{run.fault} at the flow's complete_many ({run.target})"
+    done = outcome.done
+    assert done["error"] is None, f"{cell}: the worker failed: {done['error']}"
+    assert outcome.fired or run.fault is None, f"{cell}: the fault did not happen"
+    assert done["runs"] == {"1": 1, "2": 1, "3": 1}, f"{cell}: handlers ran {done['runs']}"
+    assert outcome.tasks == [(1, "completed", 1, {"n": 1, "by": run.app}, None),
+                             (2, "failed", 1, None, "task 2 fails"),
+                             (3, "completed", 1, {"n": 3, "by": run.app}, None)], \
+        f"{cell}: tasks {outcome.tasks}"
+    assert outcome.stale == 0, f"{cell}: stale results"
+    verdicts = done["verdicts"]
+    assert verdicts["stale"] == 0 and verdicts["accepted"] + verdicts["duplicate"] == 3, \
+        f"{cell}: verdicts {verdicts}"
+    assert outcome.leases[-1] == "released", f"{cell}: leases {outcome.leases}"
+
+
+@pytest.fixture
+def flow_faults(flow: Database, flow_cluster: Cluster, flow_bouncer: PgBouncer,
+                deno_env: dict[str, str]) -> Any:
+    def make(target: str, fault: str | None, broken: str = "") -> FlowFaultRun:
+        return FlowFaultRun(flow, flow_cluster, flow_bouncer, deno_env, target, fault, broken)
+    return make
+
+
+# (target, fault): whether the first copy committed (its answer lost: each id then answered
+# duplicate) or rolled back (its backend terminated while it waited: accepted when sent again).
+FLOW_FAULTS = [("direct", None), ("direct", "lose-answer"), ("direct", "terminate"),
+               ("pgbouncer", "lose-answer"), ("pgbouncer", "terminate")]
+
+
+@pytest.mark.parametrize(("target", "fault"), FLOW_FAULTS,
+                         ids=[f"{t}-{f or 'none'}" for t, f in FLOW_FAULTS])
+def test_the_flow_workers_batch_is_applied_once_whatever_breaks_it(
+        flow_faults: Any, target: str, fault: str | None) -> None:
+    run = flow_faults(target, fault)
+    outcome = run.run()
+    check_flow(run, outcome)
+    sent = outcome.done["steps"].get("complete_many", 0)
+    duplicate = outcome.done["verdicts"]["duplicate"]
+    assert (sent, duplicate) == {None: (1, 0), "lose-answer": (2, 2), "terminate": (2, 0)}[fault], \
+        f"complete_many sent {sent} times, {duplicate} duplicates: {outcome.timeline}"
+
+
+def test_negative_control_a_flow_batch_not_sent_again_is_lost(flow_faults: Any) -> None:
+    run = flow_faults("direct", "terminate", broken="no-resend")
+    outcome = run.run()
+    assert "ConnectionLost" in str(outcome.done["error"]), outcome.done
+    with pytest.raises(AssertionError, match="the worker failed"):
+        check_flow(run, outcome)
+    # The two results are nowhere: their tasks are still started.
+    assert [status for (_, status, *_) in outcome.tasks] == ["started", "failed", "started"]

@@ -380,7 +380,7 @@ def test_pgflow_worker_tests_pass_directly_and_through_pgbouncer(
     said = out.stdout + out.stderr
     assert out.returncode == 0, said
     summary = re.search(r"^ok \| (\d+) passed \| 0 failed(?: \| (\d+) ignored)?", said, re.M)
-    assert summary and int(summary.group(1)) == 28 and summary.group(2) in (None, "0"), said
+    assert summary and int(summary.group(1)) == 36 and summary.group(2) in (None, "0"), said
 
 
 # -- docs/pgflow.md, "Moving from pgflow's EdgeWorker (0.14)": a pgflow 0.14 project converted --

@@ -163,7 +163,8 @@ def changes(layer: Layer) -> list[str]:
     return re.split(r"(?m)^(?=-- change: )", layer.bundle.read_text())[1:]
 
 
-LOCKS_DOWN_CALL = re.compile(r"pgfence\.(seal|lockdown)\('pgfence_\w+'[^)]*\)")
+# (And the guard of a section's first change, which expects the release a seal records.)
+LOCKS_DOWN_CALL = re.compile(r"pgfence\.(seal|lockdown|expect_release)\('pgfence_\w+'[^)]*\)")
 
 
 def test_lockdown_is_the_layers_last_change(cluster: Cluster, layer: Layer) -> None:
@@ -796,6 +797,46 @@ def test_upgrade_keeps_live_state_of_the_core_and_the_layer(dbs: Databases, laye
     check_live_state(dbs, name, live)
 
 
+@pytest.mark.parametrize("path", ["file", "sqitch"])
+def test_pgflow_tasks_started_under_0_3_0_complete_in_one_batch_after_the_upgrade(
+        dbs: Databases, path: str) -> None:
+    """The pgflow layer's batch (0.3.1, complete_many) takes the results of tasks a worker
+    started under 0.3.0, as its single complete_task does: each accepted once, its resend a
+    duplicate for each, pgflow's tasks completed with their outputs."""
+    layer, flow = layers.layer("pgflow"), "conformance_flow"  # the driver's flow
+    name = dbs.fresh("lbatch")
+    install_release_with_layer(dbs, name, layer, "0.3.0")
+    live = make_live_state(dbs, name)
+    db = Database(dbs.dsn(name))
+    try:
+        s = db.session("before")
+        started = [a for (a,) in s.run("select attempt_id from pgfence_pgflow.start_tasks("
+                                       "%s, %s, %s, '1 hour', 3)", (live.current, flow, flow))]
+        assert len(started) == 3
+        if path == "file":
+            dbs.upgrade_by_file(name, "0.3.0", ("pgmq", "pgflow"))
+        else:
+            sqitch("deploy", "--log-only", "--to", "@v0.3.0", f"db:pg:{name}")
+            sqitch("deploy", f"db:pg:{name}")
+            for each in ("pgmq", "pgflow"):
+                sqitch("deploy", "--log-only", "--to", "@v0.3.0", f"db:pg:{name}", layer=each)
+                sqitch("deploy", f"db:pg:{name}", layer=each)
+        assert db.one("select pgfence.installed_release('pgfence_pgflow')") == HEAD
+        after = db.session("after")
+        batch = ("select array_agg(outcome order by n) from pgfence_pgflow.complete_many("
+                 "%s::uuid[], array(select jsonb_build_object('i', i) "
+                 "from generate_series(1, 3) i)) with ordinality m(attempt_id, outcome, n)")
+        assert after.one(batch, (started,)) == ["accepted"] * 3
+        assert after.one(batch, (started,)) == ["duplicate"] * 3
+        assert sorted(db.sql("select st.output ->> 'i' from pgflow.step_tasks st "
+                             "join pgfence_pgflow.attempts a using (run_id, step_slug, task_index)"
+                             " where a.attempt_id = any(%s) and st.status = 'completed'",
+                             (started,))) == [("1",), ("2",), ("3",)]
+    finally:
+        db.close()
+    check_live_state(dbs, name, live)
+
+
 @pytest.mark.parametrize(("layer", "start"), STARTS)
 def test_sqitch_reverts_the_layer_to_its_release_and_deploys_again(dbs: Databases,
                                                                    layer: Layer,
@@ -878,8 +919,10 @@ def test_negative_control_a_layer_upgrade_missing_a_change_is_caught(
         dbs.upgrade_by_file(name, target(step), (*below, layer.name))
     except ClusterError as e:
         # The next layer upgrade file's own check found the layer is not the release it
-        # starts from.
-        assert f"the {layer.schema} schema differs from the {layer.name} layer" in str(e), e
+        # starts from (from 0.3.0 on, pgfence.check_release: not as released).
+        assert (f"the {layer.schema} schema differs from the {layer.name} layer" in str(e)
+                or f"schema {layer.schema} is not release {target(step)} as released"
+                in str(e)), e
         return
     assert schema_dump(name) != schema_dump(head_with_layer(dbs, layer))
 
@@ -908,8 +951,11 @@ def test_a_layer_upgrade_refuses_a_layer_changed_by_hand(dbs: Databases, layer: 
     finally:
         db.close()
     err = refusal(name, step)
-    assert (f"the {layer.schema} schema differs from the {layer.name} layer of release "
-            f"{start}") in err, err
+    # Up to 0.2.1 the layer's fingerprint.sql; from 0.3.0 on pgfence.check_release.
+    said = (f"the {layer.schema} schema differs from the {layer.name} layer of release {start}"
+            if version_key(start) <= version_key(LEGACY)
+            else f"schema {layer.schema} differs from its release {start} as installed")
+    assert said in err, err
 
 
 @pytest.mark.parametrize(("layer", "start"), FILES)

@@ -409,6 +409,89 @@ def test_negative_control_the_task_locked_before_the_message_deadlocks(flow: Dat
     assert "40P01" in outcomes, f"no deadlock: {outcomes}"
 
 
+# -- a batch's results (complete_many): two batches never deadlock ----------------------------
+
+def pairs(db: Database) -> tuple[list[uuid.UUID], dict[tuple[int, str], uuid.UUID]]:
+    """Flow `pair` (two root steps, s1 and s2), two runs of it, its four tasks started by one
+    worker: the runs, and each task's attempt by (run 1 or 2, step)."""
+    db.sql("select pgflow.create_flow('pair')")
+    db.sql("select pgflow.add_step('pair', 's1')")
+    db.sql("select pgflow.add_step('pair', 's2')")
+    db.sql("select pgfence.register('fn')")
+    runs = [uuid.UUID(str(db.one("select run_id from pgflow.start_flow('pair', %s::jsonb)",
+                                 (f'{{"n": {n}}}',)))) for n in (1, 2)]
+    w = db.session("w")
+    lease = acquired(w.acquire("fn"))
+    rows = w.run("select attempt_id, run_id, step_slug from pgfence_pgflow.start_tasks(%s, "
+                 "'pair', 'pair', '1 hour', 4)", (lease.lease_id,))
+    return runs, {(runs.index(run) + 1, step): attempt for attempt, run, step in rows}
+
+
+def batches_behind(db: Database, held: str, row: uuid.UUID, first: list[uuid.UUID],
+                   second: list[uuid.UUID]) -> tuple[Step, Step]:
+    """C holds one row (``held``, SQL, of ``row``): the first that batch ``first`` names. A
+    sends ``first`` and waits for C; B sends ``second``, which names the same rows in another
+    order, and waits too: behind C, or behind A, which waits for C holding its place in the
+    row's queue (pg_blocking_pids). Then C lets go: A's and B's steps. Locked in the order
+    given, A waits for the row B took meanwhile, and B for A's: a deadlock."""
+    a, b, c = db.session("a"), db.session("b"), db.session("c")
+    c.begin()
+    c.run(held, (row,))
+    steps = []
+    for s, batch in ((a, first), (b, second)):
+        step = s.start("select array_agg(outcome order by n) from pgfence_pgflow.complete_many("
+                       "%s::uuid[]) with ordinality m(attempt_id, outcome, n)", (batch,))
+        assert step.settle() is True and step.blocked_by \
+            and set(step.blocked_by) <= {c.pid, a.pid}
+        steps.append(step)
+    c.commit()
+    return steps[0], steps[1]
+
+
+ATTEMPT_HELD = "select from pgfence_pgflow.attempts where attempt_id = %s for update"
+RUN_HELD = "select from pgflow.runs where run_id = %s for update"
+
+
+def test_a_batch_and_its_copy_in_another_order_never_deadlock(flow: Database) -> None:
+    """A batch and its resend in the other order (a lost answer sent again while the first copy
+    still runs): the attempts are locked in one order, so the second waits for the first and is
+    told duplicate for each."""
+    _, attempt = pairs(flow)
+    x, y = attempt[1, "s1"], attempt[2, "s1"]
+    a, b = batches_behind(flow, ATTEMPT_HELD, x, [x, y], [y, x])
+    assert a.one() == ["accepted", "accepted"]
+    assert b.one() == ["duplicate", "duplicate"]
+
+
+def test_negative_control_attempts_locked_in_the_given_order_deadlock(flow: Database) -> None:
+    flow.install_mutant("pgflow-batch-attempts-unsorted")
+    _, attempt = pairs(flow)
+    x, y = attempt[1, "s1"], attempt[2, "s1"]
+    a, b = batches_behind(flow, ATTEMPT_HELD, x, [x, y], [y, x])
+    outcomes = [sqlstate(a.result), sqlstate(b.result)]
+    assert "40P01" in outcomes, f"no deadlock: {outcomes}"
+
+
+def test_two_batches_over_the_same_runs_never_deadlock(flow: Database) -> None:
+    """Two batches of different attempts of the same two runs, the runs in opposite orders:
+    the runs are locked in one order across each batch, so one waits for the other and both
+    are accepted."""
+    runs, attempt = pairs(flow)
+    a, b = batches_behind(flow, RUN_HELD, runs[0], [attempt[1, "s1"], attempt[2, "s1"]],
+                          [attempt[2, "s2"], attempt[1, "s2"]])
+    assert [a.one(), b.one()] == [["accepted", "accepted"]] * 2
+    assert flow.one("select count(*) from pgflow.runs where status = 'completed'") == 2
+
+
+def test_negative_control_runs_locked_in_the_given_order_deadlock(flow: Database) -> None:
+    flow.install_mutant("pgflow-batch-runs-unsorted")
+    runs, attempt = pairs(flow)
+    a, b = batches_behind(flow, RUN_HELD, runs[0], [attempt[1, "s1"], attempt[2, "s1"]],
+                          [attempt[2, "s2"], attempt[1, "s2"]])
+    outcomes = [sqlstate(a.result), sqlstate(b.result)]
+    assert "40P01" in outcomes, f"no deadlock: {outcomes}"
+
+
 # -- old binaries calling pgflow directly, producers, the update window ------------------------
 
 def test_an_unconverted_worker_is_seen_then_refused(any_flow: Database) -> None:
@@ -551,12 +634,17 @@ def test_only_pgfence_worker_may_call_the_layer(flow: Database) -> None:
         # Issue 25's maintenance and registration (operator's, not the workers').
         ("pgfence_pgflow.as_maintenance(text,interval)", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.check_allowed(regprocedure)", False, False, False, []),
+        # Issue 45's batch: complete_many and fail_many over finish_many (each finish's rule).
+        ("pgfence_pgflow.complete_many(uuid[],jsonb[])", False, True, False, []),
         ("pgfence_pgflow.complete_task(uuid,jsonb)", False, True, False, []),
         ("pgfence_pgflow.cron_commands()", False, False, False, SEARCH_PATH),
         ("pgfence_pgflow.enabled_changed(text[])", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.ensure_workers()", False, False, True, SEARCH_PATH),
+        ("pgfence_pgflow.fail_many(uuid[],text[])", False, True, False, []),
         ("pgfence_pgflow.fail_task(uuid,text)", False, True, False, []),
         ("pgfence_pgflow.finish(uuid,text,jsonb,text)", False, True, True,
+         ["search_path=pg_catalog, pg_temp"]),
+        ("pgfence_pgflow.finish_many(uuid[],text,jsonb[],text[])", False, True, True,
          ["search_path=pg_catalog, pg_temp"]),
         ("pgfence_pgflow.follow_resource()", False, False, True, SEARCH_PATH),
         ("pgfence_pgflow.health()", False, False, True, SEARCH_PATH),

@@ -127,25 +127,35 @@ def run_held(db: Database, run: object) -> Session:
     return h
 
 
-def test_a_result_waits_for_its_run_a_bounded_time_then_is_retried(flow: Database) -> None:
+# A result alone, and a batch's (which locks the batch's runs first).
+RESULTS = {"complete_task": "select pgfence_pgflow.complete_task(%s, '{}')",
+           "complete_many": "select outcome from pgfence_pgflow.complete_many(array[%s]::uuid[])"}
+
+
+@pytest.mark.parametrize("result", list(RESULTS))
+def test_a_result_waits_for_its_run_a_bounded_time_then_is_retried(flow: Database,
+                                                                   result: str) -> None:
     w, attempt, run = started(flow)
     h = run_held(flow, run)
-    step = w.start("select pgfence_pgflow.complete_task(%s, '{}')", (attempt,))
+    step = w.start(RESULTS[result], (attempt,))
     assert step.settle() is True and step.blocked_by == [h.pid]
     with pytest.raises(psycopg.Error) as refused:
         step.result(timeout=HANG)
     assert refused.value.sqlstate == "55P03", "a retryable error, which both clients retry"
     assert w.one("show lock_timeout") == "0", "the caller's own lock_timeout is left as it was"
     h.rollback()
-    assert w.one("select pgfence_pgflow.complete_task(%s, '{}')", (attempt,)) == "accepted"
+    assert w.one(RESULTS[result], (attempt,)) == "accepted"
 
 
+@pytest.mark.parametrize(("result", "mutant"),
+                         [("complete_task", "pgflow-finish-lock-wait-unbounded"),
+                          ("complete_many", "pgflow-batch-lock-wait-unbounded")])
 def test_negative_control_an_unbounded_result_waits_as_long_as_the_run_is_held(
-        flow: Database) -> None:
-    flow.install_mutant("pgflow-finish-lock-wait-unbounded")
+        flow: Database, result: str, mutant: str) -> None:
+    flow.install_mutant(mutant)
     w, attempt, run = started(flow)
     h = run_held(flow, run)
-    step = w.start("select pgfence_pgflow.complete_task(%s, '{}')", (attempt,))
+    step = w.start(RESULTS[result], (attempt,))
     assert step.settle() is True
     flow.wait_until("select clock_timestamp() > %s + interval '6 seconds'",
                     (flow.one("select now()"),))

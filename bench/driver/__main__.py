@@ -59,7 +59,7 @@ from .run import (
     on_signal,
     stop_children,
 )
-from .workers import worker_main, workers, workers_report
+from .workers import FLOW_SETUP, FLOW_SYSTEMS, worker_main, workers, workers_report
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -76,7 +76,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--only",
         type=lambda s: set(s.split(",")),
         help="comma-separated subset of: renew, claim, complete, fence1, fence100, pgmq, "
-        "pgflow, cycle, batch, queue, renewals, takeover, history, dead, scale, workers",
+        "pgflow, cycle, batch, queue, renewals, takeover, history, dead, scale, workers, flows",
     )
     p.add_argument(
         "--own-lease",
@@ -187,6 +187,10 @@ def main(argv: list[str]) -> int:
         if opts.wanted("workers"):
             log("the whole cycle through workers")
             report += ["### Workers", "", *workers_report(workers(opts, server)), ""]
+        if opts.wanted("flows"):
+            log("the pgflow cycle through workers")
+            report += ["### pgflow workers", "",
+                       *workers_report(workers(opts, server, FLOW_SYSTEMS, FLOW_SETUP)), ""]
         if opts.wanted("scale"):
             log("property: monitoring at scale")
             report += ["### Monitoring at scale", "", *scale_report(scale(opts, server)), ""]

@@ -13,6 +13,12 @@ layer's Python worker and pgmq itself (read qty, archive each). With --peers, pr
 pgqueuer, graphile-worker and pg-boss too, run from the bench-only environment that
 bench/peers/setup installs (bench/.peers: never the tests' setup) by bench/peers/run.py and
 run.mjs, each with its documented settings.
+
+The pgflow group (scripts/bench --only flows) runs the same way over two flows of one no-op step:
+pgflow's own protocol driven by a hand-written worker (psycopg: read qty messages, pgflow's
+start_tasks, complete_task each; no pgfence) against the Deno client's FlowWorker on
+pgfence's pgflow layer (a start held for the batch, its results in one
+pgfence_pgflow.complete_many, statements prepared), ratios per round against the first.
 """
 
 from __future__ import annotations
@@ -79,11 +85,41 @@ RAW = System(
     "truncate bench.jobs",
     "select count(*) from bench.jobs where state <> 'done'")
 
+# The pgflow group's flows: wf worked by the FlowWorker, wf_raw by pgflow's own protocol (a
+# pgflow.workers row per hand-written worker process, as pgflow's own worker registers).
+FLOW_SETUP = """
+select pgflow.create_flow(f) from unnest(array['wf', 'wf_raw']) f
+ where not exists (select from pgflow.flows where flow_slug = f);
+select pgflow.add_step(f, 'only') from unnest(array['wf', 'wf_raw']) f
+ where not exists (select from pgflow.steps where flow_slug = f);
+"""
+
+
+def flow_system(flow: str) -> System:
+    """A pgflow flow of the group: a run per job, its one task queued with its message."""
+    return System(
+        flow,
+        f"select count(*) from (select pgflow.start_flow('{flow}', jsonb_build_object('n', g)) "
+        "from generate_series(1, %(n)s) g) s",
+        "truncate pgflow.step_tasks, pgflow.step_states, pgflow.runs, "
+        "pgfence_pgflow.stale_results, pgfence_pgflow.attempts, pgfence_pgmq.stale_results, "
+        f"pgfence_pgmq.attempts, realtime.stand_in_calls; select pgmq.purge_queue('{flow}'); "
+        f"truncate pgmq.a_{flow}",
+        f"select count(*) from pgflow.runs where flow_slug = '{flow}' and status <> 'completed'")
+
+
+FLOW_SYSTEMS: dict[str, tuple[System, bool]] = {
+    "pgflow's protocol, hand-written worker (read qty, start_tasks, complete_task each)":
+        (flow_system("wf_raw"), False),
+    "pgfence Deno FlowWorker": (flow_system("wf"), True),
+}
+
 # The Deno client's workers: deno_worker.ts KIND URL QTY INDEX, with the client's import map.
 DENO_WORKER = (str(DENO), "run", f"--allow-net={LOOPBACK}", "--allow-env", "--allow-read",
                "--allow-sys", "--config", str(ROOT / "clients/deno/deno.json"),
                str(ROOT / "bench/driver/deno_worker.ts"))
-DENO_KINDS = {"pgfence Deno Worker": "Worker", "pgfence Deno PgmqWorker": "PgmqWorker"}
+DENO_KINDS = {"pgfence Deno Worker": "Worker", "pgfence Deno PgmqWorker": "PgmqWorker",
+              "pgfence Deno FlowWorker": "FlowWorker"}
 
 PEERS_DIR = ROOT / "bench/.peers"
 PY_PEER = (str(PEERS_DIR / "venv/bin/python"), str(ROOT / "bench/peers/run.py"))
@@ -115,7 +151,6 @@ SYSTEMS: dict[str, tuple[System, bool]] = {
     "pgfence Deno PgmqWorker": (PGMQ, True),
     "pgmq raw (read qty, archive each)": (PGMQ, False),
 }
-BASELINE = next(iter(SYSTEMS))
 
 
 def worker_main(system: str, dsn: str, qty: int, index: int) -> None:
@@ -141,6 +176,19 @@ def worker_main(system: str, dsn: str, qty: int, index: int) -> None:
             while rows := conn.execute(CLAIM_RAW, (qty,)).fetchall():
                 for job_id, _payload in rows:
                     conn.execute(DONE_RAW, (job_id,))
+    elif system.startswith("pgflow's protocol"):
+        with connect(dsn, "worker", prepare=None) as conn:
+            [(worker_id,)] = conn.execute(
+                "insert into pgflow.workers (worker_id, queue_name, function_name) "
+                "values (gen_random_uuid(), 'wf_raw', 'bench-raw') returning worker_id").fetchall()
+            ready()
+            while msgs := [m for (m,) in conn.execute(
+                    "select msg_id from pgmq.read('wf_raw', 30, %s)", (qty,)).fetchall()]:
+                for run_id, step, index in conn.execute(
+                        "select run_id, step_slug, task_index from pgflow.start_tasks('wf_raw', "
+                        "%s::bigint[], %s)", (msgs, worker_id)).fetchall():
+                    conn.execute("select count(*) from pgflow.complete_task(%s, %s, %s, "
+                                 "'{}'::jsonb)", (run_id, step, index))
     elif system.startswith("pgmq raw"):
         with connect(dsn, "worker", prepare=None) as conn:
             ready()
@@ -270,14 +318,18 @@ def timed(server: Server, label: str, system: System, jobs: int, workers: int, q
     return jobs / elapsed, cost
 
 
-def workers(opts: Options, server: Server) -> dict[str, object]:
+def workers(opts: Options, server: Server,
+            systems: dict[str, tuple[System, bool]] = SYSTEMS,
+            setup: str = SETUP) -> dict[str, object]:
+    """The rounds over ``systems`` (the first is the baseline of the ratios): the workers
+    group's, with --peers its peers too, or the pgflow group's (FLOW_SYSTEMS, FLOW_SETUP)."""
     jobs = 100 if opts.quick else opts.jobs
-    chosen = dict(SYSTEMS)
-    if opts.peers:
+    chosen = dict(systems)
+    if opts.peers and systems is SYSTEMS:
         if not PEERS_DIR.exists():
             raise RuntimeError("the peers' environment is missing: run bench/peers/setup")
         chosen |= {label: (system, False) for label, system in PEERS.items()}
-    server.sql("bench", SETUP)
+    server.sql("bench", setup)
     for i in range(4):
         server.sql("bench", "select pgfence.register(%s)", f"bench-w{i}")
     dsn = server.cluster.tcp_dsn("bench")
@@ -301,10 +353,11 @@ def workers(opts: Options, server: Server) -> dict[str, object]:
 def workers_report(w: dict[str, object]) -> list[str]:
     rates: dict[tuple[str, int, int], list[float]] = w["rates"]  # type: ignore[assignment]
     labels: list[str] = w["labels"]  # type: ignore[assignment]
+    baseline = labels[0]
     lines = [
         f"{w['jobs']:,} no-op jobs per run, {w['rounds']} rounds; jobs/s from the start signal "
         "until the database says every job is finished, median over rounds (min-max); the "
-        "ratio to the hand-written worker is taken per round (median, min-max).",
+        f"ratio to the {baseline} is taken per round (median, min-max).",
         "",
         "| system | workers | qty | jobs/s | rounds | ratio to hand-written | per round |",
         "|---|---:|---:|---:|---|---:|---|",
@@ -313,7 +366,7 @@ def workers_report(w: dict[str, object]) -> list[str]:
         for n_workers in (1, 4):
             for qty in (1, 10):
                 r = rates[label, n_workers, qty]
-                base = rates[BASELINE, n_workers, qty]
+                base = rates[baseline, n_workers, qty]
                 ratios = [a / b for a, b in zip(r, base, strict=True)]
                 lines.append(
                     f"| {label} | {n_workers} | {qty} | {fmt(statistics.median(r))} | "

@@ -150,6 +150,8 @@ const PGFLOW_TIMEOUT = 60;
 /** Seconds a start hides a task's message beyond its step's timeout (pgflow's rule, which
  * `pgfence_pgflow.start_tasks` applies). */
 const START_MARGIN = 2;
+/** The longest visibility the database grants (pgfence.check_interval): a day. */
+const DAY = 86400;
 
 /** The settings of a `FlowWorker`. */
 export interface FlowWorkerOptions extends LoopOptions {
@@ -160,7 +162,8 @@ export interface FlowWorkerOptions extends LoopOptions {
   /** Without `flow`: one handler per step slug. */
   handlers?: Record<string, StepHandler>;
   /** Seconds a read message stays hidden until the start sets the step's timeout + 2 s
-   * (default 2). */
+   * (default 2); a batch (`qty` > 1) is held longer, for its handlers one after another
+   * (`FlowWorker.hold`). */
   visibility?: number;
   /** Seconds per handler call on the owner's clock (default: the step's timeout, from the DSL
    * flow, else from the database, where pgflow keeps the step's and the flow's). */
@@ -204,11 +207,14 @@ function readEnv(): Record<string, string | undefined> {
  * counts the database's answers to the results it reported.
  *
  * A started task is its attempt's for its step's timeout (the start hides its message for the
- * timeout + 2 s): that is the visibility its handler's deadline must fit in. The worker reads
- * the steps' timeouts from the database (`pgflow.steps`, `pgflow.flows`), so it needs SELECT on
- * them, as pgflow's own worker role has. Before each later task of a batch it extends the
- * task's message (`pgfence_pgflow.set_vt`) when what is left would not cover the handler's
- * deadline, and skips the task when its attempt no longer holds it.
+ * timeout + 2 s), and a batch's tasks for the batch's handlers one after another (`hold`: the
+ * start hides each message for that when it is longer): that is the visibility its handler's
+ * deadline must fit in. The worker reads the steps' timeouts from the database
+ * (`pgflow.steps`, `pgflow.flows`), so it needs SELECT on them, as pgflow's own worker role
+ * has. Before each later task of a batch it extends the task's message
+ * (`pgfence_pgflow.set_vt`) only when what is left would not cover the handler's deadline (a
+ * handler before it ran long), and skips the task when its attempt no longer holds it. A
+ * batch's results go in one `pgfence_pgflow.complete_many`; a failure's `fail_task` at once.
  */
 export class FlowWorker extends WorkerLoop<StepTask> {
   /** The flow's slug (and queue). */
@@ -301,11 +307,41 @@ export class FlowWorker extends WorkerLoop<StepTask> {
       PGFLOW_TIMEOUT;
   }
 
-  /** The start hid the task's message for its step's timeout + 2 s (the read's `visibility`
-   * where the timeout is unknown). */
+  /**
+   * Seconds the start hides a batch's messages for at least (its `vt`): the batch's handlers one
+   * after another, each within its deadline (`qty` × the longest handler deadline of the flow's
+   * steps known, at most a day), so that no later task of the batch needs an extend before it
+   * starts. A batch of one keeps the read's `visibility`: its start gives the task its step's
+   * timeout + 2 s, all its handler needs. The price of a batch is liveness: the tasks of a
+   * worker that dies come back when its hold runs out.
+   */
+  get hold(): number {
+    if (this.qty === 1) return this.visibility;
+    // Before any step is known (no DSL flow, nothing started yet): `handlerTimeout`, else
+    // pgflow's 60.
+    const slugs = new Set(["", ...Object.keys(this.#dsl), ...this.#steps.keys()]);
+    if (slugs.size > 1) slugs.delete("");
+    const longest = Math.max(...[...slugs].map((slug) => this.handlerTimeout(slug)));
+    return Math.max(this.visibility, Math.min(this.qty * longest, DAY));
+  }
+
+  /** A batch's first start knows the steps' timeouts it holds the batch for: read first when
+   * neither a DSL flow nor a start has told them (the answer lost: pgflow's 60 s each). */
+  protected override async claim(): Promise<StepTask[] | null> {
+    if (this.qty > 1 && this.#steps.size === 0 && Object.keys(this.#dsl).length === 0) {
+      await this.#readSteps();
+    }
+    return await super.claim();
+  }
+
+  /** The hold the last start asked for (`hold` may change once the steps are read). */
+  #held = 2;
+
+  /** The start hid the task's message for its step's timeout + 2 s, or the batch's hold when
+   * longer (the hold alone where the timeout is unknown). */
   protected override granted(task: StepTask): number {
     const timeout = this.#steps.get(task.stepSlug)?.timeout;
-    return timeout === undefined ? this.visibility : timeout + START_MARGIN;
+    return Math.max(timeout === undefined ? 0 : timeout + START_MARGIN, this.#held);
   }
 
   /**
@@ -314,14 +350,15 @@ export class FlowWorker extends WorkerLoop<StepTask> {
    * refusal (PF001, PF007) marks the lease lost.
    */
   protected claimStatement(sql: Sql): PendingQuery {
+    this.#held = this.hold;
     return sql`select attempt_id, run_id, step_slug, task_index, input, msg_id
                  from pgfence_pgflow.start_tasks(${this.owner.leaseId}::uuid,
                         ${this.flowSlug}, ${this.flowSlug},
-                        make_interval(secs => ${this.visibility}), ${this.qty})`;
+                        make_interval(secs => ${this.#held}), ${this.qty})`;
   }
 
-  /** The start's rows as tasks, each visible for its step's timeout + 2 s from when the start
-   * was sent; their inputs in the shape `input` asks for. */
+  /** The start's rows as tasks, each visible for its step's timeout + 2 s (or the batch's hold)
+   * from when the start was sent; their inputs in the shape `input` asks for. */
   protected async claimed(rows: Row[], sent: number): Promise<StepTask[]> {
     const tasks: StepTask[] = rows.map((r) => ({
       attemptId: r.attempt_id as string,
@@ -470,6 +507,22 @@ export class FlowWorker extends WorkerLoop<StepTask> {
       ? null
       : sql.json(body as postgres.JSONValue);
     return sql`select pgfence_pgflow.complete_task(${attemptId}::uuid, ${output}) as verdict`;
+  }
+
+  /** `pgfence_pgflow.complete_many`: one row per result, `verdict`. The outputs go as one JSON
+   * array (a handler's null or undefined as SQL NULL, as `complete_task` sends it). */
+  protected override reportManyStatement(
+    sql: Sql,
+    results: { task: StepTask; body: unknown }[],
+  ): PendingQuery {
+    const ids = `{${results.map(({ task }) => task.attemptId).join(",")}}`;
+    const outputs = results.map(({ body }) => body ?? null) as postgres.JSONValue;
+    return sql`select outcome as verdict
+                 from pgfence_pgflow.complete_many(${ids}::uuid[],
+                        array(select nullif(r.value, 'null')
+                                from jsonb_array_elements(${sql.json(outputs)}::jsonb)
+                                     with ordinality r(value, n)
+                               order by r.n))`;
   }
 
   /** `pgfence_pgflow.set_vt`: null when the attempt no longer holds the task or its message. */

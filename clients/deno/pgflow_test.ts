@@ -8,8 +8,14 @@
  * @module
  */
 import { compileFlow, Flow } from "@pgflow/dsl";
-import { ensureFlowCompiled, FlowNotCompiled, FlowWorker, type StepContext } from "./pgflow.ts";
-import { ConnectionLost, Owner } from "./mod.ts";
+import {
+  ensureFlowCompiled,
+  FlowNotCompiled,
+  FlowWorker,
+  type StepContext,
+  type StepTask,
+} from "./pgflow.ts";
+import { connect, ConnectionLost, Owner, prepares, type Sql } from "./mod.ts";
 import {
   assert,
   assertEquals,
@@ -290,6 +296,15 @@ test("without a DSL flow, a handler's deadline is the step's timeout in the data
   assertEquals(seen, [3, 3]); // not pgflow's 60
 });
 
+/** A worker whose start holds a batch only for its tasks' step's timeout + 2 s, not for the
+ * batch (0.3.0's): what a later task of a batch meets once a handler before it ran long (past
+ * its deadline, or extending itself), without running a handler that long here. */
+function unheld(options: ConstructorParameters<typeof FlowWorker>[0]): FlowWorker {
+  const worker = new CountingCalls(options);
+  worker.unheld = true;
+  return worker;
+}
+
 test("a later task of a batch whose visibility ran short is extended before it starts", async (t) => {
   const [resource, clock] = [t.name("fn"), new FakeClock()];
   const flowSlug = await oneStep(t, "batch", 5);
@@ -300,7 +315,7 @@ test("a later task of a batch whose visibility ran short is extended before it s
   const owner = new Owner({ sql: t.sql, resource, clock: clock.read });
   assert(await owner.acquire());
   const hiddenAtStart: boolean[] = [];
-  const worker: FlowWorker = new FlowWorker({
+  const worker: FlowWorker = unheld({
     owner,
     flowSlug,
     qty: 2,
@@ -336,7 +351,7 @@ test("a later task of a batch taken over meanwhile is skipped, not started", asy
   const owner = new Owner({ sql: t.sql, resource, clock: clock.read });
   assert(await owner.acquire());
   const ran: unknown[] = [];
-  const worker: FlowWorker = new FlowWorker({
+  const worker: FlowWorker = unheld({
     owner,
     flowSlug,
     qty: 2,
@@ -370,6 +385,136 @@ test("a later task of a batch taken over meanwhile is skipped, not started", asy
                           where flow_slug = ${flowSlug} order by attempts_count, status`),
     [{ attempts_count: 1, status: "completed" }, { attempts_count: 2, status: "started" }],
   );
+});
+
+/** A FlowWorker that counts its extends and its reports, one by one and in batches; with
+ * `unheld`, a start that holds a batch only for the read's visibility (0.3.0's: the negative
+ * control of the hold). */
+class CountingCalls extends FlowWorker {
+  extends = 0;
+  reports = 0;
+  batches: number[] = [];
+  unheld = false;
+  override get hold(): number {
+    return this.unheld ? this.visibility : super.hold;
+  }
+  protected override extend(attemptId: string, visibility: number): Promise<Date | null> {
+    this.extends += 1;
+    return super.extend(attemptId, visibility);
+  }
+  protected override report(kind: "complete" | "fail", attemptId: string, body: unknown) {
+    this.reports += 1;
+    return super.report(kind, attemptId, body);
+  }
+  protected override reportMany(results: { task: StepTask; body: unknown }[]): Promise<void> {
+    this.batches.push(results.length);
+    return super.reportMany(results);
+  }
+}
+
+/** A batch of three tasks of a step with a 5 s timeout, each handler using 4 s of the owner's
+ * clock: what the worker did, and the seconds each message had left in the database when its
+ * handler started. */
+async function heldBatch(t: Target, base: string, unheld: boolean) {
+  const [resource, clock] = [t.name("fn"), new FakeClock()];
+  const flowSlug = await oneStep(t, base, 5);
+  await t.admin`select pgfence.register(${resource})`;
+  for (const n of [1, 2, 3]) {
+    await t.admin`select pgflow.start_flow(${flowSlug}, ${t.admin.json({ n })})`;
+  }
+  const owner = new Owner({ sql: t.sql, resource, clock: clock.read });
+  assert(await owner.acquire());
+  const left: number[] = [];
+  const worker = new CountingCalls({
+    owner,
+    flowSlug,
+    qty: 3,
+    reportWithin: 3600,
+    handlers: {
+      only: async (input, { task }) => {
+        const [{ seconds }] = await t.admin.unsafe(
+          `select extract(epoch from vt - clock_timestamp())::float8 as seconds
+             from pgmq.q_${flowSlug} where msg_id = $1`,
+          [String(task.msgId)],
+        );
+        left.push(seconds as number);
+        clock.now += 4; // within the handler's 5 s
+        return { n: (input as { run: { n: number } }).run.n };
+      },
+    },
+  });
+  worker.unheld = unheld;
+  await worker.run({ untilIdle: true });
+  const outputs = await t.rows(t.admin`select status, output from pgflow.step_tasks
+                                        where flow_slug = ${flowSlug} order by message_id`);
+  return { worker, left, outputs };
+}
+
+test("a batch's start holds its tasks for the batch: no extend before a handler", async (t) => {
+  const { worker, left, outputs } = await heldBatch(t, "held", false);
+  // Held for 3 × 5 s: the third handler starts 8 s in, with 7 s left, more than its 5.
+  assertEquals([worker.hold, worker.extends, worker.handled, worker.skipped], [15, 0, 3, 0]);
+  assert(left.every((s) => s > 12), `${left} s left in the database`); // not 7
+  assertEquals(outputs, [1, 2, 3].map((n) => ({ status: "completed", output: { n } })));
+});
+
+test("negative control: a start held only for the read needs an extend per later task", async (t) => {
+  const { worker } = await heldBatch(t, "unheld", true);
+  assertEquals([worker.extends, worker.handled], [2, 3]);
+});
+
+test("a batch's results go in one complete_many, each verdict counted", async (t) => {
+  const { worker, outputs } = await heldBatch(t, "many", false);
+  assertEquals([worker.batches, worker.reports], [[3], 0]); // no complete_task
+  assertEquals(worker.verdicts, { accepted: 3, duplicate: 0, stale: 0 });
+  assertEquals(outputs.length, 3);
+});
+
+test("prepared statements on a direct connection, none through PgBouncer", async (t) => {
+  const resource = t.name("fn");
+  const flowSlug = await oneStep(t, "prep", 5);
+  await t.admin`select pgfence.register(${resource})`;
+  for (let n = 0; n < 4; n++) {
+    await t.admin`select pgflow.start_flow(${flowSlug}, ${t.admin.json({ n })})`;
+  }
+  const sql = connect(t.url, { max: 1, onnotice: () => {} }); // detected (the default)
+  const preparedIn = async (sql: Sql) =>
+    (await sql`select statement from pg_prepared_statements
+                where statement like '%pgfence_pgflow.%' order by statement`)
+      .map((r) => r.statement as string);
+  try {
+    const owner = new Owner({ sql, resource, renewEvery: 3600 });
+    assert(await owner.acquire());
+    const seen: string[][] = [];
+    // Between the worker's statements, on its one connection: the second batch's handlers see
+    // what the first batch's start and complete_many left prepared.
+    const worker = new FlowWorker({
+      owner,
+      flowSlug,
+      qty: 2,
+      handlers: {
+        only: async () => {
+          seen.push(await preparedIn(sql));
+          return null;
+        },
+      },
+    });
+    await worker.run({ maxTasks: 4 });
+    const statements = seen[seen.length - 1];
+    if (t.target === "direct") {
+      assert(await prepares(sql));
+      assert(statements.some((s) => s.includes("pgfence_pgflow.start_tasks(")), String(statements));
+      assert(
+        statements.some((s) => s.includes("pgfence_pgflow.complete_many(")),
+        String(statements),
+      );
+    } else {
+      assertEquals([await prepares(sql), statements], [false, []]);
+    }
+    assertEquals(worker.verdicts.accepted, 4);
+  } finally {
+    await sql.end();
+  }
 });
 
 test("a handler longer than its step's timeout starts only once its message is kept that long", async (t) => {

@@ -24,6 +24,15 @@ class Pgflow:
              "select pgfence_pgflow.complete_task('{attempt}', '{{}}')", locks=True),
         Call("pgfence_pgflow.fail_task(uuid,text)",
              "select pgfence_pgflow.fail_task('{attempt}', 'boom')", locks=True),
+        Call("pgfence_pgflow.complete_many(uuid[],jsonb[])",
+             "select * from pgfence_pgflow.complete_many(array['{attempt}']::uuid[], "
+             "array['{{}}']::jsonb[])", locks=True),
+        Call("pgfence_pgflow.fail_many(uuid[],text[])",
+             "select * from pgfence_pgflow.fail_many(array['{attempt}']::uuid[], array['boom'])",
+             locks=True),
+        Call("pgfence_pgflow.finish_many(uuid[],text,jsonb[],text[])",
+             "select * from pgfence_pgflow.finish_many(array['{attempt}']::uuid[], 'complete', "
+             "null, null)", locks=True),
         Call("pgfence_pgflow.set_vt(uuid,interval)",
              "select pgfence_pgflow.set_vt('{attempt}', '1 hour')", locks=True),
         Call("pgfence_pgflow.mark_worker_stopped(uuid)",

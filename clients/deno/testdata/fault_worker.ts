@@ -13,6 +13,10 @@
  * `{"n": n, "fail": true}` (its handler throws). Retries wait a millisecond (jitter 0): the
  * outcome never depends on how long.
  *
+ * With $FLOW set, the worker is a `FlowWorker` of that pgflow flow (one step, `only`; its runs'
+ * inputs are the payloads), in place of $QUEUE's `Worker`: a batch's results go in one
+ * `pgfence_pgflow.complete_many`.
+ *
  * $BROKEN names a deliberately broken variant, for the negative controls:
  * - `no-doubt`: a lost connection does not put the lease in doubt (no renewal before the next
  *   claim);
@@ -20,6 +24,7 @@
  *   is not sent again.
  */
 import { connect, Owner, type Step, type Task, type Verdict, Worker } from "pgfence";
+import { FlowWorker, type StepTask } from "pgfence/pgflow";
 
 function env(name: string): string {
   const value = Deno.env.get(name);
@@ -127,6 +132,20 @@ class SteppedWorker extends Worker {
   }
 }
 
+/** The same for a pgflow flow: a batch's results in one pgfence_pgflow.complete_many. */
+class SteppedFlowWorker extends FlowWorker {
+  protected override async reportMany(
+    results: { task: StepTask; body: unknown }[],
+  ): Promise<void> {
+    if (broken !== "no-resend" || results.length === 1) return await super.reportMany(results);
+    const rows = await this.owner.query(
+      "complete_many",
+      (sql) => this.reportManyStatement(sql, results),
+    );
+    for (const row of rows) this.verdicts[row.verdict as Verdict] += 1;
+  }
+}
+
 const owner = new SteppedOwner({
   sql,
   resource: env("RESOURCE"),
@@ -136,20 +155,28 @@ const owner = new SteppedOwner({
   retry: { random: () => 0 },
 });
 const runs: Record<string, number> = {};
-const worker = new SteppedWorker({
+const handler = async (payload: unknown) => {
+  const { n, fail } = payload as { n: number; fail?: boolean };
+  runs[n] = (runs[n] ?? 0) + 1;
+  await at("handler", { task: n });
+  if (fail) throw new Error(`task ${n} fails`);
+  return { n, by: app };
+};
+const loop = {
   owner,
-  queue: env("QUEUE"),
   qty: Number(env("QTY")),
   visibility: 600,
   reportWithin: 3600, // a batch's results wait for it, however long the test takes per step
-  handler: async (payload) => {
-    const { n, fail } = payload as { n: number; fail?: boolean };
-    runs[n] = (runs[n] ?? 0) + 1;
-    await at("handler", { task: n });
-    if (fail) throw new Error(`task ${n} fails`);
-    return { n, by: app };
-  },
-});
+};
+const flow = Deno.env.get("FLOW");
+const worker = flow
+  ? new SteppedFlowWorker({
+    ...loop,
+    flowSlug: flow,
+    handlerTimeout: 600, // the step's own timeout is LONG as well: nothing runs out meanwhile
+    handlers: { only: (input) => handler((input as { run: unknown }).run) },
+  })
+  : new SteppedWorker({ ...loop, queue: env("QUEUE"), handler });
 
 let error: string | null = null;
 try {

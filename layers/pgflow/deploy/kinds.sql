@@ -4,6 +4,10 @@
 -- pgfence_operator may execute), as the first word of its comment (pgfence.set_kind, the
 -- core's kinds change): Hook (the core calls it through the layer's row of pgfence.layers),
 -- Private (a helper of this schema). A new one is added to its kind's list here.
+--
+-- Reworked in 0.3.1 unchanged, to follow pgflow_start_tasks' rework: that script defines
+-- stalled and start_lease_live again (their comments without a kind), and a fresh install runs
+-- it alone, at its latest place, so the kinds are set after it.
 
 begin;
 set local search_path = pg_catalog, pg_temp;

@@ -1,7 +1,15 @@
 -- Deploy pgfence_pgflow:pgflow_start_tasks
 -- requires: pgflow_attempts
 --
--- Reworked in 0.3.0 (0.2.1's script is deploy/pgflow_start_tasks@v0.2.1.sql): the worker's
+-- Reworked in 0.3.1 (0.3.0's script is deploy/pgflow_start_tasks@v0.3.0.sql): a started task's
+-- message stays hidden for the batch the start took, not only for its step's timeout + 2 s: vt
+-- is the worker's hold of its batch (its handlers' deadline × qty, as the core's claim takes
+-- it), so that no later task of a batch needs a set_vt before its handler unless a handler ran
+-- long (issue 45). A vt shorter than the step's timeout + 2 s (the clients up to 0.3.0 send
+-- the read's 2 s) leaves pgflow's rule as it was. The first change after 0.3.0: it refuses a
+-- schema that another path (the one file, the CLI) moved (pgfence.expect_release).
+--
+-- 0.3.0's rework (0.2.1's script is deploy/pgflow_start_tasks@v0.2.1.sql): the worker's
 -- row keyed by the core's pgfence.owner_ref (resource and owner can no longer meet: 'a/b' and
 -- 'c' are not 'a' and 'b/c'), no pgfence.leases or pgfence.signing_key read here; a worker
 -- starting under a new lease is alive again for pgflow (stopped_at cleared too); a task whose
@@ -19,6 +27,8 @@ set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 -- (Over 0.2.0, "relation worker_leases already exists, skipping" says nothing useful.)
 set local client_min_messages = warning;
+
+do $$ begin perform pgfence.expect_release('pgfence_pgflow', '0.3.0'); end $$;
 
 -- pgflow's worker row: pgflow records who started a task (step_tasks.last_worker_id) and
 -- expects a pgflow.workers row for it. One row per worker, not per lease: its id is the core's
@@ -198,8 +208,12 @@ begin
   -- pgflow's own rule, on every supported pgflow: a started task's message stays hidden for its
   -- step's timeout (else the flow's) + 2 s, whatever vt the read used, so that no live task is
   -- taken over while its handler may still run. pgflow 0.8.1's start_tasks states it but never
-  -- applies it (its set_vt_batch is an unreferenced CTE, which PostgreSQL does not run).
-  perform pgmq.set_vt(start_tasks.queue, t.msg_id, coalesce(s.opt_timeout, f.opt_timeout) + 2)
+  -- applies it (its set_vt_batch is an unreferenced CTE, which PostgreSQL does not run). Longer
+  -- when the worker holds its batch longer (vt: its handlers' deadline × qty, one after
+  -- another), so that a later task of the batch is still hidden when its handler starts; the
+  -- price is liveness: a dead worker's tasks come back when its hold runs out.
+  perform pgmq.set_vt(start_tasks.queue, t.msg_id,
+                      greatest(coalesce(s.opt_timeout, f.opt_timeout) + 2, ceil(extract(epoch from start_tasks.vt))::int))
      from unnest(v_tasks) t
      join pgflow.steps s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
      join pgflow.flows f on f.flow_slug = t.flow_slug;
@@ -242,7 +256,7 @@ $$;
 comment on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) is
   'Reads up to qty messages of the flow''s queue under the resource''s active, unexpired lease (pgfence_pgmq.read, which checks the caller may read the queue) '
   'and starts their tasks with pgflow''s own start_tasks, in one transaction; a started task''s message stays hidden for '
-  'its step''s timeout + 2 s; a task still started by an attempt whose message came back is taken over, or failed for '
+  'its step''s timeout + 2 s, or vt when longer (the worker''s hold of its batch); a task still started by an attempt whose message came back is taken over, or failed for '
   'good when it has no attempt left (max_attempts). Raises PF001, 42501 (the caller''s role may not do this with pgflow and pgmq '
   'themselves), 22023.';
 

@@ -1,16 +1,8 @@
--- Revert pgfence_pgflow:kinds
+-- Revert pgfence_pgflow:kinds: back to release 0.3.0's kinds, which are the same (the rework
+-- of 0.3.1 only runs it again after pgflow_start_tasks): nothing to undo.
 
 begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
-
-do $$
-begin
-  perform pgfence.set_kind(null, variadic array_agg(p.oid::regprocedure))
-     from pg_proc p
-    where p.pronamespace = 'pgfence_pgflow'::regnamespace
-      and obj_description(p.oid, 'pg_proc') ~ '^(Hook|Private):';
-end
-$$;
 
 commit;

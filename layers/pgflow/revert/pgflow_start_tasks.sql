@@ -1,9 +1,8 @@
--- Revert pgfence_pgflow:pgflow_start_tasks: back to its definition of release 0.2.1
+-- Revert pgfence_pgflow:pgflow_start_tasks: back to its definition of release 0.3.0
 --
--- Reworked in 0.2.1 (0.2.0's script is deploy/pgflow_start_tasks@v0.2.0.sql): the same rules
--- in statements that keep their plans (docs/performance.md). Over 0.2.0 the table is there
--- already (`if not exists`); a fresh install runs this script alone, after pgflow_workers,
--- whose functions name the table only in PL/pgSQL bodies.
+-- 0.3.0's start_tasks (deploy/pgflow_start_tasks@v0.3.0.sql): a started task's message hidden
+-- for its step's timeout + 2 s whatever vt the worker stated. Nothing else of that script
+-- changed in 0.3.1.
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -11,37 +10,6 @@ begin;
 -- transactions fails the deploy instead of queueing every later locker behind it (squawk).
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
--- (Over 0.2.0, "relation worker_leases already exists, skipping" says nothing useful.)
-set local client_min_messages = warning;
-
--- pgflow's worker row: pgflow records who started a task (step_tasks.last_worker_id) and
--- expects a pgflow.workers row for it. One row per worker, not per lease: its id is derived
--- from the lease's resource and owner name (a worker that acquires again, or supervises
--- across leases, keeps its row) by a keyed hash, never from the lease id, which is the
--- owner's capability and must not be readable there. plpgsql, so that its query keeps a plan
--- (a LANGUAGE sql function that reads a table is parsed and planned again on every call).
-create or replace function pgfence_pgflow.worker_id(lease_id uuid, key bytea)
-returns uuid
-language plpgsql
-stable
-as $$
-begin
-  return (select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner), worker_id.key), 32)::pg_catalog.uuid
-            from pgfence.leases l where l.lease_id operator(pg_catalog.=) worker_id.lease_id);
-end
-$$;
-revoke all on function pgfence_pgflow.worker_id(uuid, bytea) from public;
-
--- Which lease each worker row last started under: the lease's end (superseded, draining,
--- released) is the worker's (pgflow's deprecated_at / stopped_at, pgfence_pgflow.sync_workers).
--- Holds lease ids: nobody but the layer's own functions reads it.
-create table if not exists pgfence_pgflow.worker_leases (
-  worker_id uuid primary key,
-  lease_id  uuid not null
-);
-comment on table pgfence_pgflow.worker_leases is
-  'The lease each pgflow.workers row of the layer last started under. Not a public interface.';
-revoke all on table pgfence_pgflow.worker_leases from public;
 
 create or replace function pgfence_pgflow.start_tasks(lease_id uuid, flow_slug text, queue text, vt interval, qty int default 1)
 returns table (attempt_id uuid, run_id uuid, step_slug text, task_index int, input jsonb, msg_id bigint)
@@ -55,6 +23,7 @@ declare
   v_tasks pgflow.step_task_record[];
   v_task pgflow.step_task_record;
   v_worker uuid;
+  v_resource text;
   v_flow_input boolean := exists (select from pg_catalog.pg_attribute a
                                    where a.attrelid = 'pgflow.step_task_record'::regclass
                                      and a.attname = 'flow_input' and not a.attisdropped);
@@ -86,35 +55,45 @@ begin
   -- The worker row pgflow's start_tasks refers to, and its heartbeat, at most every 5 seconds:
   -- an upsert locks the row to the end of the transaction, and would queue every start of
   -- the lease behind the one before. A worker that starts under a new lease is alive again.
-  v_worker := pgfence_pgflow.worker_id(start_tasks.lease_id, (select k.hmac_key from pgfence.signing_key k));
+  select o.resource, o.ref into v_resource, v_worker from pgfence.owner_ref(start_tasks.lease_id, 'pgflow worker') o;
+  -- (stopped_at: pgflow 0.9 and later; a worker's row read whole, so that 0.8's has none.)
   if not exists (select from pgflow.workers w
                    join pgfence_pgflow.worker_leases wl on wl.worker_id = w.worker_id
                   where w.worker_id = v_worker and wl.lease_id = start_tasks.lease_id
-                    and w.deprecated_at is null
+                    and w.deprecated_at is null and (to_jsonb(w) ->> 'stopped_at') is null
                     and w.last_heartbeat_at > now() - interval '5 seconds') then
     insert into pgflow.workers as w (worker_id, queue_name, function_name)
-    select v_worker, start_tasks.queue, l.resource
-      from pgfence.leases l where l.lease_id = start_tasks.lease_id
+    values (v_worker, start_tasks.queue, v_resource)
     on conflict (worker_id) do update set last_heartbeat_at = now(), deprecated_at = null;
+    if exists (select from pg_attribute a where a.attrelid = 'pgflow.workers'::regclass
+                                             and a.attname = 'stopped_at' and not a.attisdropped) then
+      execute 'update pgflow.workers w set stopped_at = null where w.worker_id = $1 and w.stopped_at is not null'
+        using v_worker;
+    end if;
     insert into pgfence_pgflow.worker_leases as wl (worker_id, lease_id)
     values (v_worker, start_tasks.lease_id)
     on conflict (worker_id) do update set lease_id = excluded.lease_id
      where wl.lease_id is distinct from excluded.lease_id;
   end if;
   -- The takeover. pgflow starts only queued tasks; a task whose message came back while it is
-  -- still started was started by an attempt that never finished it (its worker died, or was
-  -- paused past its lease and its message's visibility, which the start below sets to the
-  -- step's timeout + 2 s): that attempt no longer holds the message, so the task goes back to
-  -- queued and pgflow's start_tasks below starts it again for this read, raising
-  -- attempts_count, which makes the old attempt's result stale. Only a task whose message this
-  -- read got back: any other started task (this worker's own earlier start, of another run) is
-  -- live.
+  -- still started, and that has stalled (pgfence_pgflow.stalled), was started by an attempt
+  -- that never finished it (its worker died, or was paused past its lease and its message's
+  -- visibility, which the start below sets to the step's timeout + 2 s): that attempt no
+  -- longer holds the message, so the task goes back to queued and pgflow's start_tasks below
+  -- starts it again for this read, raising attempts_count, which makes the old attempt's
+  -- result stale. Only a task whose message this read got back: any other started task (this
+  -- worker's own earlier start, of another run) is live. One whose message came back early
+  -- (within its step's timeout, its worker alive) stays its attempt's: pgflow does not start it
+  -- again, and its message is hidden again below for what its start gave it.
   update pgflow.step_tasks st
      set status = 'queued', started_at = null
     from pgflow.steps s join pgflow.flows f on f.flow_slug = s.flow_slug
    where s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
      and st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
-     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts);
+     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts)
+     and pgfence_pgflow.stalled(st.started_at, coalesce(s.opt_timeout, f.opt_timeout), true,
+                                pgfence_pgflow.start_lease_live(st.run_id, st.step_slug, st.task_index,
+                                                                st.attempts_count));
   -- A takeover counts against pgflow's max_attempts: a stalled task with no attempt left fails
   -- for good, by pgflow's own fail_task (which fails its run). fail_task locks the run, which a
   -- result of the run takes first (finish): a run locked by a result in flight is left for a
@@ -127,7 +106,19 @@ begin
      join pgflow.flows f on f.flow_slug = s.flow_slug
    where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
      and st.attempts_count >= coalesce(s.opt_max_attempts, f.opt_max_attempts)
+     and pgfence_pgflow.stalled(st.started_at, coalesce(s.opt_timeout, f.opt_timeout), true,
+                                pgfence_pgflow.start_lease_live(st.run_id, st.step_slug, st.task_index,
+                                                                st.attempts_count))
      and exists (select from pgflow.runs r where r.run_id = st.run_id for update skip locked);
+  -- A live task whose message came back early: hidden again until its start's deadline (its
+  -- step's timeout + 2 s from its start), not for this read's vt.
+  perform pgmq.set_vt(start_tasks.queue, st.message_id,
+                      greatest(1, ceil(date_part('epoch', st.started_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 2)
+                                                          - clock_timestamp())))::int)
+     from pgflow.step_tasks st
+     join pgflow.steps s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     join pgflow.flows f on f.flow_slug = s.flow_slug
+   where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started';
   select array_agg(t order by t.msg_id) into v_tasks
     from pgflow.start_tasks(start_tasks.flow_slug, v_msgs, v_worker) t;
   -- pgflow's own rule, on every supported pgflow: a started task's message stays hidden for its
@@ -183,8 +174,5 @@ comment on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) 
 
 revoke all on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) from public;
 grant execute on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) to pgfence_worker;
-
-drop function pgfence_pgflow.start_lease_live(uuid, text, int, int);
-drop function pgfence_pgflow.stalled(timestamptz, int, boolean, boolean);
 
 commit;

@@ -1,0 +1,190 @@
+-- Revert pgfence_pgflow:pgflow_start_tasks: back to its definition of release 0.2.1
+--
+-- Reworked in 0.2.1 (0.2.0's script is deploy/pgflow_start_tasks@v0.2.0.sql): the same rules
+-- in statements that keep their plans (docs/performance.md). Over 0.2.0 the table is there
+-- already (`if not exists`); a fresh install runs this script alone, after pgflow_workers,
+-- whose functions name the table only in PL/pgSQL bodies.
+
+begin;
+-- While installing, names resolve in pg_catalog only, so no object in a schema on the
+-- installer's search_path can stand in for a built-in (pgspot); and a lock wait behind live
+-- transactions fails the deploy instead of queueing every later locker behind it (squawk).
+set local search_path = pg_catalog, pg_temp;
+set local lock_timeout = '5s';
+-- (Over 0.2.0, "relation worker_leases already exists, skipping" says nothing useful.)
+set local client_min_messages = warning;
+
+-- pgflow's worker row: pgflow records who started a task (step_tasks.last_worker_id) and
+-- expects a pgflow.workers row for it. One row per worker, not per lease: its id is derived
+-- from the lease's resource and owner name (a worker that acquires again, or supervises
+-- across leases, keeps its row) by a keyed hash, never from the lease id, which is the
+-- owner's capability and must not be readable there. plpgsql, so that its query keeps a plan
+-- (a LANGUAGE sql function that reads a table is parsed and planned again on every call).
+create or replace function pgfence_pgflow.worker_id(lease_id uuid, key bytea)
+returns uuid
+language plpgsql
+stable
+as $$
+begin
+  return (select pg_catalog.left(pgfence.hmac(pg_catalog.format('pgflow worker %s/%s', l.resource, l.owner), worker_id.key), 32)::pg_catalog.uuid
+            from pgfence.leases l where l.lease_id operator(pg_catalog.=) worker_id.lease_id);
+end
+$$;
+revoke all on function pgfence_pgflow.worker_id(uuid, bytea) from public;
+
+-- Which lease each worker row last started under: the lease's end (superseded, draining,
+-- released) is the worker's (pgflow's deprecated_at / stopped_at, pgfence_pgflow.sync_workers).
+-- Holds lease ids: nobody but the layer's own functions reads it.
+create table if not exists pgfence_pgflow.worker_leases (
+  worker_id uuid primary key,
+  lease_id  uuid not null
+);
+comment on table pgfence_pgflow.worker_leases is
+  'The lease each pgflow.workers row of the layer last started under. Not a public interface.';
+revoke all on table pgfence_pgflow.worker_leases from public;
+
+create or replace function pgfence_pgflow.start_tasks(lease_id uuid, flow_slug text, queue text, vt interval, qty int default 1)
+returns table (attempt_id uuid, run_id uuid, step_slug text, task_index int, input jsonb, msg_id bigint)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_reads record;
+  v_msgs bigint[];
+  v_tasks pgflow.step_task_record[];
+  v_task pgflow.step_task_record;
+  v_worker uuid;
+  v_flow_input boolean := exists (select from pg_catalog.pg_attribute a
+                                   where a.attrelid = 'pgflow.step_task_record'::regclass
+                                     and a.attname = 'flow_input' and not a.attisdropped);
+begin
+  -- The NULL checks are the core's, called only where they fail: a call per start costs a
+  -- statement of its own.
+  if start_tasks.lease_id is null then
+    perform pgfence.check_not_null('lease_id', start_tasks.lease_id);
+  end if;
+  perform pgfence_pgflow.check_allowed('pgflow.start_tasks(text, bigint[], uuid)');
+  if not exists (select from pgflow.flows f where f.flow_slug = start_tasks.flow_slug) then
+    perform pgfence.invalid_argument('flow_slug', 'no such pgflow flow', start_tasks.flow_slug);
+  end if;
+  -- pgflow queues a flow's tasks on the queue named after the flow, and its start_tasks sets
+  -- the visibility of messages of that queue only.
+  if start_tasks.queue is distinct from start_tasks.flow_slug then
+    perform pgfence.invalid_argument('queue', 'must be the flow''s queue, named as the flow', start_tasks.queue);
+  end if;
+  -- The fenced read (pgmq layer): only under the resource's current lease, held to the end of
+  -- this transaction, which it marks fenced for the resource, so the writes below (and
+  -- pgflow's own) pass the guards of a protected step_tasks and queue table.
+  select array_agg(r.msg_id order by r.msg_id) as msgs, array_agg(r.attempt_id order by r.msg_id) as attempts
+    into v_reads
+    from pgfence_pgmq.read(start_tasks.lease_id, start_tasks.queue, start_tasks.vt, start_tasks.qty) r;
+  if v_reads.msgs is null then
+    return;
+  end if;
+  v_msgs := v_reads.msgs;
+  -- The worker row pgflow's start_tasks refers to, and its heartbeat, at most every 5 seconds:
+  -- an upsert locks the row to the end of the transaction, and would queue every start of
+  -- the lease behind the one before. A worker that starts under a new lease is alive again.
+  v_worker := pgfence_pgflow.worker_id(start_tasks.lease_id, (select k.hmac_key from pgfence.signing_key k));
+  if not exists (select from pgflow.workers w
+                   join pgfence_pgflow.worker_leases wl on wl.worker_id = w.worker_id
+                  where w.worker_id = v_worker and wl.lease_id = start_tasks.lease_id
+                    and w.deprecated_at is null
+                    and w.last_heartbeat_at > now() - interval '5 seconds') then
+    insert into pgflow.workers as w (worker_id, queue_name, function_name)
+    select v_worker, start_tasks.queue, l.resource
+      from pgfence.leases l where l.lease_id = start_tasks.lease_id
+    on conflict (worker_id) do update set last_heartbeat_at = now(), deprecated_at = null;
+    insert into pgfence_pgflow.worker_leases as wl (worker_id, lease_id)
+    values (v_worker, start_tasks.lease_id)
+    on conflict (worker_id) do update set lease_id = excluded.lease_id
+     where wl.lease_id is distinct from excluded.lease_id;
+  end if;
+  -- The takeover. pgflow starts only queued tasks; a task whose message came back while it is
+  -- still started was started by an attempt that never finished it (its worker died, or was
+  -- paused past its lease and its message's visibility, which the start below sets to the
+  -- step's timeout + 2 s): that attempt no longer holds the message, so the task goes back to
+  -- queued and pgflow's start_tasks below starts it again for this read, raising
+  -- attempts_count, which makes the old attempt's result stale. Only a task whose message this
+  -- read got back: any other started task (this worker's own earlier start, of another run) is
+  -- live.
+  update pgflow.step_tasks st
+     set status = 'queued', started_at = null
+    from pgflow.steps s join pgflow.flows f on f.flow_slug = s.flow_slug
+   where s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     and st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
+     and st.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts);
+  -- A takeover counts against pgflow's max_attempts: a stalled task with no attempt left fails
+  -- for good, by pgflow's own fail_task (which fails its run). fail_task locks the run, which a
+  -- result of the run takes first (finish): a run locked by a result in flight is left for a
+  -- later read (SKIP LOCKED), so the two never wait for each other in opposite orders.
+  perform pgflow.fail_task(st.run_id, st.step_slug, st.task_index,
+                           pg_catalog.format('pgfence: taken over after %s attempts (max_attempts): '
+                                             'its worker stalled past the step''s timeout', st.attempts_count))
+     from pgflow.step_tasks st
+     join pgflow.steps s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     join pgflow.flows f on f.flow_slug = s.flow_slug
+   where st.flow_slug = start_tasks.flow_slug and st.message_id = any (v_msgs) and st.status = 'started'
+     and st.attempts_count >= coalesce(s.opt_max_attempts, f.opt_max_attempts)
+     and exists (select from pgflow.runs r where r.run_id = st.run_id for update skip locked);
+  select array_agg(t order by t.msg_id) into v_tasks
+    from pgflow.start_tasks(start_tasks.flow_slug, v_msgs, v_worker) t;
+  -- pgflow's own rule, on every supported pgflow: a started task's message stays hidden for its
+  -- step's timeout (else the flow's) + 2 s, whatever vt the read used, so that no live task is
+  -- taken over while its handler may still run. pgflow 0.8.1's start_tasks states it but never
+  -- applies it (its set_vt_batch is an unreferenced CTE, which PostgreSQL does not run).
+  perform pgmq.set_vt(start_tasks.queue, t.msg_id, coalesce(s.opt_timeout, f.opt_timeout) + 2)
+     from unnest(v_tasks) t
+     join pgflow.steps s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+     join pgflow.flows f on f.flow_slug = t.flow_slug;
+  -- Each started task's attempt, recorded and returned, in msg_id order: a statement per task
+  -- (one statement over unnest() of the arrays was planned anew on every call), each of its
+  -- own, so that it sees the attempts_count pgflow's start just set.
+  foreach v_task in array coalesce(v_tasks, '{}') loop
+    insert into pgfence_pgflow.attempts as a
+           (attempt_id, pgmq_attempt_id, flow_slug, run_id, step_slug, task_index, msg_id, attempts_count, lease_id)
+    select gen_random_uuid(), v_reads.attempts[array_position(v_msgs, v_task.msg_id)], v_task.flow_slug,
+           v_task.run_id, v_task.step_slug, v_task.task_index, v_task.msg_id, st.attempts_count, start_tasks.lease_id
+      from pgflow.step_tasks st
+     where st.run_id = v_task.run_id and st.step_slug = v_task.step_slug and st.task_index = v_task.task_index
+       and v_task.msg_id = any (v_msgs)
+    returning a.attempt_id into attempt_id;
+    continue when not found;
+    -- input has pgflow 0.8's shape on every pgflow: a map task's item; any other task's run
+    -- input under "run" beside its dependencies' outputs. pgflow since its flow_input
+    -- migration (20251225163110; 0.14.1 has it) gives a task its dependencies' outputs only (a
+    -- root step's flow_input aside, which its own workers read), so the run's input is put back
+    -- under "run" there. (Only there a statement: on 0.8 the input is pgflow's as it is.)
+    input := v_task.input;
+    if v_flow_input then
+      input :=
+         case when v_flow_input and (select st2.step_type from pgflow.steps st2
+                                      where st2.flow_slug = v_task.flow_slug and st2.step_slug = v_task.step_slug)
+                                    is distinct from 'map'
+              then pg_catalog.jsonb_build_object('run', (select r2.input from pgflow.runs r2 where r2.run_id = v_task.run_id))
+                   operator(pg_catalog.||) v_task.input
+              else v_task.input end;
+    end if;
+    run_id := v_task.run_id;
+    step_slug := v_task.step_slug;
+    task_index := v_task.task_index;
+    msg_id := v_task.msg_id;
+    return next;
+  end loop;
+end
+$$;
+comment on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) is
+  'Reads up to qty messages of the flow''s queue under the resource''s active, unexpired lease (pgfence_pgmq.read, which checks the caller may read the queue) '
+  'and starts their tasks with pgflow''s own start_tasks, in one transaction; a started task''s message stays hidden for '
+  'its step''s timeout + 2 s; a task still started by an attempt whose message came back is taken over, or failed for '
+  'good when it has no attempt left (max_attempts). Raises PF001, 42501 (the caller''s role may not do this with pgflow and pgmq '
+  'themselves), 22023.';
+
+revoke all on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) from public;
+grant execute on function pgfence_pgflow.start_tasks(uuid, text, text, interval, int) to pgfence_worker;
+
+drop function pgfence_pgflow.start_lease_live(uuid, text, int, int);
+drop function pgfence_pgflow.stalled(timestamptz, int, boolean, boolean);
+
+commit;
