@@ -5076,11 +5076,14 @@ begin
   -- the earlier to end and then judges its rows on what that one committed. Everything else
   -- that locks task rows to write them (report, extend, requeue_expired's and claim's SKIP
   -- LOCKED) locks one row at a time or never waits, so it cannot close a cycle with a batch.
-  -- FOR UPDATE, as report takes it: its calls below find the lock theirs already.
-  perform from pgfence.tasks t
-    where t.task_id = any (array(select pgfence.attempt_task(u.a) from unnest(complete_many.attempt_ids) u(a)))
-    order by t.task_id
-    for update;
+  -- FOR UPDATE, as report takes it: its calls below find the lock theirs already. One id
+  -- cannot close a cycle: its row is locked by the UPDATE (or report), as complete locks it.
+  if v_n > 1 then
+    perform from pgfence.tasks t
+      where t.task_id = any (array(select pgfence.attempt_task(u.a) from unnest(complete_many.attempt_ids) u(a)))
+      order by t.task_id
+      for update;
+  end if;
   -- The key read once, as claim reads it: joined into the UPDATE, the one-row table (its
   -- statistics never gathered) would be costed as hundreds of rows, and the tasks scanned whole.
   select k.hmac_key into v_key from pgfence.signing_key k;

@@ -128,3 +128,37 @@ def test_negative_control_a_custom_plan_has_the_key_folded_in(db: Database) -> N
     key_a_constant = bool(re.search(r"byteacat\('\\x", plan))
     assert not key_a_parameter, "the key is a parameter: a generic plan"
     assert key_a_constant, "no key folded in as a constant"
+
+
+def task_locks_written(db: Database, ids: list[uuid.UUID]) -> int:
+    """The row-lock WAL records on pgfence.tasks that one complete_many of ``ids`` writes
+    (pg_walinspect), its answers all `accepted`."""
+    db.sql("create extension if not exists pg_walinspect")
+    with psycopg.connect(db.server_dsn, autocommit=True) as conn:
+        start = conn.execute("select pg_current_wal_insert_lsn()").fetchone()
+        got = conn.execute("select outcome from pgfence.complete_many(%s)", (ids,)).fetchall()
+        end = conn.execute("select pg_current_wal_insert_lsn()").fetchone()
+    assert start is not None and end is not None
+    assert got == [("accepted",)] * len(ids)
+    # The table's file in this database (another database's may have the same number).
+    rel = db.one("select d.oid || '/' || pg_relation_filenode('pgfence.tasks') "
+                 "from pg_database d where d.datname = current_database()")
+    return int(db.one("select count(*) from pg_get_wal_records_info(%s, %s) "
+                      "where resource_manager = 'Heap' and record_type = 'LOCK' "
+                      "and strpos(block_ref, '/' || %s || ' ') > 0",
+                      (start[0], end[0], rel)))
+
+
+def test_a_batch_of_one_locks_its_row_once(db: Database) -> None:
+    """One id cannot close a cycle, so its row is locked by the UPDATE alone, as complete's:
+    no lock record of its own. A batch of several is locked first, in task_id order, one
+    lock record a row."""
+    ids = claimed(db, 3)
+    assert task_locks_written(db, ids[:1]) == 0
+    assert task_locks_written(db, ids[1:]) == 2
+
+
+def test_negative_control_a_batch_of_one_locked_first(db: Database) -> None:
+    db.install_mutant("complete-many-locks-one-first")
+    ids = claimed(db, 1)
+    assert task_locks_written(db, ids) == 1
