@@ -9,6 +9,7 @@ starts: the interleaving in which locking in the callers' orders closes a cycle.
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -88,3 +89,76 @@ def test_negative_control_locking_in_the_callers_order_deadlocks(db: Database) -
     db.install_mutant("complete-many-unordered-lock")  # no lock taken
     got_a, got_b, _, _, _ = opposite_order_batches(db)
     assert "40P01" in (got_a, got_b)
+
+
+# --- issue 45 item 4: complete_many's UPDATE is planned once, not on every call ---------------
+
+def update_plan(db: Database) -> str:
+    """The plan complete_many's UPDATE ran with, on a call of one id (the batch a worker at
+    batch 1 sends), as auto_explain logs it."""
+    ids = claimed(db, 1)
+    logs: list[str] = []
+    with psycopg.connect(db.server_dsn, autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: logs.append(d.message_primary or ""))
+        conn.execute("load 'auto_explain'")
+        conn.execute("set auto_explain.log_min_duration = 0")
+        conn.execute("set auto_explain.log_nested_statements = on")
+        conn.execute("set client_min_messages = log")
+        got = conn.execute("select outcome from pgfence.complete_many(%s)", (ids,)).fetchall()
+    assert got == [("accepted",)]
+    [plan] = [m for m in logs if "Update on tasks" in m]
+    return plan
+
+
+def test_the_batch_update_runs_its_generic_plan(db: Database) -> None:
+    """A custom plan, made for the call's values, is what plpgsql keeps choosing for a batch of
+    one, and planning this UPDATE costs several times its execution. The generic plan refers to
+    the signing key read into a variable as a parameter; a custom plan has it folded in as a
+    constant. (The plan is never printed: it would show the key.)"""
+    plan = update_plan(db)
+    by_key, key_a_parameter = "tasks_pkey" in plan, bool(re.search(r"substr\(\$\d+", plan))
+    assert by_key, "the tasks not found by primary key"
+    assert key_a_parameter, "the key is not a parameter: a custom plan"
+
+
+def test_negative_control_a_custom_plan_has_the_key_folded_in(db: Database) -> None:
+    db.install_mutant("complete-many-custom-plan")
+    plan = update_plan(db)
+    key_a_parameter = bool(re.search(r"substr\(\$\d+", plan))
+    key_a_constant = bool(re.search(r"byteacat\('\\x", plan))
+    assert not key_a_parameter, "the key is a parameter: a generic plan"
+    assert key_a_constant, "no key folded in as a constant"
+
+
+def task_locks_written(db: Database, ids: list[uuid.UUID]) -> int:
+    """The row-lock WAL records on pgfence.tasks that one complete_many of ``ids`` writes
+    (pg_walinspect), its answers all `accepted`."""
+    db.sql("create extension if not exists pg_walinspect")
+    with psycopg.connect(db.server_dsn, autocommit=True) as conn:
+        start = conn.execute("select pg_current_wal_insert_lsn()").fetchone()
+        got = conn.execute("select outcome from pgfence.complete_many(%s)", (ids,)).fetchall()
+        end = conn.execute("select pg_current_wal_insert_lsn()").fetchone()
+    assert start is not None and end is not None
+    assert got == [("accepted",)] * len(ids)
+    # The table's file in this database (another database's may have the same number).
+    rel = db.one("select d.oid || '/' || pg_relation_filenode('pgfence.tasks') "
+                 "from pg_database d where d.datname = current_database()")
+    return int(db.one("select count(*) from pg_get_wal_records_info(%s, %s) "
+                      "where resource_manager = 'Heap' and record_type = 'LOCK' "
+                      "and strpos(block_ref, '/' || %s || ' ') > 0",
+                      (start[0], end[0], rel)))
+
+
+def test_a_batch_of_one_locks_its_row_once(db: Database) -> None:
+    """One id cannot close a cycle, so its row is locked by the UPDATE alone, as complete's:
+    no lock record of its own. A batch of several is locked first, in task_id order, one
+    lock record a row."""
+    ids = claimed(db, 3)
+    assert task_locks_written(db, ids[:1]) == 0
+    assert task_locks_written(db, ids[1:]) == 2
+
+
+def test_negative_control_a_batch_of_one_locked_first(db: Database) -> None:
+    db.install_mutant("complete-many-locks-one-first")
+    ids = claimed(db, 1)
+    assert task_locks_written(db, ids) == 1

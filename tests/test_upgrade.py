@@ -180,10 +180,10 @@ def make_live_state(dbs: Databases, database: str) -> Live:
         # Time passes for c: the test moves its expiry, as pgfence_test.expire does.
         conn.execute("update pgfence.leases set expires_at = clock_timestamp() - interval '1 ms' "
                      "where lease_id = %s", (stale,))
-        for n in range(3):
+        for n in range(4):
             conn.execute("select pgfence.enqueue('q', %s)", (Jsonb({"n": n}),))
         attempts = [row[0] for row in conn.execute(
-            "select attempt_id from pgfence.claim(%s, 'q', 2, '1 hour')", (current,))]
+            "select attempt_id from pgfence.claim(%s, 'q', 3, '1 hour')", (current,))]
         queued = one(conn, "select task_id from pgfence.tasks where state = 'queued'")
         invocation = one(conn, "select pgfence.request_start('inv', '1 hour')")
         token = one(conn, "select pgfence.prepare_update(array['win', 'win_off'], %s)",
@@ -194,7 +194,7 @@ def make_live_state(dbs: Databases, database: str) -> Live:
                      "generation bigint)")
         conn.execute("select pgfence.protect('app.audit', 'cur')")
         max_generation = one(conn, "select max(generation) from pgfence.leases")
-    assert len(attempts) == 2 and invocation is not None
+    assert len(attempts) == 3 and invocation is not None
     return Live(current, draining, stale, attempts, queued, invocation, token,  # type: ignore[arg-type]
                 max_generation)  # type: ignore[arg-type]
 
@@ -216,6 +216,10 @@ def check_live_state(dbs: Databases, database: str, live: Live) -> None:
         assert one(conn, "select pgfence.complete(%s, '{}')", live.attempts[0]) == "accepted"
         assert one(conn, "select pgfence.complete(%s, '{}')", live.attempts[0]) == "duplicate"
         assert one(conn, "select pgfence.fail(%s, '{}')", live.attempts[1]) == "accepted"
+        # A batch completes a task claimed before the upgrade (complete_many reworked in 0.3.1).
+        many = "select outcome from pgfence.complete_many(%s)"
+        assert conn.execute(many, ([live.attempts[2]],)).fetchall() == [("accepted",)]
+        assert conn.execute(many, ([live.attempts[2]],)).fetchall() == [("duplicate",)]
         assert one(conn, renew, live.draining) == "draining"
         with pytest.raises(psycopg.Error) as stale:
             conn.execute("select pgfence.fence(%s)", (live.stale,))

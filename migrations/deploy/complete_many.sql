@@ -5,6 +5,7 @@
 -- requires: check_batch
 -- requires: errors
 -- requires: queue_tallies
+-- requires: releases
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -13,6 +14,8 @@ begin;
 set local search_path = pg_catalog, pg_temp;
 set local lock_timeout = '5s';
 
+do $$ begin perform pgfence.expect_release('pgfence', '0.3.0'); end $$;
+
 -- complete for many attempts at once, by complete's rule for each (I5): one call, one lock
 -- statement and one UPDATE for the common case, whatever the batch's size.
 create or replace function pgfence.complete_many(attempt_ids uuid[], results jsonb[] default null)
@@ -20,6 +23,12 @@ returns table (attempt_id uuid, outcome text)
 language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
+-- One generic plan for its statements: a custom plan, which plpgsql keeps choosing because the
+-- batch's size is known only per call (a custom plan of one id costs far less than the generic
+-- one, costed for a size unknown), is made again on every call, and planning the UPDATE (attempt_holds
+-- and the signature inlined) cost several times its execution. The generic plan is the plan
+-- for every size: each id's task found by primary key.
+set plan_cache_mode = 'force_generic_plan'
 as $$
 declare
   v_n int := cardinality(complete_many.attempt_ids);
@@ -39,11 +48,14 @@ begin
   -- the earlier to end and then judges its rows on what that one committed. Everything else
   -- that locks task rows to write them (report, extend, requeue_expired's and claim's SKIP
   -- LOCKED) locks one row at a time or never waits, so it cannot close a cycle with a batch.
-  -- FOR UPDATE, as report takes it: its calls below find the lock theirs already.
-  perform from pgfence.tasks t
-    where t.task_id = any (array(select pgfence.attempt_task(u.a) from unnest(complete_many.attempt_ids) u(a)))
-    order by t.task_id
-    for update;
+  -- FOR UPDATE, as report takes it: its calls below find the lock theirs already. One id
+  -- cannot close a cycle: its row is locked by the UPDATE (or report), as complete locks it.
+  if v_n > 1 then
+    perform from pgfence.tasks t
+      where t.task_id = any (array(select pgfence.attempt_task(u.a) from unnest(complete_many.attempt_ids) u(a)))
+      order by t.task_id
+      for update;
+  end if;
   -- The key read once, as claim reads it: joined into the UPDATE, the one-row table (its
   -- statistics never gathered) would be costed as hundreds of rows, and the tasks scanned whole.
   select k.hmac_key into v_key from pgfence.signing_key k;

@@ -2,9 +2,9 @@
 -- requires: releases
 --
 -- The release's one change, kept last in its section of the plan (move its line to the end
--- when adding a change after it): lockdown, the record of the schema, the version. While it
--- is the first change after @v0.3.0 it also guards the section: Sqitch deploys it only over
--- 0.3.0 as released.
+-- when adding a change after it): lockdown, the record of the schema, the version. It checks
+-- the release it follows as the section's first change does (expect_release): sealing 0.3.1
+-- over anything but 0.3.0 would record a schema no release file has.
 
 begin;
 set local search_path = pg_catalog, pg_temp;

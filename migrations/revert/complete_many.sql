@@ -1,4 +1,4 @@
--- Revert pgfence:complete_many: back to its definition of release 0.2.1
+-- Revert pgfence:complete_many: back to its definition of release 0.3.0
 
 begin;
 -- While installing, names resolve in pg_catalog only, so no object in a schema on the
@@ -42,7 +42,8 @@ begin
   -- statistics never gathered) would be costed as hundreds of rows, and the tasks scanned whole.
   select k.hmac_key into v_key from pgfence.signing_key k;
   -- The common case in one statement: every attempt that holds its task completes it, by the
-  -- one condition complete uses (pgfence.attempt_holds, inlined).
+  -- one condition complete uses (pgfence.attempt_holds, inlined), counted in its queue's tally
+  -- (pgfence.queue_tallies: a row per queue of the batch).
   with done as (
     update pgfence.tasks t
        set state = 'completed', result = u.result, reported = true,
@@ -50,7 +51,10 @@ begin
       from unnest(complete_many.attempt_ids, complete_many.results) with ordinality as u(attempt_id, result, n)
      where t.task_id = pgfence.attempt_task(u.attempt_id)
        and pgfence.attempt_holds(t.task_id, t.attempt, t.lease_id, t.reported, v_key, u.attempt_id)
-    returning u.n)
+    returning u.n, t.queue),
+  tally as (
+    insert into pgfence.queue_tallies (queue, completed)
+    select d.queue, count(*) from done d group by d.queue)
   select array_agg(d.n) into v_accepted from done d;
   -- Everything else (a retry, a stale or unknown attempt, a bad id), one by one in the order
   -- given, by the rule of report: an unknown id raises 22023 and so undoes the whole batch.

@@ -1,0 +1,2 @@
+-- Verify pgfence:complete_many
+select 'pgfence.complete_many(uuid[], jsonb[])'::regprocedure;
