@@ -702,9 +702,11 @@ NEXT = next_release("0.2.0")
 
 def layer_newest(layer: str) -> str:
     """The layer's newest release: the last that changed it (a release that does not change a
-    layer ships no file of it)."""
-    return max((p.name.removeprefix(f"pgfence-{layer}--").removesuffix(".sql")
-                for p in (ROOT / "sql/releases").glob(f"pgfence-{layer}--*.sql")), key=key)
+    layer ships no file of it), the head's too when it is not tagged yet (an upgrade file)."""
+    return max([p.name.removeprefix(f"pgfence-{layer}--").removesuffix(".sql")
+                for p in (ROOT / "sql/releases").glob(f"pgfence-{layer}--*.sql")]
+               + [u.target for u in PACKAGE.layer_chain(layer, "0.1.0", PACKAGE.newest())],
+               key=key)
 
 
 def test_a_layer_left_behind_is_reported_and_upgraded(

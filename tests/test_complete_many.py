@@ -135,9 +135,12 @@ def task_locks_written(db: Database, ids: list[uuid.UUID]) -> int:
     (pg_walinspect), its answers all `accepted`."""
     db.sql("create extension if not exists pg_walinspect")
     with psycopg.connect(db.server_dsn, autocommit=True) as conn:
+        # The end is the flushed WAL (pg_walinspect reads no further), which the commit,
+        # synchronous, has brought past every record of the call.
+        conn.execute("set synchronous_commit = on")
         start = conn.execute("select pg_current_wal_insert_lsn()").fetchone()
         got = conn.execute("select outcome from pgfence.complete_many(%s)", (ids,)).fetchall()
-        end = conn.execute("select pg_current_wal_insert_lsn()").fetchone()
+        end = conn.execute("select pg_current_wal_flush_lsn()").fetchone()
     assert start is not None and end is not None
     assert got == [("accepted",)] * len(ids)
     # The table's file in this database (another database's may have the same number).
