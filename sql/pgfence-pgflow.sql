@@ -1852,9 +1852,11 @@ comment on function pgfence_pgflow.finish_many(uuid[], text, jsonb[], text[]) is
 -- where a LANGUAGE sql function returning a set would be planned per call).
 create function pgfence_pgflow.complete_many(attempt_ids uuid[], outputs jsonb[] default null)
 returns table (attempt_id uuid, outcome text)
-language sql
+language plpgsql
 as $$
-  select * from pgfence_pgflow.finish_many($1, 'complete', $2, null);
+begin
+  return query select * from pgfence_pgflow.finish_many($1, 'complete', $2, null);
+end
 $$;
 comment on function pgfence_pgflow.complete_many(uuid[], jsonb[]) is
   'complete_task for each attempt of attempt_ids (with outputs[i], or NULL), by its rule: one row per id, in the order '
@@ -1865,9 +1867,11 @@ comment on function pgfence_pgflow.complete_many(uuid[], jsonb[]) is
 
 create function pgfence_pgflow.fail_many(attempt_ids uuid[], error_messages text[] default null)
 returns table (attempt_id uuid, outcome text)
-language sql
+language plpgsql
 as $$
-  select * from pgfence_pgflow.finish_many($1, 'fail', null, $2);
+begin
+  return query select * from pgfence_pgflow.finish_many($1, 'fail', null, $2);
+end
 $$;
 comment on function pgfence_pgflow.fail_many(uuid[], text[]) is
   'fail_task for each attempt of attempt_ids (with error_messages[i]), by the rule of complete_many.';

@@ -58,7 +58,7 @@ WITHOUT_SEARCH_PATH = (
     "pgfence_pgflow.check_allowed(fn regprocedure)",
     "pgfence_pgflow.complete_task(attempt_id uuid,output jsonb)",
     "pgfence_pgflow.fail_task(attempt_id uuid,error_message text)",
-    # 0.3.1: the pgflow layer's batch, wrappers as complete_task's (the definer is finish_many).
+    # 0.3.1: the pgflow layer's batch, wrappers of finish_many (plpgsql: their plans kept).
     "pgfence_pgflow.complete_many(attempt_ids uuid[],outputs jsonb[],attempt_id uuid,outcome text)",
     "pgfence_pgflow.fail_many(attempt_ids uuid[],error_messages text[],attempt_id uuid,"
     "outcome text)",
