@@ -60,12 +60,12 @@ begin
   end loop;
   v_lock_wait := pgfence.limit_lock_wait();
   -- The attempts (an unknown id is left to finish: 22023, undoing the batch).
-  perform from unnest(finish_many.attempt_ids) with ordinality u(id, n)
+  perform from unnest(finish_many.attempt_ids) u(id)
     join pgfence_pgflow.attempts a on a.attempt_id = u.id
    order by a.attempt_id
      for update of a;
   -- Their runs.
-  perform from unnest(finish_many.attempt_ids) with ordinality u(id, n)
+  perform from unnest(finish_many.attempt_ids) u(id)
     join pgfence_pgflow.attempts a on a.attempt_id = u.id
     join pgflow.runs r on r.run_id = a.run_id
    order by r.run_id
@@ -79,7 +79,7 @@ begin
                    where a.attempt_id = any (finish_many.attempt_ids) and a.flow_slug = v_flow);
   end loop;
   -- Their tasks.
-  perform from unnest(finish_many.attempt_ids) with ordinality u(id, n)
+  perform from unnest(finish_many.attempt_ids) u(id)
     join pgfence_pgflow.attempts a on a.attempt_id = u.id
     join pgflow.step_tasks st
       on st.run_id = a.run_id and st.step_slug = a.step_slug and st.task_index = a.task_index
