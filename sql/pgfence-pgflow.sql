@@ -1807,14 +1807,14 @@ begin
   end loop;
   v_lock_wait := pgfence.limit_lock_wait();
   -- The attempts (an unknown id is left to finish: 22023, undoing the batch).
-  perform from unnest(finish_many.attempt_ids) u(id)
-    join pgfence_pgflow.attempts a on a.attempt_id = u.id
+  perform from pgfence_pgflow.attempts a
+   where a.attempt_id = any (finish_many.attempt_ids)
    order by a.attempt_id
      for update of a;
   -- Their runs.
-  perform from unnest(finish_many.attempt_ids) u(id)
-    join pgfence_pgflow.attempts a on a.attempt_id = u.id
+  perform from pgfence_pgflow.attempts a
     join pgflow.runs r on r.run_id = a.run_id
+   where a.attempt_id = any (finish_many.attempt_ids)
    order by r.run_id
      for update of r;
   -- Their messages, a queue at a time in the flows' order.
@@ -1826,10 +1826,10 @@ begin
                    where a.attempt_id = any (finish_many.attempt_ids) and a.flow_slug = v_flow);
   end loop;
   -- Their tasks.
-  perform from unnest(finish_many.attempt_ids) u(id)
-    join pgfence_pgflow.attempts a on a.attempt_id = u.id
+  perform from pgfence_pgflow.attempts a
     join pgflow.step_tasks st
       on st.run_id = a.run_id and st.step_slug = a.step_slug and st.task_index = a.task_index
+   where a.attempt_id = any (finish_many.attempt_ids)
    order by st.run_id, st.step_slug, st.task_index
      for update of st;
   -- The caller's setting back, for finish to bound its own waits by; finish, called at least
